@@ -1,0 +1,3 @@
+"""Shipped YAML configurations."""
+
+__all__: list[str] = []

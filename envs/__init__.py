@@ -1,0 +1,1 @@
+"""Environments, protocols, retrieval and reward schemes."""

@@ -1,0 +1,70 @@
+"""The protocol interface: how instructions are rendered and actions are parsed."""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+
+from ..records import Action, Doc
+
+__all__ = ["Protocol", "neutralise_tags"]
+
+
+def neutralise_tags(text: str, tags: Sequence[str]) -> str:
+    """Escape opening and closing forms of ``tags`` in ``text`` (e.g. ``<answer>`` → ``&lt;answer&gt;``).
+
+    Used on retrieved documents and questions, so that text the policy did not write can
+    never close an observation block or pass for an action.
+    """
+    if not tags:
+        return text
+    pattern = re.compile(r"<(/?)(%s)>" % "|".join(re.escape(t) for t in tags), re.IGNORECASE)
+    return pattern.sub(lambda m: f"&lt;{m.group(1)}{m.group(2)}&gt;", text)
+
+
+class Protocol(ABC):
+    """Renders the instructions and observations of one tag format and parses actions.
+
+    Subclasses set ``name`` and ``tags`` (every tag name the format uses) and implement
+    :meth:`instructions`, :meth:`parse` and :meth:`render_docs`. Nothing else in searchgym
+    knows a protocol's tags.
+    """
+
+    name: str = ""
+    tags: tuple[str, ...] = ()
+
+    @abstractmethod
+    def instructions(self) -> str:
+        """The task instructions put before the question."""
+
+    @abstractmethod
+    def parse(self, text: str, turn: int) -> Action:
+        """Read one action. ``turn`` is the 0-based index of this action in the episode.
+
+        Must never raise: any string (any size, any content) yields an :class:`Action`;
+        a malformed one has ``format_ok=False`` and ``kind="invalid"`` (or the recovered
+        kind) with ``error`` set to a plain message.
+        """
+
+    @abstractmethod
+    def render_docs(self, docs: Sequence[Doc]) -> str:
+        """The observation returned after a search."""
+
+    def render_prompt(self, question: str) -> str:
+        """Instructions followed by the question, the observation returned by ``reset``."""
+        return f"{self.instructions()}\n\nQuestion: {neutralise_tags(question, self.tags)}\n"
+
+    def render_error(self, message: str) -> str:
+        """The observation returned after a malformed action."""
+        return f"\n[format error] {message}\n"
+
+    def format_doc_list(self, docs: Sequence[Doc]) -> str:
+        """Documents as ``Doc 1 (Title: ...) text`` lines, with protocol tags neutralised."""
+        lines = [
+            f"Doc {i} (Title: {d.title}) {d.text}" for i, d in enumerate(docs, start=1)
+        ]
+        return neutralise_tags("\n".join(lines), self.tags)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"

@@ -1,0 +1,3 @@
+"""Experience memory (LightSearcher, HiExp): see the memory issue."""
+
+__all__: list[str] = []

