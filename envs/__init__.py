@@ -1,1 +1,31 @@
 """Environments, protocols, retrieval and reward schemes."""
+
+from .errors import (
+    DataFileError,
+    InvalidArgumentError,
+    RetrievalError,
+    SearchGymError,
+    UnknownNameError,
+)
+from .records import Action, Doc, Question, Trajectory, Turn
+from .registration import BENCHMARKS, ENV_IDS, check_env_id, register_envs
+
+__all__ = [
+    # errors
+    "SearchGymError",
+    "UnknownNameError",
+    "InvalidArgumentError",
+    "DataFileError",
+    "RetrievalError",
+    # records
+    "Action",
+    "Doc",
+    "Question",
+    "Trajectory",
+    "Turn",
+    # registration
+    "BENCHMARKS",
+    "ENV_IDS",
+    "check_env_id",
+    "register_envs",
+]

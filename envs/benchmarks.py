@@ -1,0 +1,89 @@
+"""Real search-QA benchmarks (NQ, HotpotQA, ...) read from local JSONL files."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .data import load_questions
+from .errors import DataFileError, InvalidArgumentError, did_you_mean
+from .protocols import Protocol
+from .registration import BENCHMARKS
+from .retrieval import Retriever, make_retriever
+from .rewards import RewardScheme
+from .search_env import SearchQAEnv
+
+__all__ = ["BenchmarkQAEnv", "DATA_DIR_VARIABLE"]
+
+DATA_DIR_VARIABLE = "SEARCHGYM_DATA_DIR"
+"""Environment variable naming a folder laid out as ``questions/<key>.jsonl`` + ``corpus.jsonl``."""
+
+
+def _resolve(keyword: str, given: str | os.PathLike | None, default_name: str, what: str) -> Path:
+    if given is not None:
+        if not isinstance(given, (str, os.PathLike)):
+            raise InvalidArgumentError(f"{keyword} must be a path, got {given!r} ({type(given).__name__}).")
+        return Path(given)
+    data_dir = os.environ.get(DATA_DIR_VARIABLE)
+    if data_dir:
+        return Path(data_dir) / default_name
+    raise DataFileError(
+        f"No {keyword} given. Pass {keyword}=PATH to gym.make: {what}. Such files come from "
+        f"FlashRAG's dataset releases (or, in the searchgym repo, ../shared/data); you can also set "
+        f"{DATA_DIR_VARIABLE} to a folder holding questions/<dataset>.jsonl and corpus.jsonl."
+    )
+
+
+class BenchmarkQAEnv(SearchQAEnv):
+    """A :class:`SearchQAEnv` over a real benchmark's questions and a passage corpus.
+
+    ## Arguments
+    dataset: the dataset key (``hotpotqa``, ``nq``, ...); set by the registered id.
+    data_path: JSONL of questions with at least ``id``, ``question`` and ``golden_answers``
+        (the FlashRAG convention). Defaults to ``$SEARCHGYM_DATA_DIR/questions/<dataset>.jsonl``.
+    corpus_path: JSONL passages with ``id``/``title``/``text``, or FlashRAG's ``id``/``contents``
+        (title on the first line). Defaults to ``$SEARCHGYM_DATA_DIR/corpus.jsonl``. Not needed
+        when ``retriever`` is a :class:`Retriever` object.
+    retriever: a backend name (``bm25``) or a :class:`Retriever`. index_dir: where the backend
+        saves and reloads its index. Other arguments as :class:`SearchQAEnv`.
+
+    ## Version History
+    * v0: initial version.
+    """
+
+    def __init__(
+        self,
+        dataset: str,
+        *,
+        data_path: str | os.PathLike | None = None,
+        corpus_path: str | os.PathLike | None = None,
+        retriever: str | Retriever = "bm25",
+        index_dir: str | os.PathLike | None = None,
+        protocol: str | Protocol = "search_r1",
+        reward: str | RewardScheme = "f1",
+        reward_kwargs: Mapping[str, Any] | None = None,
+        topk: int = 3,
+        max_turns: int = 4,
+        max_searches: int | None = None,
+        render_mode: str | None = None,
+    ):
+        if dataset not in BENCHMARKS.values():
+            raise did_you_mean("dataset", dataset, BENCHMARKS.values())
+        self.dataset = dataset
+        questions_file = _resolve(
+            "data_path", data_path, f"questions/{dataset}.jsonl",
+            "a JSONL file with one question per line and at least the keys id, question, golden_answers",
+        )
+        questions = load_questions(questions_file)
+        if not isinstance(retriever, Retriever):
+            corpus_file = _resolve(
+                "corpus_path", corpus_path, "corpus.jsonl",
+                "a JSONL passage corpus with id/title/text (or FlashRAG's id/contents) per line",
+            )
+            retriever = make_retriever(retriever, corpus_path=corpus_file, index_dir=index_dir)
+        super().__init__(
+            questions, retriever, protocol=protocol, reward=reward, reward_kwargs=reward_kwargs,
+            topk=topk, max_turns=max_turns, max_searches=max_searches, render_mode=render_mode,
+        )

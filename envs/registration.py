@@ -1,0 +1,47 @@
+"""Registration of every searchgym env id with Gymnasium (string entry points only)."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+
+from .errors import did_you_mean
+
+__all__ = ["BENCHMARKS", "ENV_IDS", "register_envs", "check_env_id"]
+
+BENCHMARKS: dict[str, str] = {
+    "NQ": "nq",
+    "TriviaQA": "triviaqa",
+    "PopQA": "popqa",
+    "HotpotQA": "hotpotqa",
+    "2WikiMultihopQA": "2wikimultihopqa",
+    "MuSiQue": "musique",
+    "Bamboogle": "bamboogle",
+    "MMLU": "mmlu",
+    "GSM8K": "gsm8k",
+}
+"""Env name → dataset key (the file stem of ``questions/<key>.jsonl``)."""
+
+_NAMESPACE = "searchgym"
+ENV_IDS: list[str] = [f"{_NAMESPACE}/SyntheticFacts-v0"] + [
+    f"{_NAMESPACE}/{name}-v0" for name in BENCHMARKS
+]
+
+
+def register_envs() -> None:
+    """Register all ids; safe to call more than once. Imports nothing heavy."""
+    specs = {ENV_IDS[0]: ("searchgym.envs.synthetic_env:SyntheticFactsEnv", {})}
+    for name, key in BENCHMARKS.items():
+        specs[f"{_NAMESPACE}/{name}-v0"] = ("searchgym.envs.benchmarks:BenchmarkQAEnv", {"dataset": key})
+    for env_id, (entry_point, kwargs) in specs.items():
+        if env_id not in gym.registry:
+            gym.register(id=env_id, entry_point=entry_point, kwargs=kwargs)
+
+
+def check_env_id(env_id: object) -> str:
+    """Return ``env_id`` if it is a searchgym id, else raise an error with close matches."""
+    if env_id in ENV_IDS:
+        return env_id  # type: ignore[return-value]
+    short = {i.split("/", 1)[1]: i for i in ENV_IDS}
+    if env_id in short:
+        return short[env_id]  # type: ignore[index]
+    raise did_you_mean("env id", env_id, ENV_IDS)

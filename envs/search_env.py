@@ -1,0 +1,264 @@
+"""The search-QA environment: retrieval in ``step``, a reward scheme at the end."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from numbers import Integral
+from typing import Any
+
+import gymnasium as gym
+
+from .errors import InvalidArgumentError, SearchGymError
+from .protocols import Protocol, make_protocol
+from .records import Action, Doc, Question, Trajectory, Turn
+from .retrieval import Retriever
+from .rewards import RewardScheme, make_reward
+from .spaces import AnyText
+
+__all__ = ["SearchQAEnv", "question_from_options"]
+
+
+def _check_int(name: str, value: object, low: int, allow_none: bool = False) -> int | None:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgumentError(f"{name} must be an int, got {value!r} ({type(value).__name__}).")
+    if value < low:
+        raise InvalidArgumentError(f"{name} must be >= {low}, got {value}.")
+    return value
+
+
+def question_from_options(options: Mapping[str, Any]) -> Question:
+    """Build a :class:`Question` from ``reset(options={"question", "golden_answers", "id"})``."""
+    text, golds = options.get("question"), options.get("golden_answers")
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidArgumentError(f"options['question'] must be a non-empty str, got {text!r}.")
+    if isinstance(golds, str):
+        golds = [golds]
+    if not isinstance(golds, (list, tuple)) or not golds or not all(isinstance(g, str) for g in golds):
+        raise InvalidArgumentError(
+            f"options['golden_answers'] must be a non-empty list of str, got {golds!r}."
+        )
+    qid = options.get("id", "custom")
+    return Question(id=str(qid), question=text, golden_answers=tuple(golds))
+
+
+class SearchQAEnv(gym.Env[str, str]):
+    """A question-answering episode in which the policy may call a search tool.
+
+    ## Description
+    At ``reset`` the env picks a question and returns the protocol's instructions followed
+    by the question. Each ``step`` reads one action string under the protocol: a search
+    runs the retriever and returns the top-``topk`` documents; an answer ends the episode
+    and the reward scheme scores the whole trajectory.
+
+    ## Action Space
+    ``AnyText``: any string. Only the policy's own action text is parsed; tags inside
+    retrieved documents or the question are neutralised and never count as actions.
+
+    ## Observation Space
+    ``AnyText``: the *new* text of this step: the prompt at ``reset``, then the formatted
+    documents after a search, or a format-error message after a malformed action. A policy
+    keeps the running context itself (``context += action + observation``).
+
+    ## Rewards
+    0 on every non-final step. On the final step (answered, or truncated) the reward of
+    the chosen scheme (``reward=``), a pure function of the trajectory record. Format
+    penalties for malformed turns are part of that final reward, so a trainer summing the
+    step rewards gets exactly the scheme's value.
+
+    ## Episode End
+    Terminated when the policy answers. Truncated after ``max_turns`` actions without an
+    answer, or when the policy asks for a search after ``max_searches`` searches (that
+    search is refused, not run). A malformed action does not end the episode; it uses up
+    a turn and sets ``info["error"]``.
+
+    ## Info
+    After ``reset`` and every step: ``question_id``, ``num_searches``, ``queries``,
+    ``retrieved_ids`` (one list per search), ``answer`` (None until answered), ``em``,
+    ``f1``, ``cover_em`` (of the answer so far), ``format_ok`` (all turns well formed),
+    ``turn`` (actions taken), ``reasoning_steps`` (``<think>`` blocks so far),
+    ``action_chars``; ``known`` and ``hops`` where the dataset has them; ``error`` after a
+    malformed or refused action; ``retrieval_error`` when the retriever failed (the
+    observation then says so and the episode goes on).
+
+    ## Arguments
+    questions: the questions to draw from (subclasses load them from files).
+    protocol: a protocol name (``search_r1``, ``research``, ``tool_call``, ``sem``) or object.
+    reward: a reward-scheme name (``em``, ``f1``, ``otc``, ``lightsearcher``, ``sem``,
+        ``cost``) or a :class:`RewardScheme`; ``reward_kwargs`` go to its constructor.
+    retriever: a :class:`Retriever` object (subclasses also accept a backend name).
+    topk: documents per search (default 3). max_turns: actions per episode (default 4).
+    max_searches: searches per episode (default None: bounded by ``max_turns``).
+
+    ## Version History
+    * v0: initial version.
+    """
+
+    metadata = {"render_modes": ["ansi"], "render_fps": 1}
+
+    def __init__(
+        self,
+        questions: Sequence[Question],
+        retriever: Retriever,
+        *,
+        protocol: str | Protocol = "search_r1",
+        reward: str | RewardScheme = "f1",
+        reward_kwargs: Mapping[str, Any] | None = None,
+        topk: int = 3,
+        max_turns: int = 4,
+        max_searches: int | None = None,
+        render_mode: str | None = None,
+    ):
+        if not questions:
+            raise InvalidArgumentError("questions is empty: give at least one question.")
+        if not isinstance(retriever, Retriever):
+            raise InvalidArgumentError(f"retriever must be a Retriever, got {type(retriever).__name__}.")
+        if reward_kwargs is not None and not isinstance(reward_kwargs, Mapping):
+            raise InvalidArgumentError(f"reward_kwargs must be a dict, got {reward_kwargs!r}.")
+        if render_mode not in (None, "ansi"):
+            raise InvalidArgumentError(f"render_mode must be None or 'ansi', got {render_mode!r}.")
+        self.questions = list(questions)
+        self.retriever = retriever
+        self.protocol = make_protocol(protocol)
+        self.reward_scheme = make_reward(reward, **dict(reward_kwargs or {}))
+        self.topk = _check_int("topk", topk, 1)
+        self.max_turns = _check_int("max_turns", max_turns, 1)
+        self.max_searches = _check_int("max_searches", max_searches, 0, allow_none=True)
+        self.render_mode = render_mode
+        self.observation_space = AnyText()
+        self.action_space = AnyText()
+        self.trajectory: Trajectory | None = None
+        self._done = True
+        self._transcript: list[str] = []
+
+    # -- Gymnasium API -------------------------------------------------------------------
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        question = self._choose_question(options)
+        self.trajectory = Trajectory(question=question, protocol=self.protocol.name)
+        self._done = False
+        prompt = self.protocol.render_prompt(question.question)
+        self._transcript = [prompt]
+        return prompt, self._info()
+
+    def step(self, action: str):
+        query = self.begin_step(action)
+        docs: list[Doc] = []
+        retrieval_error = None
+        if query is not None:
+            try:
+                docs = self.retriever.search([query], self.topk)[0]
+            except SearchGymError as exc:
+                retrieval_error = str(exc)
+        return self.end_step(docs, retrieval_error)
+
+    def render(self) -> str | None:
+        if self.render_mode == "ansi":
+            return "".join(self._transcript)
+        return None
+
+    # -- The two halves of a step (a vector env batches the search between them) ---------
+
+    def begin_step(self, action: object) -> str | None:
+        """Parse ``action`` and record the turn; return the query to run, if any."""
+        if self._done or self.trajectory is None:
+            raise SearchGymError("The episode is over or has not started: call reset() before step().")
+        if isinstance(action, str):
+            text, parsed = action, self.protocol.parse(action, turn=len(self.trajectory.turns))
+        else:
+            text = ""
+            parsed = Action(
+                kind="invalid", format_ok=False,
+                error=f"An action must be a str, got {type(action).__name__}.",
+            )
+        if parsed.kind == "search" and self._search_limit_reached():
+            parsed = Action(
+                kind="invalid", query=parsed.query, answer=parsed.answer, format_ok=parsed.format_ok,
+                think_blocks=parsed.think_blocks, answer_blocks=parsed.answer_blocks,
+                error=f"Search refused: the limit of {self.max_searches} searches per episode is reached.",
+            )
+        self.trajectory.turns.append(Turn(action_text=text, action=parsed))
+        self._transcript.append(text)
+        return parsed.query if parsed.kind == "search" else None
+
+    def end_step(self, docs: list[Doc], retrieval_error: str | None = None):
+        """Finish the step begun by :meth:`begin_step`, given the retrieved documents."""
+        assert self.trajectory is not None  # begin_step guarantees it
+        turn = self.trajectory.turns[-1]
+        action = turn.action
+        terminated = action.kind == "answer"
+        refused = action.kind == "invalid" and action.format_ok
+        truncated = not terminated and (refused or len(self.trajectory.turns) >= self.max_turns)
+        if action.kind == "search":
+            turn.docs = list(docs)
+            if retrieval_error is None:
+                observation = self.protocol.render_docs(turn.docs)
+            else:
+                observation = self.protocol.render_error(f"The search failed: {retrieval_error}")
+        elif action.kind == "invalid":
+            observation = self.protocol.render_error(action.error or "Malformed action.")
+        else:
+            observation = ""
+        turn.observation = observation
+        self._transcript.append(observation)
+        self.trajectory.truncated = truncated
+        reward = 0.0
+        if terminated or truncated:
+            self._done = True
+            reward = float(self.reward_scheme(self.trajectory))
+        info = self._info()
+        if action.kind == "invalid":
+            info["error"] = action.error or "Malformed action."
+        if retrieval_error is not None:
+            info["retrieval_error"] = retrieval_error
+        return observation, reward, terminated, truncated, info
+
+    # -- Helpers ---------------------------------------------------------------------------
+
+    def _search_limit_reached(self) -> bool:
+        assert self.trajectory is not None
+        return self.max_searches is not None and self.trajectory.num_searches >= self.max_searches
+
+    def _choose_question(self, options: dict[str, Any] | None) -> Question:
+        if options is not None and not isinstance(options, Mapping):
+            raise InvalidArgumentError(f"options must be a dict, got {type(options).__name__}.")
+        if not options:
+            return self.questions[int(self.np_random.integers(len(self.questions)))]
+        if "question" in options:
+            return question_from_options(options)
+        if "index" in options:
+            index = options["index"]
+            if isinstance(index, bool) or not isinstance(index, Integral) or not 0 <= index < len(self.questions):
+                raise InvalidArgumentError(
+                    f"options['index'] must be an int in [0, {len(self.questions)}), got {index!r}."
+                )
+            return self.questions[int(index)]
+        raise InvalidArgumentError(
+            f"options must hold 'question' and 'golden_answers' (and optionally 'id'), or 'index'; "
+            f"got keys {sorted(options)}."
+        )
+
+    def _info(self) -> dict[str, Any]:
+        traj = self.trajectory
+        assert traj is not None
+        info: dict[str, Any] = {
+            "question_id": traj.question.id,
+            "num_searches": traj.num_searches,
+            "queries": traj.queries,
+            "retrieved_ids": traj.retrieved_ids,
+            "answer": traj.answer,
+            "em": traj.em,
+            "f1": traj.f1,
+            "cover_em": traj.cover_em,
+            "format_ok": traj.format_ok,
+            "turn": len(traj.turns),
+            "reasoning_steps": traj.reasoning_steps,
+            "action_chars": traj.action_chars,
+        }
+        if traj.question.known is not None:
+            info["known"] = traj.question.known
+        if traj.question.hops is not None:
+            info["hops"] = traj.question.hops
+        return info
