@@ -8,7 +8,8 @@ from collections.abc import Sequence
 
 __all__ = ["Policy", "split_context", "extract_doc_lines"]
 
-_DOC_LINE = re.compile(r"^Doc \d+ \(Title: (?P<title>[^\n]*?)\) (?P<text>[^\n]*)$", re.M)
+_DOC_LINE = re.compile(r"(?:^|>)Doc \d+ \(Title: (?P<title>[^\n]*?)\) (?P<text>[^\n]*)", re.M)
+_CLOSING_TAG = re.compile(r"</[A-Za-z_]+>\s*$")
 
 
 class Policy(ABC):
@@ -46,4 +47,4 @@ def split_context(context: str) -> tuple[str, str]:
 
 def extract_doc_lines(context: str) -> list[tuple[str, str]]:
     """``(title, text)`` of every document line in ``context``, in order of appearance."""
-    return [(m.group("title"), m.group("text")) for m in _DOC_LINE.finditer(context)]
+    return [(m.group("title"), _CLOSING_TAG.sub("", m.group("text"))) for m in _DOC_LINE.finditer(context)]

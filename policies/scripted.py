@@ -6,7 +6,7 @@ import re
 from collections.abc import Mapping, Sequence
 
 from ..envs.protocols import Protocol, make_protocol
-from ..envs.synthetic import SyntheticWorld
+from ..envs.synthetic import RELATIONS, SyntheticWorld
 from .base import Policy, extract_doc_lines, split_context
 from .reader import read_answer
 
@@ -100,7 +100,7 @@ class OracleSyntheticPolicy(_ScriptedPolicy):
         value: str | None = None
         for fact in self.world.chain(record.id):
             subject = fact.subject if value is None else value
-            relation = self.world.relations[fact.relation]
+            relation = RELATIONS[fact.relation]
             remembered = self.world.lookup(subject, fact.relation)
             if remembered is not None and remembered.known:
                 value = remembered.object

@@ -1,0 +1,165 @@
+"""The SEM protocol: answer first, then search at most once (PAPERS.md §3).
+
+Turn 0 is ``<think>…</think><answer>a1</answer>``, optionally followed by
+``<search>query</search>``. After a search the env returns ``<result>…</result>`` and turn
+1 is ``<think>…</think><answer>a2</answer>``. Tags must come in this order with only white
+space between them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..errors import InvalidArgumentError
+from ..records import Action, Doc
+from .base import Protocol, neutralise_tags
+from .research import box, boxed_or_whole
+from .search_r1 import Block, check_think, count_blocks, invalid, not_text, split_blocks, tag_pattern
+
+__all__ = ["SEMProtocol"]
+
+_TEMPLATE = (
+    "Turn 0 is <think>…</think><answer>…</answer>, optionally followed by one <search>…</search>; "
+    "after the <result> comes one more <think>…</think><answer>…</answer>."
+)
+
+
+def _first_turn_error(blocks: list[Block]) -> str | None:
+    """Why turn-0 blocks are not ``(think answer)+ search?``, or None when they are."""
+    if not blocks:
+        return f"No blocks found. {_TEMPLATE}"
+    for i, block in enumerate(blocks):
+        expected = "think" if i % 2 == 0 else "answer"
+        if block.name == "search" and i % 2 == 0 and i > 0:
+            continue  # split_blocks stops right after the search, so it is the last block
+        if block.name != expected:
+            return f"Tags out of order: block {i + 1} is <{block.name}>, expected <{expected}>. {_TEMPLATE}"
+    if blocks[-1].name == "think":
+        return f"The last <think> block has no <answer> after it. {_TEMPLATE}"
+    return None
+
+
+def _later_turn_error(blocks: list[Block]) -> str | None:
+    """Why a turn after the search is not exactly ``think answer``, or None when it is."""
+    names = [b.name for b in blocks]
+    if "search" in names:
+        return (
+            "Only one search is allowed: after the <result> write only "
+            "<think>…</think><answer>…</answer> with your final answer."
+        )
+    if names != ["think", "answer"]:
+        shown = " ".join(f"<{n}>" for n in names[:4]) + (" …" if len(names) > 4 else "")
+        return (
+            f"After the search, write exactly one <think>…</think><answer>…</answer>; "
+            f"found {shown or 'no blocks'}."
+        )
+    return None
+
+
+class SEMProtocol(Protocol):
+    """SEM's template: a first answer, then at most one search and a final answer.
+
+    Readings:
+
+    * Turn 0 with a search: kind ``search`` with ``query`` and ``answer`` = a1. Here a1
+      may be empty (SEM's own examples answer ``\\boxed{ }`` before searching); reading
+      stops at ``</search>``, so a made-up ``<result>`` after it is ignored.
+    * Turn 0 without a search: kind ``answer`` with ``answer`` = a1. Several think/answer
+      pairs are well formed (``format_ok`` True); ``answer`` is the first one and
+      ``think_blocks``/``answer_blocks`` count all of them, for SEM's ``t`` indicator.
+    * Turn 1 and later: exactly one think/answer pair, kind ``answer``; a search is invalid.
+
+    An answer is the content of the first ``\\boxed{}`` inside ``<answer>`` when present,
+    else the whole ``<answer>`` text (as PAPERS.md §3 settles), stripped.
+    """
+
+    name = "sem"
+    tags = ("think", "answer", "search", "result")
+
+    def __init__(self) -> None:
+        self._pattern = tag_pattern(self.tags)
+
+    def instructions(self) -> str:
+        return (
+            "Answer the question at the end of this message, searching only when you need to.\n"
+            "Start by reasoning between <think> and </think>, then give your best answer right "
+            "away between <answer> and </answer>, with the short answer wrapped in \\boxed{}, for "
+            "example <answer> \\boxed{Paris} </answer>.\n"
+            "If you are confident in that answer, stop there. If you are not, add one search "
+            "after it: <search> your query </search>. The passages found will come back between "
+            "<result> and </result>; then reason once more between <think> and </think> and give "
+            "your final answer between <answer> and </answer>, boxed the same way.\n"
+            "You may search at most once. Keep the tags in exactly this order, with nothing "
+            "outside them."
+        )
+
+    def parse(self, text: str, turn: int = 0) -> Action:
+        bad = not_text(text)
+        if bad is not None:
+            return bad
+        if isinstance(turn, bool) or not isinstance(turn, int) or turn < 0:
+            return invalid(f"turn must be an int >= 0, got {turn!r}.")
+        first = turn == 0
+        blocks, error = split_blocks(text, self._pattern, stop_after="search" if first else None)
+        if error is None:
+            error = _first_turn_error(blocks) if first else _later_turn_error(blocks)
+        if error is not None:
+            return invalid(
+                error,
+                think_blocks=count_blocks(text, "think"),
+                answer_blocks=count_blocks(text, "answer"),
+            )
+        thinks = sum(b.name == "think" for b in blocks)
+        answers = [b for b in blocks if b.name == "answer"]
+        answer = boxed_or_whole(answers[0].content)
+        if blocks[-1].name == "search":
+            query = blocks[-1].content.strip()
+            if not query:
+                return invalid(
+                    "The <search> block is empty: put the query between <search> and </search>.",
+                    think_blocks=thinks,
+                    answer_blocks=len(answers),
+                )
+            return Action(
+                kind="search", query=query, answer=answer, think_blocks=thinks, answer_blocks=len(answers)
+            )
+        if not answer:
+            return invalid(
+                "The answer is empty: write it inside <answer>…</answer>, boxed as \\boxed{...}.",
+                think_blocks=thinks,
+                answer_blocks=len(answers),
+            )
+        return Action(kind="answer", answer=answer, think_blocks=thinks, answer_blocks=len(answers))
+
+    def render_docs(self, docs: Sequence[Doc]) -> str:
+        body = self.format_doc_list(docs) if docs else "No results."
+        return f"\n<result>{body}</result>\n"
+
+    def write_action(self, *, query: str | None = None, answer: str | None = None, think: str = "") -> str:
+        """``<think>{think}</think>\\n<answer>\\boxed{answer}</answer>``, then ``\\n<search>{query}</search>``.
+
+        With a query this is the turn-0 form (first answer, then the search); the first
+        answer may then be left out, which writes an empty ``<answer></answer>``, so that
+        ``write_action(query=q)`` works as it does for the other protocols. Without a query
+        it is a final answer, valid on any turn.
+        """
+        think = neutralise_tags(check_think(think), self.tags)
+        if query is not None and (not isinstance(query, str) or not query.strip()):
+            raise InvalidArgumentError(f"query must be a non-blank str or None, got {query!r}.")
+        if answer is None and query is not None:
+            answer = ""
+        if not isinstance(answer, str) or (query is None and not answer.strip()):
+            raise InvalidArgumentError(
+                f"Give a non-blank answer= (and optionally query= to search after it), got answer={answer!r}."
+            )
+        answer = neutralise_tags(answer, self.tags)
+        if answer.strip():
+            answer = box(answer)
+            if query is None and not boxed_or_whole(answer):
+                raise InvalidArgumentError(
+                    f"answer {answer!r} is blank once its unmatched braces are dropped; give some text."
+                )
+        text = f"<think>{think}</think>\n<answer>{answer}</answer>"
+        if query is not None:
+            text += f"\n<search>{neutralise_tags(query, self.tags)}</search>"
+        return text
