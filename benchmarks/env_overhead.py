@@ -24,7 +24,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--data-dir", type=Path, default=ROOT.parent / "shared" / "data")
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=3)
@@ -41,7 +43,7 @@ def main() -> None:
 
     bare, stepped = [], []
     for _ in range(args.rounds):
-        for query, action in zip(queries, actions):
+        for query, action in zip(queries, actions, strict=True):
             start = time.perf_counter()
             retriever.search([query], 3)
             bare.append(time.perf_counter() - start)
@@ -60,8 +62,10 @@ def main() -> None:
     }
     print("| bare retriever (median ms) | env step (median ms) | overhead (medians) | overhead (totals) |")
     print("|---|---|---|---|")
-    print(f"| {result['bare_median_ms']:.3f} | {result['env_step_median_ms']:.3f} | "
-          f"{result['overhead_median_pct']:+.1f}% | {result['overhead_total_pct']:+.1f}% |")
+    print(
+        f"| {result['bare_median_ms']:.3f} | {result['env_step_median_ms']:.3f} | "
+        f"{result['overhead_median_pct']:+.1f}% | {result['overhead_total_pct']:+.1f}% |"
+    )
     if args.out:
         args.out.write_text(json.dumps(result, indent=2) + "\n")
 

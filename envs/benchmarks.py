@@ -73,17 +73,28 @@ class BenchmarkQAEnv(SearchQAEnv):
             raise did_you_mean("dataset", dataset, BENCHMARKS.values())
         self.dataset = dataset
         questions_file = _resolve(
-            "data_path", data_path, f"questions/{dataset}.jsonl",
+            "data_path",
+            data_path,
+            f"questions/{dataset}.jsonl",
             "a JSONL file with one question per line and at least the keys id, question, golden_answers",
         )
         questions = load_questions(questions_file)
         if not isinstance(retriever, Retriever):
             corpus_file = _resolve(
-                "corpus_path", corpus_path, "corpus.jsonl",
+                "corpus_path",
+                corpus_path,
+                "corpus.jsonl",
                 "a JSONL passage corpus with id/title/text (or FlashRAG's id/contents) per line",
             )
             retriever = make_retriever(retriever, corpus_path=corpus_file, index_dir=index_dir)
         super().__init__(
-            questions, retriever, protocol=protocol, reward=reward, reward_kwargs=reward_kwargs,
-            topk=topk, max_turns=max_turns, max_searches=max_searches, render_mode=render_mode,
+            questions,
+            retriever,
+            protocol=protocol,
+            reward=reward,
+            reward_kwargs=reward_kwargs,
+            topk=topk,
+            max_turns=max_turns,
+            max_searches=max_searches,
+            render_mode=render_mode,
         )

@@ -90,7 +90,9 @@ class Trajectory:
 
     @property
     def queries(self) -> list[str]:
-        return [t.action.query for t in self.turns if t.action.query is not None and t.action.kind == "search"]
+        return [
+            t.action.query for t in self.turns if t.action.query is not None and t.action.kind == "search"
+        ]
 
     @property
     def retrieved_ids(self) -> list[list[str]]:

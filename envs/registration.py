@@ -22,14 +22,14 @@ BENCHMARKS: dict[str, str] = {
 """Env name → dataset key (the file stem of ``questions/<key>.jsonl``)."""
 
 _NAMESPACE = "searchgym"
-ENV_IDS: list[str] = [f"{_NAMESPACE}/SyntheticFacts-v0"] + [
-    f"{_NAMESPACE}/{name}-v0" for name in BENCHMARKS
-]
+ENV_IDS: list[str] = [f"{_NAMESPACE}/SyntheticFacts-v0"] + [f"{_NAMESPACE}/{name}-v0" for name in BENCHMARKS]
 
 
 def register_envs() -> None:
     """Register all ids; safe to call more than once. Imports nothing heavy."""
-    specs = {ENV_IDS[0]: ("searchgym.envs.synthetic_env:SyntheticFactsEnv", {})}
+    specs: dict[str, tuple[str, dict[str, str]]] = {
+        ENV_IDS[0]: ("searchgym.envs.synthetic_env:SyntheticFactsEnv", {})
+    }
     for name, key in BENCHMARKS.items():
         specs[f"{_NAMESPACE}/{name}-v0"] = ("searchgym.envs.benchmarks:BenchmarkQAEnv", {"dataset": key})
     for env_id, (entry_point, kwargs) in specs.items():

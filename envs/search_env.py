@@ -18,9 +18,7 @@ from .spaces import AnyText
 __all__ = ["SearchQAEnv", "question_from_options"]
 
 
-def _check_int(name: str, value: object, low: int, allow_none: bool = False) -> int | None:
-    if value is None and allow_none:
-        return None
+def _check_int(name: str, value: object, low: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidArgumentError(f"{name} must be an int, got {value!r} ({type(value).__name__}).")
     if value < low:
@@ -124,7 +122,7 @@ class SearchQAEnv(gym.Env[str, str]):
         self.reward_scheme = make_reward(reward, **dict(reward_kwargs or {}))
         self.topk = _check_int("topk", topk, 1)
         self.max_turns = _check_int("max_turns", max_turns, 1)
-        self.max_searches = _check_int("max_searches", max_searches, 0, allow_none=True)
+        self.max_searches = None if max_searches is None else _check_int("max_searches", max_searches, 0)
         self.render_mode = render_mode
         self.observation_space = AnyText()
         self.action_space = AnyText()
@@ -170,13 +168,18 @@ class SearchQAEnv(gym.Env[str, str]):
         else:
             text = ""
             parsed = Action(
-                kind="invalid", format_ok=False,
+                kind="invalid",
+                format_ok=False,
                 error=f"An action must be a str, got {type(action).__name__}.",
             )
         if parsed.kind == "search" and self._search_limit_reached():
             parsed = Action(
-                kind="invalid", query=parsed.query, answer=parsed.answer, format_ok=parsed.format_ok,
-                think_blocks=parsed.think_blocks, answer_blocks=parsed.answer_blocks,
+                kind="invalid",
+                query=parsed.query,
+                answer=parsed.answer,
+                format_ok=parsed.format_ok,
+                think_blocks=parsed.think_blocks,
+                answer_blocks=parsed.answer_blocks,
                 error=f"Search refused: the limit of {self.max_searches} searches per episode is reached.",
             )
         self.trajectory.turns.append(Turn(action_text=text, action=parsed))
@@ -230,7 +233,11 @@ class SearchQAEnv(gym.Env[str, str]):
             return question_from_options(options)
         if "index" in options:
             index = options["index"]
-            if isinstance(index, bool) or not isinstance(index, Integral) or not 0 <= index < len(self.questions):
+            if (
+                isinstance(index, bool)
+                or not isinstance(index, Integral)
+                or not 0 <= int(index) < len(self.questions)
+            ):
                 raise InvalidArgumentError(
                     f"options['index'] must be an int in [0, {len(self.questions)}), got {index!r}."
                 )

@@ -57,6 +57,13 @@ class SyntheticFactsEnv(SearchQAEnv):
         if not isinstance(retriever, Retriever):
             retriever = make_retriever(retriever, docs=self.world.docs)
         super().__init__(
-            self.world.questions, retriever, protocol=protocol, reward=reward, reward_kwargs=reward_kwargs,
-            topk=topk, max_turns=max_turns, max_searches=max_searches, render_mode=render_mode,
+            self.world.questions,
+            retriever,
+            protocol=protocol,
+            reward=reward,
+            reward_kwargs=reward_kwargs,
+            topk=topk,
+            max_turns=max_turns,
+            max_searches=max_searches,
+            render_mode=render_mode,
         )

@@ -33,7 +33,9 @@ __all__ = [
 POLICY_NAMES = ("direct", "naive_rag", "oracle_synthetic")
 
 
-def make_policy(name: str, *, protocol: str | Protocol = "search_r1", world: SyntheticWorld | None = None) -> Policy:
+def make_policy(
+    name: str, *, protocol: str | Protocol = "search_r1", world: SyntheticWorld | None = None
+) -> Policy:
     """Build a scripted policy by name.
 
     Args:

@@ -92,9 +92,22 @@ def summarise(policy: str, records: Sequence[EpisodeRecord], wall_time_s: float 
         subset = [r for r in records if keep(r)]
         if subset:
             splits[name] = _figures(subset)
-    figures = _figures(records)
-    figures.pop("episodes")
-    return EvalResult(policy=policy, episodes=len(records), wall_time_s=wall_time_s, splits=splits, **figures)
+    f = _figures(records)
+    return EvalResult(
+        policy=policy,
+        episodes=len(records),
+        em=f["em"],
+        f1=f["f1"],
+        cover_em=f["cover_em"],
+        st=f["st"],
+        sd=f["sd"],
+        sr=f["sr"],
+        format_ok=f["format_ok"],
+        action_chars=f["action_chars"],
+        reward=f["reward"],
+        wall_time_s=wall_time_s,
+        splits=splits,
+    )
 
 
 def evaluate(
@@ -125,7 +138,12 @@ def evaluate(
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise InvalidArgumentError(f"batch_size must be a positive int, got {batch_size!r}.")
     envs = [make_env() for _ in range(min(batch_size, episodes))]
-    num_questions = len(envs[0].unwrapped.questions)
+    questions = getattr(envs[0].unwrapped, "questions", None)
+    if not questions:
+        raise InvalidArgumentError(
+            f"evaluate needs searchgym envs (with a .questions list); make_env built {envs[0]!r}."
+        )
+    num_questions = len(questions)
     order = np.random.default_rng(seed).permutation(num_questions)
     indices = [int(order[i % num_questions]) for i in range(episodes)]
     records: list[EpisodeRecord] = []
@@ -140,34 +158,54 @@ def evaluate(
     return summarise(policy.name, records, time.perf_counter() - start)
 
 
-def _run_batch(envs: Sequence[gym.Env], policy: Policy, indices: Sequence[int], seed: int) -> list[EpisodeRecord]:
-    contexts, finals = [], [None] * len(envs)
-    for i, (env, index) in enumerate(zip(envs, indices)):
+def _run_batch(
+    envs: Sequence[gym.Env], policy: Policy, indices: Sequence[int], seed: int
+) -> list[EpisodeRecord]:
+    contexts: list[str] = []
+    finals: list[EpisodeRecord | None] = [None] * len(envs)
+    for i, (env, index) in enumerate(zip(envs, indices, strict=True)):
         observation, _ = env.reset(seed=seed + i, options={"index": index})
         contexts.append(observation)
     active = list(range(len(envs)))
     while active:
         actions = policy.act([contexts[i] for i in active])
+        if not isinstance(actions, (list, tuple)) or len(actions) != len(active):
+            raise InvalidArgumentError(
+                f"{type(policy).__name__}.act returned {actions!r:.200}; expected a list of "
+                f"{len(active)} action strings, one per context."
+            )
         still = []
-        for i, action in zip(active, actions):
+        for i, action in zip(active, actions, strict=True):
             observation, reward, terminated, truncated, info = envs[i].step(action)
             contexts[i] += action + observation
             if terminated or truncated:
                 finals[i] = EpisodeRecord(
-                    question_id=info["question_id"], em=info["em"], f1=info["f1"], cover_em=info["cover_em"],
-                    num_searches=info["num_searches"], format_ok=info["format_ok"],
-                    action_chars=info["action_chars"], reward=float(reward),
-                    known=info.get("known"), hops=info.get("hops"),
+                    question_id=info["question_id"],
+                    em=info["em"],
+                    f1=info["f1"],
+                    cover_em=info["cover_em"],
+                    num_searches=info["num_searches"],
+                    format_ok=info["format_ok"],
+                    action_chars=info["action_chars"],
+                    reward=float(reward),
+                    known=info.get("known"),
+                    hops=info.get("hops"),
                 )
             else:
                 still.append(i)
         active = still
-    return finals  # type: ignore[return-value]
+    return [record for record in finals if record is not None]
 
 
 _COLUMNS = [
-    ("EM", "em", 100), ("F1", "f1", 100), ("CoverEM", "cover_em", 100), ("ST", "st", 1),
-    ("SD", "sd", 1), ("SR", "sr", 100), ("Format", "format_ok", 100), ("Chars", "action_chars", 1),
+    ("EM", "em", 100),
+    ("F1", "f1", 100),
+    ("CoverEM", "cover_em", 100),
+    ("ST", "st", 1),
+    ("SD", "sd", 1),
+    ("SR", "sr", 100),
+    ("Format", "format_ok", 100),
+    ("Chars", "action_chars", 1),
     ("Reward", "reward", 1),
 ]
 

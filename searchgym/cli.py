@@ -29,11 +29,14 @@ def _parser() -> argparse.ArgumentParser:
     ev = commands.add_parser("eval", help="run scripted policies on an env and print the papers' metrics")
     ev.add_argument("--env", default="searchgym/SyntheticFacts-v0", help="env id (default: %(default)s)")
     ev.add_argument(
-        "--policy", default="direct,naive_rag,oracle_synthetic",
+        "--policy",
+        default="direct,naive_rag,oracle_synthetic",
         help="policy name, or several separated by commas (default: %(default)s)",
     )
     ev.add_argument("--reward", default="f1", help="reward scheme (default: %(default)s)")
-    ev.add_argument("--reward-kwargs", type=_json_object, default={}, help='JSON object, e.g. \'{"lam": 0.2}\'')
+    ev.add_argument(
+        "--reward-kwargs", type=_json_object, default={}, help="JSON object, e.g. '{\"lam\": 0.2}'"
+    )
     ev.add_argument("--protocol", default="search_r1", help="tag protocol (default: %(default)s)")
     ev.add_argument("--episodes", type=int, default=200, help="episodes per policy (default: %(default)s)")
     ev.add_argument("--data-path", help="questions JSONL (real-benchmark envs)")
@@ -41,7 +44,9 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--topk", type=int, default=3, help="documents per search (default: %(default)s)")
     ev.add_argument("--max-turns", type=int, default=4, help="actions per episode (default: %(default)s)")
     ev.add_argument("--seed", type=int, default=0, help="seed of the question order (default: %(default)s)")
-    ev.add_argument("--batch-size", type=int, default=16, help="episodes run side by side (default: %(default)s)")
+    ev.add_argument(
+        "--batch-size", type=int, default=16, help="episodes run side by side (default: %(default)s)"
+    )
     ev.add_argument("--out", type=Path, help="write the figures as JSON to this file")
     ev.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     return parser
@@ -56,13 +61,19 @@ def _eval(args: argparse.Namespace) -> int:
 
     env_id = check_env_id(args.env)
     env_kwargs: dict[str, Any] = {
-        "protocol": args.protocol, "reward": args.reward, "reward_kwargs": args.reward_kwargs,
-        "topk": args.topk, "max_turns": args.max_turns,
+        "protocol": args.protocol,
+        "reward": args.reward,
+        "reward_kwargs": args.reward_kwargs,
+        "topk": args.topk,
+        "max_turns": args.max_turns,
     }
     if not env_id.endswith("SyntheticFacts-v0"):
         env_kwargs.update(data_path=args.data_path, corpus_path=args.corpus_path)
     elif args.data_path or args.corpus_path:
-        print("note: SyntheticFacts generates its own data; --data-path/--corpus-path are ignored.", file=sys.stderr)
+        print(
+            "note: SyntheticFacts generates its own data; --data-path/--corpus-path are ignored.",
+            file=sys.stderr,
+        )
 
     def make_env() -> gym.Env:
         return gym.make(env_id, **env_kwargs)
@@ -74,14 +85,26 @@ def _eval(args: argparse.Namespace) -> int:
     for name in [p.strip() for p in args.policy.split(",") if p.strip()]:
         policy = make_policy(name, protocol=args.protocol, world=world)
         result = evaluate(
-            make_env, policy, args.episodes, seed=args.seed, batch_size=args.batch_size,
+            make_env,
+            policy,
+            args.episodes,
+            seed=args.seed,
+            batch_size=args.batch_size,
             progress=not args.no_progress,
         )
-        result.settings = {"env": env_id, "reward": args.reward, "reward_kwargs": args.reward_kwargs,
-                           "protocol": args.protocol, "seed": args.seed, "topk": args.topk}
+        result.settings = {
+            "env": env_id,
+            "reward": args.reward,
+            "reward_kwargs": args.reward_kwargs,
+            "protocol": args.protocol,
+            "seed": args.seed,
+            "topk": args.topk,
+        }
         results.append(result)
-    print(f"\n{env_id} · reward={args.reward} {json.dumps(args.reward_kwargs) if args.reward_kwargs else ''}"
-          f"· protocol={args.protocol} · {args.episodes} episodes\n")
+    print(
+        f"\n{env_id} · reward={args.reward} {json.dumps(args.reward_kwargs) if args.reward_kwargs else ''}"
+        f"· protocol={args.protocol} · {args.episodes} episodes\n"
+    )
     print(format_table(results))
     if args.out:
         payload = results[0].to_dict() if len(results) == 1 else [r.to_dict() for r in results]

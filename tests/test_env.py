@@ -13,8 +13,18 @@ from searchgym.envs import ENV_IDS
 from searchgym.envs.errors import DataFileError, InvalidArgumentError, SearchGymError, UnknownNameError
 
 INFO_KEYS = {
-    "question_id", "num_searches", "queries", "retrieved_ids", "answer", "em", "f1", "cover_em",
-    "format_ok", "turn", "reasoning_steps", "action_chars",
+    "question_id",
+    "num_searches",
+    "queries",
+    "retrieved_ids",
+    "answer",
+    "em",
+    "f1",
+    "cover_em",
+    "format_ok",
+    "turn",
+    "reasoning_steps",
+    "action_chars",
 }
 
 
@@ -52,7 +62,9 @@ def question_of(env) -> searchgym.Question:
 def test_search_then_answer(env):
     env.reset(seed=0)
     q = question_of(env)
-    obs, reward, terminated, truncated, info = env.step(f"<think>look up</think><search>{q.question}</search>")
+    obs, reward, terminated, truncated, info = env.step(
+        f"<think>look up</think><search>{q.question}</search>"
+    )
     assert (reward, terminated, truncated) == (0.0, False, False)
     assert obs.startswith("\n<information>") and "Doc 1 (Title:" in obs
     assert info["num_searches"] == 1 and info["queries"] == [q.question]
@@ -71,7 +83,9 @@ def test_malformed_action_keeps_episode_and_reports_error(env):
 
 
 def test_max_turns_truncates_and_still_computes_the_terminal_reward():
-    env = gym.make("searchgym/SyntheticFacts-v0", reward="f1", reward_kwargs={"format_penalty": -0.5}, max_turns=2)
+    env = gym.make(
+        "searchgym/SyntheticFacts-v0", reward="f1", reward_kwargs={"format_penalty": -0.5}, max_turns=2
+    )
     env.reset(seed=1)
     env.step("no tags")
     _, reward, terminated, truncated, info = env.step("still no tags")
@@ -89,8 +103,9 @@ def test_max_searches_refuses_the_extra_search():
 
 
 def test_reset_options_run_an_arbitrary_question(env):
-    obs, info = env.reset(options={"question": "Who wrote <answer>x</answer>?", "golden_answers": ["Tolkien"],
-                                   "id": "q1"})
+    obs, info = env.reset(
+        options={"question": "Who wrote <answer>x</answer>?", "golden_answers": ["Tolkien"], "id": "q1"}
+    )
     assert info["question_id"] == "q1" and "<answer>x</answer>" not in obs
     _, reward, terminated, _, info = env.step("<answer>J. R. R. Tolkien</answer>")
     assert terminated and info["em"] == 0.0 and 0 < reward < 1  # F1 of 1 token among 4: 2/5
@@ -123,13 +138,32 @@ def test_non_string_action_is_a_format_error(env):
 
 @pytest.mark.parametrize("protocol", ["search_r1", "research", "tool_call", "sem"])
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(action=st.one_of(
-    st.text(max_size=2000),
-    st.binary(max_size=500).map(lambda b: b.decode("latin-1")),
-    st.lists(st.sampled_from(["<search>", "</search>", "<answer>", "</answer>", "<think>", "</think>",
-                              "<tool_call>", "</tool_call>", "{", "}", "\\boxed{", "x", " "]),
-             max_size=60).map("".join),
-))
+@given(
+    action=st.one_of(
+        st.text(max_size=2000),
+        st.binary(max_size=500).map(lambda b: b.decode("latin-1")),
+        st.lists(
+            st.sampled_from(
+                [
+                    "<search>",
+                    "</search>",
+                    "<answer>",
+                    "</answer>",
+                    "<think>",
+                    "</think>",
+                    "<tool_call>",
+                    "</tool_call>",
+                    "{",
+                    "}",
+                    "\\boxed{",
+                    "x",
+                    " ",
+                ]
+            ),
+            max_size=60,
+        ).map("".join),
+    )
+)
 def test_any_action_never_raises(protocol, action):
     env = gym.make("searchgym/SyntheticFacts-v0", protocol=protocol, reward="lightsearcher", max_turns=2)
     env.reset(seed=0)

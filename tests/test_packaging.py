@@ -13,8 +13,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_python(code: str, cwd: Path, **env) -> str:
-    result = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True,
-                            env={**__import__("os").environ, **env}, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={**__import__("os").environ, **env},
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     return result.stdout.strip()
 
@@ -40,21 +46,40 @@ def test_bare_folder_names_are_not_importable(tmp_path):
 def test_no_module_is_loaded_twice_under_two_names():
     import searchgym  # noqa: F401
 
-    assert not [name for name in sys.modules if name.split(".")[0] in ("envs", "policies", "trainers", "memory")]
+    assert not [
+        name for name in sys.modules if name.split(".")[0] in ("envs", "policies", "trainers", "memory")
+    ]
 
 
 @pytest.mark.slow
 def test_plain_wheel_holds_every_subpackage_and_imports(tmp_path):
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
-                   check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     wheel = next(tmp_path.glob("searchgym-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
-    for folder in ("envs", "envs/protocols", "envs/rewards", "envs/retrieval", "policies", "trainers", "memory",
-                   "configs"):
+    for folder in (
+        "envs",
+        "envs/protocols",
+        "envs/rewards",
+        "envs/retrieval",
+        "policies",
+        "trainers",
+        "memory",
+        "configs",
+    ):
         assert f"searchgym/{folder}/__init__.py" in names, f"{folder} missing from the wheel"
     target = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
-                   check=True, capture_output=True, timeout=300)
-    out = run_python("import searchgym, searchgym.policies; print(searchgym.__file__)", tmp_path,
-                     PYTHONPATH=str(target))
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    out = run_python(
+        "import searchgym, searchgym.policies; print(searchgym.__file__)", tmp_path, PYTHONPATH=str(target)
+    )
     assert out.startswith(str(target))

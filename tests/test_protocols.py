@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 from hypothesis import given, settings
@@ -499,10 +498,6 @@ BIG_INPUTS = [
 
 @pytest.mark.parametrize("cls", ALL)
 @pytest.mark.parametrize("index", range(len(BIG_INPUTS)))
-def test_parse_handles_two_megabytes_in_linear_time(cls, index):
-    # A generous bound: one linear pass over 2 MB takes well under a second, while a
-    # quadratic scan would take hours, so the bound only catches the latter.
-    started = time.perf_counter()
-    action = cls().parse(BIG_INPUTS[index], 0)
-    assert time.perf_counter() - started < 10.0
-    check_action(action)
+def test_parse_handles_two_megabytes(cls, index):
+    # Not timed (speed belongs in benchmarks): a quadratic scan of 2 MB would hang the suite.
+    check_action(cls().parse(BIG_INPUTS[index], 0))

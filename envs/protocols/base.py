@@ -19,7 +19,8 @@ def neutralise_tags(text: str, tags: Sequence[str]) -> str:
     """
     if not tags:
         return text
-    pattern = re.compile(r"<(/?)(%s)>" % "|".join(re.escape(t) for t in tags), re.IGNORECASE)
+    names = "|".join(re.escape(t) for t in tags)
+    pattern = re.compile(rf"<(/?)({names})>", re.IGNORECASE)
     return pattern.sub(lambda m: f"&lt;{m.group(1)}{m.group(2)}&gt;", text)
 
 
@@ -27,7 +28,7 @@ class Protocol(ABC):
     """Renders the instructions and observations of one tag format and parses actions.
 
     Subclasses set ``name`` and ``tags`` (every tag name the format uses) and implement
-    :meth:`instructions`, :meth:`parse` and :meth:`render_docs`. Nothing else in searchgym
+    :meth:`instructions`, :meth:`parse`, :meth:`render_docs` and :meth:`write_action`. Nothing else in searchgym
     knows a protocol's tags.
     """
 
@@ -51,6 +52,13 @@ class Protocol(ABC):
     def render_docs(self, docs: Sequence[Doc]) -> str:
         """The observation returned after a search."""
 
+    @abstractmethod
+    def write_action(self, *, query: str | None = None, answer: str | None = None, think: str = "") -> str:
+        """A well-formed action of this protocol: a search for ``query``, else an ``answer``.
+
+        Scripted policies and demonstrations use it; ``parse`` reads it back unchanged.
+        """
+
     def render_prompt(self, question: str) -> str:
         """Instructions followed by the question, the observation returned by ``reset``."""
         return f"{self.instructions()}\n\nQuestion: {neutralise_tags(question, self.tags)}\n"
@@ -61,9 +69,7 @@ class Protocol(ABC):
 
     def format_doc_list(self, docs: Sequence[Doc]) -> str:
         """Documents as ``Doc 1 (Title: ...) text`` lines, with protocol tags neutralised."""
-        lines = [
-            f"Doc {i} (Title: {d.title}) {d.text}" for i, d in enumerate(docs, start=1)
-        ]
+        lines = [f"Doc {i} (Title: {d.title}) {d.text}" for i, d in enumerate(docs, start=1)]
         return neutralise_tags("\n".join(lines), self.tags)
 
     def __repr__(self) -> str:

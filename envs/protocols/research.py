@@ -8,100 +8,24 @@ protocol use to read a boxed answer.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 from ..errors import InvalidArgumentError
 from ..records import Action, Doc
+from ._text import (
+    box,
+    boxed_or_whole,
+    check_action_args,
+    check_think,
+    count_blocks,
+    find_block,
+    invalid,
+    not_text,
+    read_boxed,
+)
 from .base import Protocol, neutralise_tags
-from .search_r1 import Block, check_action_args, check_think, count_blocks, find_block, invalid, not_text
 
-__all__ = ["ReSearchProtocol", "read_boxed", "boxed_or_whole", "box", "drop_unmatched_braces"]
-
-# One token per brace or per ``\boxed{`` opening; ``\s*`` follows a literal, so the regex
-# cannot backtrack more than the white space it just read.
-_BOX_TOKENS = re.compile(r"\\boxed\s*\{|[{}]")
-
-
-def read_boxed(
-    text: str, start: int = 0, end: int | None = None, open_before: int | None = None
-) -> Block | None:
-    """The earliest-starting ``\\boxed{…}`` of ``text[start:end]`` whose braces balance.
-
-    One pass with a stack of open braces: ``\\boxed{\\frac{1}{2}}`` reads ``\\frac{1}{2}``;
-    an unclosed ``\\boxed{`` never counts, but a complete one after it still does.
-    White space between ``\\boxed`` and ``{`` is allowed (``\\boxed {2}``).
-
-    Args:
-        text: the text to read.
-        start, end: the slice to look in.
-        open_before: when given, only a box that opens before this index counts.
-
-    Returns:
-        A :class:`Block` named ``boxed`` (``content`` is the text between the braces, not
-        stripped), or None.
-    """
-    end = len(text) if end is None else end
-    stack: list[int] = []  # for each open brace: the index of its ``{`` when it opens a box, else -1
-    open_boxes = 0
-    best: tuple[int, int] | None = None  # (index of the box's ``{``, index of its ``}``)
-    for m in _BOX_TOKENS.finditer(text, start, end):
-        token = m.group(0)
-        if open_before is not None and open_boxes == 0 and m.start() >= open_before:
-            break  # no box may open from here on, and none is open
-        if token == "}":
-            if not stack:
-                continue
-            brace = stack.pop()
-            if brace < 0:
-                continue
-            open_boxes -= 1
-            if best is None or brace < best[0]:
-                best = (brace, m.start())
-            if open_boxes == 0:
-                break  # no box that started earlier can still close
-        elif token == "{" or (open_before is not None and m.start() >= open_before):
-            stack.append(-1)
-        else:
-            stack.append(m.end() - 1)
-            open_boxes += 1
-    if best is None:
-        return None
-    brace, close = best
-    box_start = text.rindex("\\boxed", start, brace)
-    return Block("boxed", box_start, close + 1, text[brace + 1 : close])
-
-
-def boxed_or_whole(content: str) -> str:
-    """The content of the first balanced ``\\boxed{}`` in ``content``, else all of it; stripped."""
-    found = read_boxed(content)
-    return (found.content if found is not None else content).strip()
-
-
-def drop_unmatched_braces(text: str) -> str:
-    """``text`` without the braces that have no partner, so that it can go inside ``\\boxed{}``."""
-    unmatched: list[int] = []
-    opened: list[int] = []
-    for i, ch in enumerate(text):
-        if ch == "{":
-            opened.append(i)
-        elif ch == "}":
-            if opened:
-                opened.pop()
-            else:
-                unmatched.append(i)
-    drop = set(unmatched + opened)
-    return "".join(ch for i, ch in enumerate(text) if i not in drop) if drop else text
-
-
-def box(answer: str) -> str:
-    """``\\boxed{answer}``, unless ``answer`` already holds a complete box (then as is).
-
-    Unmatched braces are dropped first, so the box always reads back.
-    """
-    if read_boxed(answer) is not None:
-        return answer
-    return f"\\boxed{{{drop_unmatched_braces(answer)}}}"
+__all__ = ["ReSearchProtocol"]
 
 
 class ReSearchProtocol(Protocol):

@@ -12,9 +12,18 @@ from collections.abc import Sequence
 
 from ..errors import InvalidArgumentError
 from ..records import Action, Doc
+from ._text import (
+    Block,
+    box,
+    boxed_or_whole,
+    check_think,
+    count_blocks,
+    invalid,
+    not_text,
+    split_blocks,
+    tag_pattern,
+)
 from .base import Protocol, neutralise_tags
-from .research import box, boxed_or_whole
-from .search_r1 import Block, check_think, count_blocks, invalid, not_text, split_blocks, tag_pattern
 
 __all__ = ["SEMProtocol"]
 

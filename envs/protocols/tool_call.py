@@ -12,9 +12,8 @@ import json
 from collections.abc import Sequence
 
 from ..records import Action, Doc
-from .base import Protocol, neutralise_tags
-from .research import boxed_or_whole
-from .search_r1 import (
+from ._text import (
+    boxed_or_whole,
     check_action_args,
     check_think,
     count_blocks,
@@ -23,6 +22,7 @@ from .search_r1 import (
     split_blocks,
     tag_pattern,
 )
+from .base import Protocol, neutralise_tags
 
 __all__ = ["ToolCallProtocol"]
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import sys
 
 from ..errors import InvalidArgumentError, did_you_mean
 from ..records import Trajectory
@@ -14,8 +13,6 @@ __all__ = ["CostReward", "GATES"]
 
 GATES = ("none", "hard", "soft")
 """When the cost is charged: always, only for good answers, or in proportion to quality."""
-
-_BIG = sys.float_info.max
 
 
 def _sigmoid(x: float) -> float:
@@ -73,16 +70,16 @@ class CostReward(RewardScheme):
         outcome: str = "f1",
         format_penalty: float | None = -1.0,
     ) -> None:
-        self.lam = check_number("lam", lam, low=0.0, high=_BIG)
-        self.price_per_search = check_number("price_per_search", price_per_search, low=0.0, high=_BIG)
-        self.price_per_kchar = check_number("price_per_kchar", price_per_kchar, low=0.0, high=_BIG)
+        self.lam = check_number("lam", lam, low=0.0)
+        self.price_per_search = check_number("price_per_search", price_per_search, low=0.0)
+        self.price_per_kchar = check_number("price_per_kchar", price_per_kchar, low=0.0)
         if not isinstance(gate, str):
             raise InvalidArgumentError(f"gate must be one of {', '.join(GATES)}, got {gate!r}.")
         if gate not in GATES:
             raise did_you_mean("cost gate", gate, GATES)
         self.gate = gate
         self.theta = check_number("theta", theta, low=0.0, high=1.0)
-        self.temperature = check_number("temperature", temperature, low=0.0, high=_BIG)
+        self.temperature = check_number("temperature", temperature, low=0.0)
         if self.temperature == 0.0:
             raise InvalidArgumentError("temperature must be > 0 (use gate='hard' for a step), got 0.")
         self.outcome = check_outcome(outcome)

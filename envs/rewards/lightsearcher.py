@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
 import threading
 from typing import Any
 
@@ -19,8 +18,6 @@ from ..records import Trajectory
 from .base import RewardScheme, check_number
 
 __all__ = ["LightSearcherReward", "MinToolCallStore"]
-
-_BIG = sys.float_info.max
 
 
 def _parse_record(line: bytes) -> tuple[str, int] | None:
@@ -236,10 +233,10 @@ class LightSearcherReward(RewardScheme):
         w_beta: float = 0.5,
         store: MinToolCallStore | str | os.PathLike[str] | None = None,
     ) -> None:
-        self.lam = check_number("lam", lam, low=0.0, high=_BIG)
+        self.lam = check_number("lam", lam, low=0.0)
         self.theta_t = check_number("theta_t", theta_t, low=0.0, high=1.0)
-        self.w_alpha = check_number("w_alpha", w_alpha, low=-_BIG, high=_BIG)
-        self.w_beta = check_number("w_beta", w_beta, low=-_BIG, high=_BIG)
+        self.w_alpha = check_number("w_alpha", w_alpha)
+        self.w_beta = check_number("w_beta", w_beta)
         if store is None:
             store = MinToolCallStore()
         elif isinstance(store, (str, os.PathLike)):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
 from ..errors import InvalidArgumentError
 from ..metrics import exact_match, f1_score
 from ..records import Trajectory
@@ -18,7 +16,6 @@ __all__ = [
     "outcome_score",
 ]
 
-_BIG = sys.float_info.max
 
 OUTCOMES = ("em", "f1")
 """The answer scores a scheme may use as its correctness term."""
@@ -45,7 +42,7 @@ def check_format_penalty(value: float | None) -> float | None:
     """Validate an optional ``format_penalty`` keyword (``None`` or a finite number)."""
     if value is None:
         return None
-    return check_number("format_penalty", value, low=-_BIG, high=_BIG)
+    return check_number("format_penalty", value)
 
 
 class ExactMatchReward(RewardScheme):

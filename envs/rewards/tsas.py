@@ -7,7 +7,6 @@ so it needs the whole group and is a plain function rather than a :class:`Reward
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Sequence
 
 from ..errors import InvalidArgumentError
@@ -95,7 +94,7 @@ def tsas_advantages(
         )
     if stage not in (1, 2) or isinstance(stage, bool) or not isinstance(stage, int):
         raise InvalidArgumentError(f"stage must be 1 (warm-up) or 2 (annealing), got {stage!r}.")
-    alpha = check_number("alpha", alpha, low=-sys.float_info.max, high=sys.float_info.max)
+    alpha = check_number("alpha", alpha)
     r = _check_values("rewards", rewards, non_negative=False)
     s = _check_values("searches", searches, non_negative=True)
     t = _check_values("reasoning", reasoning, non_negative=True)
