@@ -11,21 +11,7 @@ from hypothesis import strategies as st
 import searchgym
 from searchgym.envs import ENV_IDS
 from searchgym.envs.errors import DataFileError, InvalidArgumentError, SearchGymError, UnknownNameError
-
-INFO_KEYS = {
-    "question_id",
-    "num_searches",
-    "queries",
-    "retrieved_ids",
-    "answer",
-    "em",
-    "f1",
-    "cover_em",
-    "format_ok",
-    "turn",
-    "reasoning_steps",
-    "action_chars",
-}
+from searchgym.envs.testing import INFO_KEYS, ConformanceError, check_search_env
 
 
 def make(env_id: str, shared_data=None, **kwargs) -> gym.Env:
@@ -37,9 +23,10 @@ def make(env_id: str, shared_data=None, **kwargs) -> gym.Env:
 
 
 @pytest.mark.parametrize("env_id", ENV_IDS)
-def test_check_env_passes_for_every_registered_id(env_id, shared_data):
+def test_every_registered_id_passes_the_conformance_checks(env_id, shared_data):
     env = make(env_id, shared_data)
     check_env(env.unwrapped)
+    check_search_env(env)
     observation, info = env.reset(seed=3)
     assert isinstance(observation, str) and "Question: " in observation
     assert INFO_KEYS <= set(info)
@@ -214,3 +201,16 @@ def test_retrieval_error_becomes_an_observation(env):
 def test_synthetic_info_has_known_and_hops(env):
     _, info = env.reset(seed=0)
     assert isinstance(info["known"], bool) and info["hops"] in (1, 2)
+
+
+def test_conformance_check_catches_an_env_that_raises_on_actions():
+    class Fragile(searchgym.SearchQAEnv):
+        def step(self, action):
+            if not action:
+                raise ValueError("empty action")
+            return super().step(action)
+
+    good = gym.make("searchgym/SyntheticFacts-v0").unwrapped
+    fragile = Fragile(good.questions, good.retriever)
+    with pytest.raises(ConformanceError, match="must never raise"):
+        check_search_env(fragile)
