@@ -10,7 +10,8 @@ SUBPACKAGES = ["envs", "policies", "trainers", "memory", "configs"]
 
 
 def _packages() -> tuple[list[str], dict[str, str]]:
-    packages, package_dir = ["searchgym"], {"searchgym": "searchgym"}
+    packages = ["searchgym"] + [f"searchgym.{sub}" for sub in find_packages(where="searchgym")]
+    package_dir = {"searchgym": "searchgym"}
     for folder in SUBPACKAGES:
         name = f"searchgym.{folder}"
         packages.append(name)

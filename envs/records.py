@@ -71,6 +71,8 @@ class Trajectory:
     protocol: str
     turns: list[Turn] = field(default_factory=list)
     truncated: bool = False
+    reward: float | None = None
+    """The terminal reward, set by the env when the episode ends (None while it runs)."""
 
     @property
     def answer(self) -> str | None:

@@ -211,6 +211,7 @@ class SearchQAEnv(gym.Env[str, str]):
         if terminated or truncated:
             self._done = True
             reward = float(self.reward_scheme(self.trajectory))
+            self.trajectory.reward = reward
         info = self._info()
         if action.kind == "invalid":
             info["error"] = action.error or "Malformed action."

@@ -62,6 +62,7 @@ def test_plain_wheel_holds_every_subpackage_and_imports(tmp_path):
     wheel = next(tmp_path.glob("searchgym-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
     for folder in (
+        "commands",
         "envs",
         "envs/protocols",
         "envs/rewards",

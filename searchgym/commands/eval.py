@@ -1,0 +1,113 @@
+"""``searchgym eval``: run policies on an env and print the papers' metrics."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+NAME = "eval"
+HELP = "run policies on an env and print the papers' metrics"
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not valid JSON ({exc}): {text!r}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--env", default="searchgym/SyntheticFacts-v0", help="env id (default: %(default)s)")
+    parser.add_argument(
+        "--policy",
+        default="direct,naive_rag,oracle_synthetic",
+        help="policy name, or several separated by commas (default: %(default)s)",
+    )
+    parser.add_argument("--reward", default="f1", help="reward scheme (default: %(default)s)")
+    parser.add_argument(
+        "--reward-kwargs", type=_json_object, default={}, help="JSON object, e.g. '{\"lam\": 0.2}'"
+    )
+    parser.add_argument("--protocol", default="search_r1", help="tag protocol (default: %(default)s)")
+    parser.add_argument(
+        "--episodes", type=int, default=200, help="episodes per policy (default: %(default)s)"
+    )
+    parser.add_argument("--data-path", help="questions JSONL (real-benchmark envs)")
+    parser.add_argument("--corpus-path", help="passage corpus JSONL (real-benchmark envs)")
+    parser.add_argument("--topk", type=int, default=3, help="documents per search (default: %(default)s)")
+    parser.add_argument("--max-turns", type=int, default=4, help="actions per episode (default: %(default)s)")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of the question order (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--batch-size", type=int, default=16, help="episodes run side by side (default: %(default)s)"
+    )
+    parser.add_argument("--out", type=Path, help="write the figures as JSON to this file")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    import gymnasium as gym
+
+    import searchgym  # noqa: F401  (registers the ids)
+    from searchgym.envs import check_env_id
+    from searchgym.policies import evaluate, format_table, make_policy
+
+    env_id = check_env_id(args.env)
+    env_kwargs: dict[str, Any] = {
+        "protocol": args.protocol,
+        "reward": args.reward,
+        "reward_kwargs": args.reward_kwargs,
+        "topk": args.topk,
+        "max_turns": args.max_turns,
+    }
+    if not env_id.endswith("SyntheticFacts-v0"):
+        env_kwargs.update(data_path=args.data_path, corpus_path=args.corpus_path)
+    elif args.data_path or args.corpus_path:
+        print(
+            "note: SyntheticFacts generates its own data; --data-path/--corpus-path are ignored.",
+            file=sys.stderr,
+        )
+
+    def make_env() -> gym.Env:
+        return gym.make(env_id, **env_kwargs)
+
+    probe = make_env()
+    world = getattr(probe.unwrapped, "world", None)
+    probe.close()
+    results = []
+    for name in [p.strip() for p in args.policy.split(",") if p.strip()]:
+        policy = make_policy(name, protocol=args.protocol, world=world)
+        result = evaluate(
+            make_env,
+            policy,
+            args.episodes,
+            seed=args.seed,
+            batch_size=args.batch_size,
+            progress=not args.no_progress,
+        )
+        result.settings = {
+            "env": env_id,
+            "reward": args.reward,
+            "reward_kwargs": args.reward_kwargs,
+            "protocol": args.protocol,
+            "seed": args.seed,
+            "topk": args.topk,
+        }
+        results.append(result)
+    print(
+        f"\n{env_id} · reward={args.reward} {json.dumps(args.reward_kwargs) if args.reward_kwargs else ''}"
+        f"· protocol={args.protocol} · {args.episodes} episodes\n"
+    )
+    print(format_table(results))
+    if args.out:
+        payload = results[0].to_dict() if len(results) == 1 else [r.to_dict() for r in results]
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+        print(f"\nwrote {args.out}")
+    return 0
