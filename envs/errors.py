@@ -47,4 +47,4 @@ def did_you_mean(kind: str, name: object, known: Iterable[str]) -> UnknownNameEr
     known = sorted(known)
     close = difflib.get_close_matches(str(name), known, n=3, cutoff=0.5)
     hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-    return UnknownNameError(f"Unknown {kind} {name!r}.{hint} Known {kind}s: {', '.join(known)}.")
+    return UnknownNameError(f"Unknown {kind} {name!r}.{hint} Choose one of: {', '.join(known)}.")

@@ -18,18 +18,22 @@ _PUNCT = str.maketrans("", "", string.punctuation)
 
 
 def normalize_answer(text: str) -> str:
-    """Lower-case, strip punctuation and articles, and collapse white space."""
-    text = text.lower().translate(_PUNCT)
-    text = _ARTICLES.sub(" ", text)
-    return " ".join(text.split())
+    """Lower-case, strip punctuation and articles, and collapse white space.
+
+    One departure from the SQuAD script: when dropping the articles would leave nothing,
+    they are kept, so that a multiple-choice letter "A" normalises to "a" rather than to
+    "" (which would make "A" unwinnable and any empty answer match it).
+    """
+    text = " ".join(text.lower().translate(_PUNCT).split())
+    return " ".join(_ARTICLES.sub(" ", text).split()) or text
 
 
 def exact_match(prediction: str | None, golds: Sequence[str]) -> float:
-    """1.0 when the normalised prediction equals a normalised gold alias, else 0.0."""
+    """1.0 when the (non-empty) normalised prediction equals a normalised gold alias, else 0.0."""
     if prediction is None:
         return 0.0
     pred = normalize_answer(prediction)
-    return float(any(pred == normalize_answer(g) for g in golds))
+    return float(bool(pred) and any(pred == normalize_answer(g) for g in golds))
 
 
 def _f1(pred_tokens: list[str], gold_tokens: list[str]) -> float:

@@ -6,10 +6,19 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
+from ..envs.protocols import PROTOCOLS
+
 __all__ = ["Policy", "split_context", "extract_doc_lines"]
 
-_DOC_LINE = re.compile(r"(?:^|>)Doc \d+ \(Title: (?P<title>[^\n]*?)\) (?P<text>[^\n]*)", re.M)
-_CLOSING_TAG = re.compile(r"</[A-Za-z_]+>\s*$")
+_RESULT_TAGS = tuple(
+    f"</{tag}>"
+    for cls in PROTOCOLS.values()
+    for tag in cls.tags
+    if tag not in ("think", "answer", "search", "tool_call")
+)
+"""Closing tags that can end a rendered document block (``</information>``, ``</result>``, …)."""
+
+_DOC_START = re.compile(r"(?:^|>)Doc \d+ \(Title: ", re.M)
 
 
 class Policy(ABC):
@@ -46,5 +55,28 @@ def split_context(context: str) -> tuple[str, str]:
 
 
 def extract_doc_lines(context: str) -> list[tuple[str, str]]:
-    """``(title, text)`` of every document line in ``context``, in order of appearance."""
-    return [(m.group("title"), _CLOSING_TAG.sub("", m.group("text"))) for m in _DOC_LINE.finditer(context)]
+    """``(title, text)`` of every document line in ``context``, in order of appearance.
+
+    Reads the ``Doc i (Title: <title>) <text>`` lines that ``Protocol.format_doc_list``
+    writes. The title ends at the parenthesis that balances ``(Title:``; the text runs to the
+    end of the line, less the protocol's closing result tag on the last document of a block.
+    """
+    docs = []
+    for match in _DOC_START.finditer(context):
+        line_end = context.find("\n", match.end())
+        line = context[match.end() : len(context) if line_end < 0 else line_end]
+        depth, close = 1, -1
+        for i, char in enumerate(line):
+            depth += {"(": 1, ")": -1}.get(char, 0)
+            if depth == 0:
+                close = i
+                break
+        if close < 0:
+            continue
+        text = line[close + 2 :]
+        for tag in _RESULT_TAGS:
+            if text.endswith(tag):
+                text = text[: -len(tag)]
+                break
+        docs.append((line[:close], text))
+    return docs

@@ -41,9 +41,12 @@ class _ScriptedPolicy(Policy):
         return self.protocol.write_action(answer=answer, think=reason)
 
     def _search(self, query: str, guess: str, reason: str, history: str) -> str:
-        # SEM's template wants a first answer before the (single) search.
-        first = guess if self.protocol.name == "sem" and not history.strip() else None
-        return self.protocol.write_action(query=query, answer=first, think=reason)
+        if self.protocol.name != "sem":
+            return self.protocol.write_action(query=query, think=reason)
+        # SEM's template: a first answer before the one search it allows; none after it.
+        if history.strip():
+            return self._answer(guess, "I may search only once; this is my best answer.")
+        return self.protocol.write_action(query=query, answer=guess, think=reason)
 
 
 class DirectPolicy(_ScriptedPolicy):

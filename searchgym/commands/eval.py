@@ -80,9 +80,10 @@ def run(args: argparse.Namespace) -> int:
     probe = make_env()
     world = getattr(probe.unwrapped, "world", None)
     probe.close()
+    names = [p.strip() for p in args.policy.split(",") if p.strip()]
+    policies = [make_policy(name, protocol=args.protocol, world=world) for name in names]  # fail early
     results = []
-    for name in [p.strip() for p in args.policy.split(",") if p.strip()]:
-        policy = make_policy(name, protocol=args.protocol, world=world)
+    for policy in policies:
         result = evaluate(
             make_env,
             policy,
@@ -100,10 +101,8 @@ def run(args: argparse.Namespace) -> int:
             "topk": args.topk,
         }
         results.append(result)
-    print(
-        f"\n{env_id} · reward={args.reward} {json.dumps(args.reward_kwargs) if args.reward_kwargs else ''}"
-        f"· protocol={args.protocol} · {args.episodes} episodes\n"
-    )
+    reward = f"{args.reward} {json.dumps(args.reward_kwargs)}" if args.reward_kwargs else args.reward
+    print(f"\n{env_id} · reward={reward} · protocol={args.protocol} · {args.episodes} episodes\n")
     print(format_table(results))
     if args.out:
         payload = results[0].to_dict() if len(results) == 1 else [r.to_dict() for r in results]
