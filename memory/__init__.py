@@ -3,33 +3,55 @@
 - :class:`ExperienceMemory` (LightSearcher): Good/Bad contrast every ``update_every``
   training steps, a versioned experience bank, a few-shot pool.
 - :class:`HierarchicalExperience` (HiExp): offline levels of experience records, retrieved
-  by similarity (imported on first use: ``searchgym.memory.hierarchical``).
+  by similarity.
 - :class:`ExperienceWrapper`: builds the augmented prompt and records finished episodes.
 - Summarisers (rule-based by default, local transformers, OpenAI-compatible HTTP) and the
   on-disk store (a folder of JSON-lines logs shared by many processes).
 
-Nothing here imports torch, transformers or sentence-transformers at import time.
+Modules, by subject:
+
+==========================  ================================================================
+``bank``                    the experience bank, trajectory summaries, the summariser protocol
+``rule_summarizer``         the rule-based summariser (the default)
+``lm_summarizers``          the transformers and OpenAI-compatible summarisers, their prompt
+                            and reply reader
+``summarizers``             :func:`make_summarizer`: a summariser by name
+``bank_history``            the bank's versions, read from and written to a store
+``trajectory_feed``         stored trajectories: count, few-shot pool, update windows
+``experience``              :class:`ExperienceMemory`
+``jsonl_format``            the line format: encoding, decoding, atomic rewrites
+``jsonl_log``               :class:`JsonlLog`, one file shared by many processes
+``store``                   :class:`MemoryStore`, the store folder, and its repair
+``serialize``               trajectories to and from JSON
+``hiexp_record``            HiExp's :class:`ExperienceRecord` and the case-summariser protocol
+``hiexp_summary``           HiExp's rule-based case summariser
+``hiexp_encode``            title encoder and Ward clustering
+``hiexp_build``             HiExp's construction (distillation, levels)
+``hiexp_store``             ``hiexp_levels.jsonl``: save, load, parse
+``hierarchical``            :class:`HierarchicalExperience`: the levels and their retrieval
+``wrapper``                 :class:`ExperienceWrapper`
+==========================  ================================================================
+
+Nothing here imports torch, transformers, scikit-learn or sentence-transformers at import
+time; they are imported when a model is first used.
 """
 
-from typing import Any
-
-from .experience import BankRecord, ExperienceMemory, UpdateResult, read_bank_history
+from .bank import ExperienceBank, Summarizer, SummarizerError, TrajectorySummary, summarise_trajectory
+from .bank_history import BankRecord, read_bank_history
+from .experience import ExperienceMemory, UpdateResult
+from .hierarchical import HierarchicalExperience
+from .hiexp_build import BuildReport
+from .hiexp_encode import MiniLMEncoder
+from .hiexp_record import CaseSummarizer, ExperienceRecord
+from .hiexp_summary import RuleCaseSummarizer
+from .jsonl_format import SCHEMA_VERSION
+from .jsonl_log import JsonlLog, RepairReport
+from .lm_summarizers import OpenAISummarizer, TransformersSummarizer
+from .rule_summarizer import RuleBasedSummarizer
 from .serialize import trajectory_from_dict, trajectory_to_dict
-from .store import KINDS, SCHEMA_VERSION, JsonlLog, MemoryStore, RepairReport
-from .summarizers import (
-    ExperienceBank,
-    OpenAISummarizer,
-    RuleBasedSummarizer,
-    Summarizer,
-    SummarizerError,
-    TrajectorySummary,
-    TransformersSummarizer,
-    make_summarizer,
-    summarise_trajectory,
-)
+from .store import KINDS, MemoryStore
+from .summarizers import make_summarizer
 from .wrapper import ExperienceWrapper, MemorySpan, render_example
-
-_LAZY = {"HierarchicalExperience": "hierarchical", "ExperienceRecord": "hiexp_summary"}
 
 __all__ = [
     # LightSearcher
@@ -37,9 +59,13 @@ __all__ = [
     "UpdateResult",
     "BankRecord",
     "read_bank_history",
-    # HiExp (lazy)
-    "HierarchicalExperience",  # noqa: F822 - resolved by __getattr__
-    "ExperienceRecord",  # noqa: F822 - resolved by __getattr__
+    # HiExp
+    "HierarchicalExperience",
+    "ExperienceRecord",
+    "BuildReport",
+    "MiniLMEncoder",
+    "CaseSummarizer",
+    "RuleCaseSummarizer",
     # the wrapper
     "ExperienceWrapper",
     "MemorySpan",
@@ -63,11 +89,3 @@ __all__ = [
     "trajectory_to_dict",
     "trajectory_from_dict",
 ]
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -21,27 +21,28 @@ import os
 import random
 import threading
 import time
-from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 
-from ..envs.errors import DataFileError, InvalidArgumentError
+from ..envs.errors import InvalidArgumentError
 from ..envs.records import Trajectory
-from .serialize import trajectory_from_dict, trajectory_to_dict
-from .store import JsonlLog, MemoryStore
-from .summarizers import (
+from ._checks import check_finite, check_int
+from .bank import (
     ExperienceBank,
     Summarizer,
     SummarizerError,
     check_bank,
-    make_summarizer,
     summarise_trajectory,
     summarizer_name,
 )
+from .bank_history import BankHistory, BankRecord
+from .store import MemoryStore
+from .summarizers import make_summarizer
+from .trajectory_feed import TrajectoryFeed
 
-__all__ = ["ExperienceMemory", "UpdateResult", "BankRecord", "read_bank_history"]
+__all__ = ["ExperienceMemory", "UpdateResult"]
 
 logger = logging.getLogger("searchgym.memory")
 
@@ -63,64 +64,6 @@ class UpdateResult:
     """The bank written (``outcome == "written"``), else ``None``."""
 
 
-@dataclass(frozen=True)
-class BankRecord:
-    """One stored version of the bank, with who wrote it from what."""
-
-    bank: ExperienceBank
-    good: int
-    bad: int
-    summarizer: str
-    window: tuple[int, int]
-    time: float
-
-
-def _bank_record_from(record: dict[str, Any], where: str) -> BankRecord:
-    try:
-        bank = ExperienceBank.from_dict(
-            {**record["bank"], "step": record["step"], "version": record["version"]}
-        )
-        window = record["window"]
-        if not (isinstance(window, list) and len(window) == 2 and all(isinstance(w, int) for w in window)):
-            raise InvalidArgumentError(f"'window' must be [start, end], got {window!r}")
-        return BankRecord(
-            bank=bank,
-            good=int(record["good"]),
-            bad=int(record["bad"]),
-            summarizer=str(record["summarizer"]),
-            window=(window[0], window[1]),
-            time=float(record["time"]),
-        )
-    except (KeyError, TypeError, ValueError) as exc:
-        detail = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
-        raise DataFileError(
-            f"{where}: not a bank record ({detail}). Run `searchgym memory repair` on the store to rewrite "
-            "the file keeping every readable record."
-        ) from None
-
-
-def read_bank_history(store: MemoryStore) -> list[BankRecord]:
-    """Every bank version in ``store``, oldest first."""
-    log = store.log("bank")
-    return [_bank_record_from(r, f"{log.path}, version {i}") for i, r in enumerate(log.read()[0], start=1)]
-
-
-def _check_number(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise InvalidArgumentError(f"{name} must be a finite number, got {value!r}.")
-    return float(value)
-
-
-def _check_count(name: str, value: object, *, allow_none: bool = False) -> int | None:
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidArgumentError(
-            f"{name} must be an int >= 1{' or None' if allow_none else ''}, got {value!r}."
-        )
-    return value
-
-
 class ExperienceMemory:
     """LightSearcher's experience bank and few-shot pool (see the module docstring).
 
@@ -129,7 +72,7 @@ class ExperienceMemory:
             memory in this process (a pickled copy is a copy, not shared).
         update_every: Training steps between updates (paper: 5).
         summarizer: ``"rule"`` (default), ``"transformers:PATH"``, ``"openai:MODEL@URL"``
-            or a :class:`~searchgym.memory.summarizers.Summarizer`.
+            or a :class:`~searchgym.memory.bank.Summarizer`.
         theta_r: Bad is reward < ``theta_r``; the few-shot pool is reward ≥ ``theta_r``
             (paper: 0.3).
         good_reward: Good is reward ≥ ``good_reward`` (paper: R = 1, its maximum).
@@ -158,12 +101,12 @@ class ExperienceMemory:
         summarize_timeout: float | None = None,
         fsync: bool = False,
     ):
-        self.update_every: int = _check_count("update_every", update_every) or 1
-        self.theta_r = _check_number("theta_r", theta_r)
-        self.good_reward = _check_number("good_reward", good_reward)
-        self.max_pool = _check_count("max_pool", max_pool, allow_none=True)
+        self.update_every = check_int("update_every", update_every, 1)
+        self.theta_r = check_finite("theta_r", theta_r)
+        self.good_reward = check_finite("good_reward", good_reward)
+        self.max_pool = check_int("max_pool", max_pool, 1, optional=True)
         if summarize_timeout is not None:
-            _check_number("summarize_timeout", summarize_timeout)
+            check_finite("summarize_timeout", summarize_timeout)
         self.summarize_timeout = summarize_timeout
         self.summarizer = make_summarizer(summarizer)
         self.steps = 0
@@ -172,71 +115,23 @@ class ExperienceMemory:
         self._rng = np.random.default_rng(seed)
         self._lock = threading.RLock()
         self._store = MemoryStore(path, fsync=fsync) if path is not None else None
-        self.path = None if self._store is None else str(self._store.root)
-        self._reset_trajectories()
-        self._cursor = 0  # number of the first trajectory of the next update's window
-        self._pending: list[Trajectory] = []  # in-memory mode: the window itself
-        self._banks: list[BankRecord] = []
-        self._bank_offset = 0
-        self._bank_fid: tuple[int, int] | None = None
+        cursor = 0  # number of the first trajectory of the next update's window
         if self._store is not None:
             updates = self._store.log("updates").read()[0]
             if updates:
                 last = updates[-1]
                 self.steps = int(last.get("step", 0))
-                self._cursor = int(last.get("window", [0, 0])[1])
-            self._sync()
-            self._sync_banks()
-
-    # -- trajectories ----------------------------------------------------------------------------
-
-    def _reset_trajectories(self) -> None:
-        self._count = 0
-        self._pool: deque[Trajectory] = deque(maxlen=self.max_pool)
-        self._traj_offset = 0
-        self._traj_fid: tuple[int, int] | None = None
-        self._cursor_offset = 0
+                cursor = int(last.get("window", [0, 0])[1])
+        self._trajectories = TrajectoryFeed(self._store, self.theta_r, self.max_pool, cursor)
+        self._banks = BankHistory(self._store)
+        self._banks.records()  # read the store now, so that a corrupt one fails here
 
     @property
-    def _traj_log(self) -> JsonlLog:
-        assert self._store is not None
-        return self._store.log("trajectories")
+    def path(self) -> str | None:
+        """The store folder, or ``None`` for a memory kept in this process."""
+        return None if self._store is None else str(self._store.root)
 
-    def _ingest(self, trajectory: Trajectory) -> None:
-        self._count += 1
-        if trajectory.reward is not None and trajectory.reward >= self.theta_r:
-            self._pool.append(trajectory)
-
-    def _decode(self, record: dict[str, Any], number: int) -> Trajectory:
-        try:
-            return trajectory_from_dict(record["trajectory"])
-        except (KeyError, InvalidArgumentError) as exc:
-            detail = "no 'trajectory' field" if isinstance(exc, KeyError) else str(exc)
-            raise DataFileError(
-                f"{self._traj_log.path}, line {number}: not a trajectory record ({detail}). Run "
-                f"`searchgym memory repair {self.path}` to rewrite the file keeping every readable record."
-            ) from None
-
-    def _sync(self) -> None:
-        """Read the trajectories other processes (or this one) appended since the last read."""
-        if self._store is None:
-            return
-        log = self._traj_log
-        fid = log.file_id()
-        if fid != self._traj_fid:
-            if self._traj_fid is not None:
-                logger.info("%s was replaced (repaired?); reading it again from the start.", log.path)
-            self._reset_trajectories()
-            self._traj_fid = fid
-        entries, end = log.read_entries(self._traj_offset, check=False)
-        for offset, record in entries:
-            if self._count == self._cursor:
-                self._cursor_offset = offset
-            self._ingest(self._decode(record, self._count + 1))
-        self._traj_offset = end
-        if self._cursor >= self._count:
-            self._cursor = self._count
-            self._cursor_offset = end
+    # -- trajectories ----------------------------------------------------------------------------
 
     def add(self, trajectory: Trajectory) -> None:
         """Store one finished trajectory (its ``reward`` must be set).
@@ -259,23 +154,22 @@ class ExperienceMemory:
             raise InvalidArgumentError(f"The trajectory's reward must be finite, got {trajectory.reward!r}.")
         if self._store is None:
             with self._lock:
-                self._ingest(trajectory)
-                self._pending.append(trajectory)
-            return
-        self._traj_log.append({"trajectory": trajectory_to_dict(trajectory), "pid": os.getpid()})
+                self._trajectories.add(trajectory)
+        else:  # appending to the store is safe without the lock (and must not wait for an update)
+            self._trajectories.add(trajectory)
 
     def __len__(self) -> int:
         """Trajectories stored (by every process sharing the store)."""
         with self._lock:
-            self._sync()
-            return self._count
+            self._trajectories.sync()
+            return self._trajectories.count
 
     @property
     def pool_size(self) -> int:
         """Trajectories in the few-shot pool (reward ≥ ``theta_r``)."""
         with self._lock:
-            self._sync()
-            return len(self._pool)
+            self._trajectories.sync()
+            return len(self._trajectories.pool)
 
     def sample_few_shot(self, rng: np.random.Generator | random.Random | None = None) -> Trajectory | None:
         """One trajectory drawn uniformly from the pool (reward ≥ ``theta_r``), or ``None``.
@@ -285,10 +179,11 @@ class ExperienceMemory:
                 own generator (``seed``).
         """
         with self._lock:
-            self._sync()
-            if not self._pool:
+            self._trajectories.sync()
+            pool = self._trajectories.pool
+            if not pool:
                 return None
-            n = len(self._pool)
+            n = len(pool)
             if rng is None:
                 rng = self._rng
             if isinstance(rng, np.random.Generator):
@@ -299,28 +194,15 @@ class ExperienceMemory:
                 raise InvalidArgumentError(
                     f"rng must be a numpy Generator, a random.Random or None, got {type(rng).__name__}."
                 )
-            return self._pool[index]
+            return pool[index]
 
     # -- the bank ------------------------------------------------------------------------------
-
-    def _sync_banks(self) -> None:
-        if self._store is None:
-            return
-        log = self._store.log("bank")
-        fid = log.file_id()
-        if fid != self._bank_fid:
-            self._banks, self._bank_offset, self._bank_fid = [], 0, fid
-        records, self._bank_offset = log.read(self._bank_offset)
-        for record in records:
-            where = f"{log.path}, version {len(self._banks) + 1}"
-            self._banks.append(_bank_record_from(record, where))
 
     @property
     def experience(self) -> ExperienceBank:
         """The current bank (the latest version in the store); empty before the first update."""
         with self._lock:
-            self._sync_banks()
-            return self._banks[-1].bank if self._banks else ExperienceBank()
+            return self._banks.current()
 
     def history(self) -> list[ExperienceBank]:
         """Every version of the bank, oldest first (LightSearcher's Figure 6)."""
@@ -329,8 +211,7 @@ class ExperienceMemory:
     def history_records(self) -> list[BankRecord]:
         """Every version with its group sizes, summariser and window."""
         with self._lock:
-            self._sync_banks()
-            return list(self._banks)
+            return self._banks.records()
 
     def step_hints(self, query: str) -> str:
         """Hints to add after a search for ``query``: none for LightSearcher's memory."""
@@ -347,22 +228,6 @@ class ExperienceMemory:
         with self._lock:
             self.steps += 1
             return self.update() if self.steps % self.update_every == 0 else None
-
-    def _take_window(self) -> tuple[list[Trajectory], tuple[int, int]]:
-        start = self._cursor
-        if self._store is None:
-            window, self._pending = self._pending, []
-        else:
-            self._sync()
-            entries, _ = self._traj_log.read_entries(self._cursor_offset, check=False)
-            window = [
-                self._decode(record, start + i + 1)
-                for i, (offset, record) in enumerate(entries)
-                if offset < self._traj_offset
-            ]
-            self._cursor_offset = self._traj_offset
-        self._cursor = start + len(window)
-        return window, (start, self._cursor)
 
     def _summarize(
         self, good: list[Trajectory], bad: list[Trajectory], previous: ExperienceBank | None
@@ -397,7 +262,7 @@ class ExperienceMemory:
         newer trajectories.
         """
         with self._lock:
-            window, span = self._take_window()
+            window, span = self._trajectories.take_window()
             good = [t for t in window if t.reward is not None and t.reward >= self.good_reward - _EPS]
             bad = [t for t in window if t.reward is not None and t.reward < self.theta_r]
             if not good or not bad:
@@ -425,7 +290,14 @@ class ExperienceMemory:
                     problem,
                 )
                 return self._finish(UpdateResult(self.steps, "failed", problem, len(good), len(bad), span))
-            written = self._write_bank(bank, span, len(good), len(bad))
+            written = self._banks.write(
+                bank,
+                step=self.steps,
+                good=len(good),
+                bad=len(bad),
+                summarizer=summarizer_name(self.summarizer),
+                window=span,
+            )
             logger.info(
                 "Experience update at step %d wrote version %d (%d Good, %d Bad trajectories, %d items).",
                 self.steps,
@@ -445,38 +317,6 @@ class ExperienceMemory:
                     bank=written,
                 )
             )
-
-    def _write_bank(self, bank: ExperienceBank, span: tuple[int, int], good: int, bad: int) -> ExperienceBank:
-        now = time.time()
-        if self._store is None:
-            record = BankRecord(
-                bank=replace(bank, step=self.steps, version=len(self._banks) + 1),
-                good=good,
-                bad=bad,
-                summarizer=summarizer_name(self.summarizer),
-                window=span,
-                time=now,
-            )
-            self._banks.append(record)
-            return record.bank
-        body = {
-            "step": self.steps,
-            "good": good,
-            "bad": bad,
-            "summarizer": summarizer_name(self.summarizer),
-            "window": list(span),
-            "time": now,
-            "bank": {name: list(getattr(bank, name)) for name, _ in ExperienceBank.GROUPS},
-        }
-
-        def build(existing: list[dict[str, Any]]) -> dict[str, Any]:
-            version = int(existing[-1].get("version", len(existing))) + 1 if existing else 1
-            return {"version": version, **body}
-
-        written = self._store.log("bank").append_after(build)
-        assert written is not None  # build never returns None
-        self._sync_banks()
-        return _bank_record_from(written, "written record").bank
 
     def _finish(self, result: UpdateResult) -> UpdateResult:
         self.last_update = result

@@ -41,6 +41,7 @@ from ..envs.errors import InvalidArgumentError, SearchGymError
 from ..envs.protocols import Protocol
 from ..envs.protocols.base import neutralise_tags
 from ..envs.records import Trajectory
+from ._checks import check_int
 
 __all__ = ["ExperienceWrapper", "MemorySpan", "MARKER_TAGS", "render_example"]
 
@@ -188,8 +189,7 @@ class ExperienceWrapper(gym.ObservationWrapper, gym.utils.RecordConstructorArgs)
         ):
             if not isinstance(value, bool):
                 raise InvalidArgumentError(f"{name} must be a bool, got {value!r}.")
-        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-            raise InvalidArgumentError(f"top_k must be an int >= 1, got {top_k!r}.")
+        check_int("top_k", top_k, 1)
         if isinstance(hint_threshold, bool) or not isinstance(hint_threshold, (int, float)):
             raise InvalidArgumentError(f"hint_threshold must be a number, got {hint_threshold!r}.")
         base: Any = env.unwrapped

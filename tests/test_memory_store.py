@@ -335,3 +335,49 @@ def test_cli_show_history_levels_and_repair(tmp_path: Path, capsys: pytest.Captu
     assert main(["memory", "show", str(tmp_path)]) == 0
     assert main(["memory", "show", str(tmp_path / "missing")]) == 2
     assert "No memory store" in capsys.readouterr().err
+
+
+def test_cli_show_lists_hiexp_levels_through_load(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from searchgym.cli import main
+    from searchgym.memory import ExperienceRecord, HierarchicalExperience
+
+    def record(level: int, kind: str, title: str) -> ExperienceRecord:
+        return ExperienceRecord(
+            level=level, type=kind, title=title, tags=("t",), description=f"About {title}.", thinking=""
+        )
+
+    hierarchy = HierarchicalExperience(
+        [
+            record(1, "search-strategy", "Case A"),
+            record(1, "reasoning", "Case B"),
+            record(2, "reasoning", "General"),
+        ]
+    )
+    hierarchy.save(tmp_path)  # hiexp_levels.jsonl: 3 lines, level 1 first
+    assert main(["memory", "show", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    expected = (
+        "HiExp levels (3 records):\n"
+        "  Level 2 (1 record):\n"
+        "    - (reasoning) General [t]\n"
+        "        About General.\n"
+        "  Level 1 (2 records):\n"
+        "    - (search-strategy) Case A [t]\n"
+        "        About Case A.\n"
+        "    - (reasoning) Case B [t]\n"
+        "        About Case B.\n"
+    )
+    assert out.endswith(expected), out
+
+    # A line the loader refuses (an unknown key) is named with its line, 4; repair drops exactly it.
+    MemoryStore(tmp_path).log("hiexp_levels").append(
+        {**record(1, "reasoning", "Case C").to_dict(), "note": "x"}
+    )
+    assert main(["memory", "show", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "hiexp_levels.jsonl, line 4" in err and "unknown ['note']" in err
+    assert f"searchgym memory repair {tmp_path}" in err
+    assert main(["memory", "repair", str(tmp_path)]) == 0
+    assert "kept 3 records, dropped 1 corrupt lines" in capsys.readouterr().out
+    assert main(["memory", "show", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.endswith(expected)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -19,9 +20,13 @@ def neutralise_tags(text: str, tags: Sequence[str]) -> str:
     """
     if not tags:
         return text
+    return _tag_pattern(tuple(tags)).sub(lambda m: f"&lt;{m.group(1)}{m.group(2)}&gt;", text)
+
+
+@functools.lru_cache(maxsize=64)
+def _tag_pattern(tags: tuple[str, ...]) -> re.Pattern[str]:
     names = "|".join(re.escape(t) for t in tags)
-    pattern = re.compile(rf"<(/?)({names})>", re.IGNORECASE)
-    return pattern.sub(lambda m: f"&lt;{m.group(1)}{m.group(2)}&gt;", text)
+    return re.compile(rf"<(/?)({names})>", re.IGNORECASE)
 
 
 class Protocol(ABC):

@@ -1,8 +1,8 @@
 """``searchgym memory``: inspect and repair an experience-memory store.
 
 ``searchgym memory show PATH`` prints the current experience bank by group, and HiExp's
-records by level when the store holds them; ``--history`` prints every bank version with
-the step that wrote it. ``searchgym memory repair PATH`` rewrites corrupt files keeping
+records by level (read with ``HierarchicalExperience.load``) when the store holds them;
+``--history`` prints every bank version with the step that wrote it. ``searchgym memory repair PATH`` rewrites corrupt files keeping
 every readable record.
 """
 
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import textwrap
-from collections import defaultdict
 from typing import Any
 
 NAME = "memory"
@@ -49,21 +48,17 @@ def _describe(record: Any) -> str:
     )
 
 
-def _print_levels(records: list[dict[str, Any]]) -> None:
-    by_level: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    for record in records:
-        by_level[record["level"]].append(record)
-    print(f"HiExp levels ({len(records)} records):")
-    for level in sorted(by_level, reverse=True):
-        items = by_level[level]
-        print(f"  Level {level} ({len(items)} record{'s' if len(items) != 1 else ''}):")
-        for r in items:
-            tags = f" [{', '.join(r['tags'])}]" if r["tags"] else ""
-            print(_wrap(f"({r['type']}) {r['title']}{tags}", "    "))
-            if r["description"]:
+def _print_levels(hierarchy: Any) -> None:
+    print(f"HiExp levels ({len(hierarchy)} records):")
+    for level, records in sorted(hierarchy.levels.items(), reverse=True):
+        print(f"  Level {level} ({len(records)} record{'s' if len(records) != 1 else ''}):")
+        for r in records:
+            tags = f" [{', '.join(r.tags)}]" if r.tags else ""
+            print(_wrap(f"({r.type}) {r.title}{tags}", "    "))
+            if r.description:
                 print(
                     textwrap.fill(
-                        r["description"],
+                        r.description,
                         width=_WIDTH,
                         initial_indent="        ",
                         subsequent_indent="        ",
@@ -72,7 +67,8 @@ def _print_levels(records: list[dict[str, Any]]) -> None:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from searchgym.memory import MemoryStore, read_bank_history
+    from searchgym.envs.errors import DataFileError
+    from searchgym.memory import HierarchicalExperience, MemoryStore, read_bank_history
 
     store = MemoryStore(args.path, create=False)
     present = store.kinds_present()
@@ -98,7 +94,11 @@ def _show(args: argparse.Namespace) -> int:
             print(f"\nLast update (step {last['step']}) {last['outcome']}: {last['reason']}.")
     if "hiexp_levels" in present:
         print()
-        _print_levels(store.log("hiexp_levels").read()[0])
+        try:
+            hierarchy = HierarchicalExperience.load(store.path_of("hiexp_levels"))
+        except DataFileError as exc:
+            raise DataFileError(f"{exc} Or run `searchgym memory repair {store.root}`.") from None
+        _print_levels(hierarchy)
     return 0
 
 
