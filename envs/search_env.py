@@ -15,7 +15,7 @@ from .retrieval import Retriever
 from .rewards import RewardScheme, make_reward
 from .spaces import AnyText
 
-__all__ = ["SearchQAEnv", "question_from_options"]
+__all__ = ["SearchQAEnv", "check_retriever_kwargs", "question_from_options"]
 
 
 def _check_int(name: str, value: object, low: int) -> int:
@@ -39,6 +39,20 @@ def question_from_options(options: Mapping[str, Any]) -> Question:
         )
     qid = options.get("id", "custom")
     return Question(id=str(qid), question=text, golden_answers=tuple(golds))
+
+
+def check_retriever_kwargs(retriever: object, retriever_kwargs: object) -> dict[str, Any]:
+    """A copy of an env's ``retriever_kwargs``, checked: a dict, and only for a backend name."""
+    if retriever_kwargs is None:
+        return {}
+    if not isinstance(retriever_kwargs, Mapping):
+        raise InvalidArgumentError(f"retriever_kwargs must be a dict, got {retriever_kwargs!r:.80}.")
+    if isinstance(retriever, Retriever) and retriever_kwargs:
+        raise InvalidArgumentError(
+            f"retriever_kwargs={dict(retriever_kwargs)!r:.80} only applies to a backend name; the retriever "
+            f"given is already built ({type(retriever).__name__}). Configure it before passing it."
+        )
+    return dict(retriever_kwargs)
 
 
 class SearchQAEnv(gym.Env[str, str]):

@@ -8,7 +8,7 @@ from typing import Any
 from .protocols import Protocol
 from .retrieval import Retriever, make_retriever
 from .rewards import RewardScheme
-from .search_env import SearchQAEnv
+from .search_env import SearchQAEnv, check_retriever_kwargs
 from .synthetic import SyntheticWorld, generate_world
 
 __all__ = ["SyntheticFactsEnv"]
@@ -32,8 +32,11 @@ class SyntheticFactsEnv(SearchQAEnv):
     world_seed: seed of the world generator (default 0). The episode seed given to
         ``reset`` only picks questions. world_kwargs: passed to ``generate_world`` (sizes,
         ``known_fraction``, ``two_hop_fraction``, ``num_questions``).
-    retriever: ``"bm25"`` (default) or a :class:`Retriever`. Other arguments as
-        :class:`SearchQAEnv`.
+    retriever: ``"bm25"`` (default), another backend name (``"simulated"``: documents
+        written from the world by :class:`~searchgym.envs.retrieval.simulated.SyntheticDocGenerator`
+        unless ``retriever_kwargs`` names a generator, model or base_url), or a
+        :class:`Retriever`. retriever_kwargs: options of the backend (e.g.
+        ``{"noise_prob": 0.3}``). Other arguments as :class:`SearchQAEnv`.
 
     ## Version History
     * v0: initial version.
@@ -45,6 +48,7 @@ class SyntheticFactsEnv(SearchQAEnv):
         world_seed: int = 0,
         world_kwargs: Mapping[str, Any] | None = None,
         retriever: str | Retriever = "bm25",
+        retriever_kwargs: Mapping[str, Any] | None = None,
         protocol: str | Protocol = "search_r1",
         reward: str | RewardScheme = "f1",
         reward_kwargs: Mapping[str, Any] | None = None,
@@ -54,8 +58,13 @@ class SyntheticFactsEnv(SearchQAEnv):
         render_mode: str | None = None,
     ):
         self.world: SyntheticWorld = generate_world(world_seed, **dict(world_kwargs or {}))
+        options = check_retriever_kwargs(retriever, retriever_kwargs)
+        if retriever == "simulated" and not {"generator", "model", "base_url"} & options.keys():
+            from .retrieval.simulated import SyntheticDocGenerator
+
+            options["generator"] = SyntheticDocGenerator(self.world)
         if not isinstance(retriever, Retriever):
-            retriever = make_retriever(retriever, docs=self.world.docs)
+            retriever = make_retriever(retriever, docs=self.world.docs, **options)
         super().__init__(
             self.world.questions,
             retriever,

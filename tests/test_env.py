@@ -214,3 +214,20 @@ def test_conformance_check_catches_an_env_that_raises_on_actions():
     fragile = Fragile(good.questions, good.retriever)
     with pytest.raises(ConformanceError, match="must never raise"):
         check_search_env(fragile)
+
+
+def _echo_generator(prompts):
+    # Stands in for an LLM (the world outside the unit): one passage per prompt.
+    return [f"Title: Echo\n{len(p)} characters asked" for p in prompts]
+
+
+def test_benchmark_env_with_a_generated_corpus_needs_no_corpus_path(shared_data):
+    env = gym.make(
+        "searchgym/HotpotQA-v0",
+        data_path=shared_data / "questions" / "hotpotqa.jsonl",
+        retriever="simulated",
+        retriever_kwargs={"generator": _echo_generator},
+    )
+    env.reset(seed=0)
+    obs, _, _, _, info = env.step("<search>anything</search>")
+    assert info["num_searches"] == 1 and "characters asked" in obs

@@ -344,3 +344,18 @@ def test_bm25_finds_hotpotqa_support_in_top5() -> None:
     # Measured with benchmarks/bm25_recall.py: 476 of 500 (95.2%) questions have at least one
     # supporting passage in the top 5. The bound leaves a wide margin below that.
     assert hits / len(records) >= 0.80
+
+
+def _load_bm25_dir(*, corpus_path=None, docs=None, index_dir=None, **options):
+    return BM25Retriever.load(index_dir)
+
+
+def test_cache_tells_index_dirs_apart_when_there_is_no_corpus(tmp_path):
+    # A backend that reads everything from its index directory: two directories, two corpora.
+    BM25Retriever(DOCS[:2]).save(tmp_path / "a")
+    BM25Retriever(DOCS[2:]).save(tmp_path / "b")
+    register_retriever("bm25_dir", _load_bm25_dir)
+    first = make_retriever("bm25_dir", index_dir=tmp_path / "a")
+    second = make_retriever("bm25_dir", index_dir=tmp_path / "b")
+    assert first is not second and len(first) == 2 and len(second) == len(DOCS) - 2
+    assert make_retriever("bm25_dir", index_dir=tmp_path / "a") is first

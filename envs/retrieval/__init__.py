@@ -24,12 +24,16 @@ from ..errors import DataFileError, InvalidArgumentError, did_you_mean
 from ..records import Doc
 from .base import Retriever
 from .bm25 import BM25Retriever, corpus_fingerprint, make_bm25_retriever
+from .dense import DenseRetriever
+from .simulated import SimulatedRetriever
 
 __all__ = [
     "RETRIEVERS",
     "BM25Retriever",
+    "DenseRetriever",
     "Retriever",
     "RetrieverFactory",
+    "SimulatedRetriever",
     "clear_retriever_cache",
     "make_retriever",
     "register_retriever",
@@ -38,8 +42,14 @@ __all__ = [
 RetrieverFactory = Callable[..., Retriever]
 """``factory(*, corpus_path, docs, index_dir, **options) -> Retriever``."""
 
-RETRIEVERS: dict[str, RetrieverFactory | str] = {"bm25": make_bm25_retriever}
+RETRIEVERS: dict[str, RetrieverFactory | str] = {
+    "bm25": make_bm25_retriever,
+    "http": "searchgym.envs.retrieval.http_client:make_http_retriever",
+    "dense": "searchgym.envs.retrieval.dense:make_dense_retriever",
+}
 """Backend name -> factory, or ``"module:attribute"`` naming one."""
+
+_URL_SCHEMES = ("http://", "https://")
 
 _CACHE: dict[tuple[Any, ...], Retriever] = {}
 _KEY_LOCKS: dict[tuple[Any, ...], threading.Lock] = {}
@@ -139,13 +149,16 @@ def make_retriever(
 
     Callers that ask for the same backend, corpus and options share one object. A corpus
     file is identified by its resolved path, size and modification time (so an edited file
-    is re-indexed); an in-memory corpus by a hash of its documents. ``index_dir`` is not part
-    of the identity: a cached retriever is returned without touching ``index_dir``. Thread-safe:
+    is re-indexed); an in-memory corpus by a hash of its documents; with neither, the resolved
+    ``index_dir``. Otherwise ``index_dir`` is not part of the identity: a cached retriever is
+    returned without touching ``index_dir``. Thread-safe:
     concurrent callers wait for one build instead of building twice.
 
     Args:
-        backend: A registered backend name (see :data:`RETRIEVERS`), or a ready
-            :class:`Retriever`, which is returned unchanged.
+        backend: A registered backend name (see :data:`RETRIEVERS`), a retrieval server's URL
+            (``"http://host:port"``: an :class:`~.http_client.HTTPRetriever`, one per URL and
+            options; ``corpus_path``, ``docs`` and ``index_dir`` are then ignored, as the
+            server holds the index), or a ready :class:`Retriever`, which is returned unchanged.
         corpus_path: A corpus JSON Lines file (see :func:`searchgym.envs.data.load_corpus`).
         docs: An in-memory corpus, instead of ``corpus_path``.
         index_dir: Where the backend may cache its index on disk (BM25: loaded when it was built
@@ -163,9 +176,14 @@ def make_retriever(
         raise InvalidArgumentError(
             f"backend must be a backend name such as 'bm25' or a Retriever, got {type(backend).__name__}."
         )
+    if backend.startswith(_URL_SCHEMES):
+        return make_retriever("http", url=backend, **kwargs)
     if backend not in RETRIEVERS:
         raise did_you_mean("retriever backend", backend, RETRIEVERS)
-    key = (backend, _corpus_key(corpus_path, docs), _freeze(kwargs))
+    corpus_key = _corpus_key(corpus_path, docs)
+    if corpus_path is None and docs is None and index_dir is not None:
+        corpus_key = ("index_dir", str(Path(index_dir).resolve()))  # the index is the corpus
+    key = (backend, corpus_key, _freeze(kwargs))
     with _GUARD:
         if key in _CACHE:
             return _CACHE[key]
@@ -178,3 +196,6 @@ def make_retriever(
         with _GUARD:
             _CACHE[key] = retriever
     return retriever
+
+
+register_retriever("simulated", "searchgym.envs.retrieval.simulated:make_simulated_retriever")

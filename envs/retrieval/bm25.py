@@ -16,7 +16,14 @@ from ..errors import DataFileError, InvalidArgumentError, RetrievalError
 from ..records import Doc
 from .base import Retriever
 
-__all__ = ["MAX_QUERY_CHARS", "BM25Retriever", "corpus_fingerprint", "make_bm25_retriever", "read_index_meta"]
+__all__ = [
+    "MAX_QUERY_CHARS",
+    "BM25Retriever",
+    "check_search_args",
+    "corpus_fingerprint",
+    "make_bm25_retriever",
+    "read_index_meta",
+]
 
 MAX_QUERY_CHARS = 10_000
 """Queries longer than this are cut to their first ``MAX_QUERY_CHARS`` characters."""
@@ -55,7 +62,7 @@ def _check_params(k1: object, b: object, stopwords: object) -> Stopwords:
     return stopwords
 
 
-def _check_search_args(queries: object, k: object) -> None:
+def check_search_args(queries: object, k: object) -> None:
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise InvalidArgumentError(f"k must be a positive integer (documents per query), got {k!r}.")
     if isinstance(queries, str):
@@ -149,7 +156,7 @@ class BM25Retriever(Retriever):
                 tuple of strings.
             RetrievalError: ``bm25s`` failed unexpectedly.
         """
-        _check_search_args(queries, k)
+        check_search_args(queries, k)
         results: list[list[Doc]] = [[] for _ in queries]
         live = [i for i, q in enumerate(queries) if q.strip()]
         if not live:

@@ -1,0 +1,238 @@
+"""FAISS indexes over normalised embeddings: choose a kind, build from a memory map, save, load.
+
+Three kinds, all scoring by inner product (cosine, since embeddings are unit vectors):
+
+- ``flat``: exact search (``IndexFlatIP``); 4·dim bytes per passage, all of it searched.
+- ``hnsw``: a graph index (``IndexHNSWFlat``); full vectors plus the graph, fast approximate search.
+- ``ivfpq``: inverted lists with product-quantised codes (``IndexIVFPQ``); ``pq_m·nbits/8`` bytes
+  per passage, the choice for the 21M-passage Wikipedia case. Trained on a random sample.
+
+faiss is imported inside the functions. With faiss-gpu installed and a GPU visible
+(``faiss.get_num_gpus() > 0``), :func:`to_search_device` copies flat and IVF-PQ indexes to all GPUs
+for searching; everything else, and every build, runs the same CPU code.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import DataFileError, InvalidArgumentError
+
+__all__ = [
+    "INDEX_TYPES",
+    "IndexSpec",
+    "build_index",
+    "import_faiss",
+    "read_index",
+    "to_search_device",
+    "write_index",
+]
+
+INDEX_TYPES = ("flat", "hnsw", "ivfpq")
+_ADD_ROWS = 65_536  # rows copied from the memory map per faiss add() call
+_MIN_POINTS_PER_CENTROID = 39  # below this faiss' k-means warns that training is unreliable
+
+
+def import_faiss() -> Any:
+    """The ``faiss`` module, or an error that says how to install it."""
+    try:
+        import faiss
+    except ImportError as exc:
+        raise InvalidArgumentError(
+            "Dense retrieval needs faiss: pip install 'searchgym[retrieval]' (faiss-cpu), or faiss-gpu on a GPU machine."
+        ) from exc
+    return faiss
+
+
+def _positive(name: str, value: object, *, optional: bool = False) -> None:
+    if optional and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidArgumentError(
+            f"{name} must be a positive int{' or None' if optional else ''}, got {value!r}."
+        )
+
+
+@dataclass(frozen=True)
+class IndexSpec:
+    """Which FAISS index to build and how to search it.
+
+    Fields left None are worked out from the corpus size and dimension by :meth:`resolve`.
+    """
+
+    kind: str = "flat"
+    """``flat``, ``hnsw`` or ``ivfpq``."""
+    hnsw_m: int = 32
+    """HNSW: neighbours per node."""
+    ef_construction: int = 80
+    """HNSW: candidate list size while building (larger: better graph, slower build)."""
+    ef_search: int = 64
+    """HNSW: candidate list size while searching (raised to k when k is larger)."""
+    nlist: int | None = None
+    """IVF-PQ: inverted lists. Default: the power of two nearest 4·sqrt(n), at most n/39."""
+    pq_m: int | None = None
+    """IVF-PQ: sub-quantisers (bytes per code at 8 bits). Default: the largest divisor of dim <= dim/8."""
+    nbits: int | None = None
+    """IVF-PQ: bits per sub-quantiser code. Default 8, fewer when the training sample is too small."""
+    nprobe: int = 32
+    """IVF-PQ: inverted lists visited per query."""
+    train_size: int | None = None
+    """IVF-PQ: training sample size. Default: min(n, max(64·nlist, 256·39))."""
+    seed: int = 0
+    """IVF-PQ: seed of the training sample and of k-means."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in INDEX_TYPES:
+            from ..errors import did_you_mean
+
+            raise did_you_mean("index type", self.kind, INDEX_TYPES)
+        for name in ("hnsw_m", "ef_construction", "ef_search", "nprobe"):
+            _positive(name, getattr(self, name))
+        for name in ("nlist", "pq_m", "train_size"):
+            _positive(name, getattr(self, name), optional=True)
+        if self.nbits is not None and (isinstance(self.nbits, bool) or self.nbits not in range(1, 17)):
+            raise InvalidArgumentError(f"nbits must be an int from 1 to 16 or None, got {self.nbits!r}.")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise InvalidArgumentError(f"seed must be an int, got {self.seed!r}.")
+
+    @classmethod
+    def from_options(cls, kind: str, options: dict[str, Any]) -> IndexSpec:
+        """Build a spec from ``index_type`` and keyword options, rejecting unknown keys."""
+        known = {f.name for f in fields(cls)} - {"kind"}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise InvalidArgumentError(
+                f"Unknown index option(s) {', '.join(map(repr, unknown))}; known: {', '.join(sorted(known))}."
+            )
+        return cls(kind=kind, **options)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def resolve(self, n: int, dim: int) -> IndexSpec:
+        """A copy with the IVF-PQ sizes filled in for ``n`` vectors of dimension ``dim``."""
+        if self.kind != "ivfpq":
+            return self
+        nlist = self.nlist or max(
+            1, min(2 ** round(math.log2(4 * math.sqrt(n))), n // _MIN_POINTS_PER_CENTROID)
+        )
+        pq_m = self.pq_m or max(m for m in range(1, max(1, dim // 8) + 1) if dim % m == 0)
+        if dim % pq_m:
+            raise InvalidArgumentError(f"pq_m must divide the embedding dimension {dim}, got pq_m={pq_m}.")
+        train_size = min(n, self.train_size or max(64 * nlist, 256 * _MIN_POINTS_PER_CENTROID))
+        nbits = self.nbits or max(1, min(8, int(math.log2(max(2, train_size // _MIN_POINTS_PER_CENTROID)))))
+        if nlist > n or 2**nbits > train_size:
+            raise InvalidArgumentError(
+                f"IVF-PQ with nlist={nlist} and nbits={nbits} needs at least {max(nlist, 2**nbits)} training vectors, "
+                f"but there are {train_size}; lower nlist/nbits or use index_type='flat' for a corpus this small."
+            )
+        return IndexSpec(
+            **{**asdict(self), "nlist": nlist, "pq_m": pq_m, "nbits": nbits, "train_size": train_size}
+        )
+
+
+def build_index(
+    vectors: np.ndarray, spec: IndexSpec, *, progress: bool = True, timings: dict[str, float] | None = None
+) -> Any:
+    """Build ``spec``'s index over ``vectors`` (``(n, dim)`` float32, a memory map is fine), on the CPU.
+
+    Rows are added in slices of 65,536, so only the index itself (not a copy of ``vectors``)
+    must fit in memory. ``timings``, when given, receives ``train_s`` and ``add_s``.
+    """
+    started = time.perf_counter()
+    faiss = import_faiss()
+    n, dim = vectors.shape
+    spec = spec.resolve(n, dim)
+    if spec.kind == "flat":
+        index = faiss.IndexFlatIP(dim)
+    elif spec.kind == "hnsw":
+        index = faiss.IndexHNSWFlat(dim, spec.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = spec.ef_construction
+    else:
+        quantizer = faiss.IndexFlatIP(dim)
+        index = faiss.IndexIVFPQ(
+            quantizer, dim, spec.nlist, spec.pq_m, spec.nbits, faiss.METRIC_INNER_PRODUCT
+        )
+        index.cp.seed = spec.seed
+        index.pq.cp.seed = spec.seed
+        assert spec.train_size is not None  # filled in by resolve()
+        rows = np.sort(np.random.default_rng(spec.seed).choice(n, size=spec.train_size, replace=False))
+        index.train(np.ascontiguousarray(vectors[rows], dtype=np.float32))
+    trained = time.perf_counter()
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=n, desc=f"building {spec.kind} index", unit="vec", dynamic_ncols=True)
+    for start in range(0, n, _ADD_ROWS):
+        index.add(np.ascontiguousarray(vectors[start : start + _ADD_ROWS], dtype=np.float32))
+        if bar is not None:
+            bar.update(min(_ADD_ROWS, n - start))
+    if bar is not None:
+        bar.close()
+    if timings is not None:
+        timings.update(train_s=trained - started, add_s=time.perf_counter() - trained)
+    return index
+
+
+def write_index(index: Any, path: str | os.PathLike[str]) -> None:
+    """Write ``index`` to ``path`` atomically (a temporary file renamed into place)."""
+    faiss = import_faiss()
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    faiss.write_index(index, str(tmp))
+    tmp.replace(path)
+
+
+def read_index(path: str | os.PathLike[str], *, mmap: bool = True) -> Any:
+    """Read a FAISS index file, memory-mapped when ``mmap`` (flat, HNSW and IVF-PQ all allow it).
+
+    Raises:
+        DataFileError: The file is missing or is not a FAISS index (the message names it).
+    """
+    faiss = import_faiss()
+    path = Path(path)
+    if not path.is_file():
+        raise DataFileError(f"The FAISS index file {str(path)!r} does not exist (or is not a file).")
+    try:
+        return faiss.read_index(str(path), faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY if mmap else 0)
+    except RuntimeError as exc:
+        if mmap and "mmap" in str(exc).lower():  # an index kind without mmap support: read it whole
+            return faiss.read_index(str(path))
+        first = str(exc).strip().splitlines()[-1] if str(exc).strip() else repr(exc)
+        raise DataFileError(
+            f"The FAISS index file {str(path)!r} is corrupt or not a FAISS index ({first[:300]}). Rebuild it."
+        ) from exc
+
+
+def configure_search(index: Any, spec: IndexSpec | None, k: int) -> None:
+    """Set the search-time knobs of ``index`` (HNSW ``efSearch``, IVF ``nprobe``) for top-``k``."""
+    faiss = import_faiss()
+    base = faiss.downcast_index(index) if hasattr(faiss, "downcast_index") else index
+    if hasattr(base, "hnsw"):
+        base.hnsw.efSearch = max(k, spec.ef_search if spec else 64)
+    if hasattr(base, "nprobe"):
+        base.nprobe = min(base.nlist, spec.nprobe if spec else 32)
+
+
+def to_search_device(index: Any) -> Any:
+    """``index`` copied to every GPU when faiss-gpu sees one; otherwise ``index`` unchanged.
+
+    Only flat and IVF indexes have GPU versions; HNSW stays on the CPU. This branch is small
+    on purpose and only runs on machines with faiss-gpu and a GPU.
+    """
+    faiss = import_faiss()
+    gpus = faiss.get_num_gpus() if hasattr(faiss, "get_num_gpus") else 0
+    if gpus <= 0 or hasattr(faiss.downcast_index(index), "hnsw"):
+        return index
+    options = faiss.GpuMultipleClonerOptions()
+    options.shard = True  # split the vectors across GPUs rather than copying them to each
+    options.useFloat16LookupTables = True  # IVF-PQ with many sub-quantisers needs it on GPU
+    return faiss.index_cpu_to_all_gpus(index, co=options)

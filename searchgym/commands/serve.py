@@ -1,0 +1,206 @@
+"""``searchgym serve``: serve a saved index over HTTP with Search-R1's ``/retrieve`` API."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+NAME = "serve"
+HELP = "serve a saved index over HTTP (Search-R1's /retrieve API), batching concurrent requests"
+
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number in [0, 65535], got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port number in [0, 65535], got {text!r}")
+    return value
+
+
+def _wait_ms(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected milliseconds in [0, 10000], got {text!r}") from None
+    if not 0 <= value <= 10_000:
+        raise argparse.ArgumentTypeError(f"expected milliseconds in [0, 10000], got {text!r}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--index", required=True, help="index directory written by `searchgym index`, or a FAISS index file"
+    )
+    parser.add_argument(
+        "--backend",
+        choices=("bm25", "dense"),
+        help="index kind (default: bm25 when --index holds a searchgym BM25 index, else dense)",
+    )
+    parser.add_argument(
+        "--corpus",
+        help="corpus JSONL of a FAISS index file given as --index (Search-R1's e5_Flat.index + wiki-18.jsonl)",
+    )
+    parser.add_argument(
+        "--model", help="dense only: encoder to use instead of the one recorded with the index"
+    )
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="interface to bind (default: %(default)s, loopback only)"
+    )
+    parser.add_argument(
+        "--port", type=_port, default=8000, help="TCP port; 0 picks a free one (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--replicas",
+        type=_positive_int,
+        help="serve N replicas with Ray Serve (default: one process, no Ray)",
+    )
+    parser.add_argument(
+        "--cpus-per-replica",
+        type=float,
+        default=1.0,
+        help="with --replicas: CPUs per replica (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--gpus-per-replica",
+        type=float,
+        default=0.0,
+        help="with --replicas: GPUs per replica (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--ray-address", help="Ray cluster to join with --replicas (default: start a local Ray instance)"
+    )
+    parser.add_argument(
+        "--max-batch-size",
+        type=_positive_int,
+        default=64,
+        help="most queries per search call (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--max-wait-ms",
+        type=_wait_ms,
+        default=5.0,
+        help="longest a request waits for others to join its batch (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--no-batching", action="store_true", help="search each request alone (for comparison)"
+    )
+    parser.add_argument(
+        "--topk",
+        type=_positive_int,
+        default=3,
+        help="documents per query when a request gives no topk (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--max-queries",
+        type=_positive_int,
+        default=1024,
+        help="cap: queries per request (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--max-query-chars",
+        type=_positive_int,
+        default=10_000,
+        help="cap: characters per query (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--max-topk", type=_positive_int, default=100, help="cap: topk (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--max-body-bytes",
+        type=_positive_int,
+        default=4 * 1024 * 1024,
+        help="cap: request body size in bytes (default: %(default)s)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from searchgym.envs.errors import SearchGymError
+    from searchgym.envs.retrieval.server_protocol import RequestLimits
+
+    options = {"model": args.model} if args.model else {}
+
+    limits = RequestLimits(
+        max_body_bytes=args.max_body_bytes,
+        max_queries=args.max_queries,
+        max_query_chars=args.max_query_chars,
+        max_topk=args.max_topk,
+    )
+    if args.host not in _LOOPBACK:
+        print(
+            f"searchgym serve: warning: binding {args.host}: the server has no authentication, so anyone "
+            "who can reach this port can query it.",
+            file=sys.stderr,
+        )
+    if args.replicas is not None:
+        from searchgym.trainers.ray_serve import RayServeConfig, serve_with_ray
+
+        ray_config = RayServeConfig(
+            index=args.index,
+            backend=args.backend,
+            corpus_path=args.corpus,
+            index_options=options,
+            replicas=args.replicas,
+            num_cpus_per_replica=args.cpus_per_replica,
+            num_gpus_per_replica=args.gpus_per_replica,
+            host=args.host,
+            port=args.port,
+            max_batch_size=args.max_batch_size,
+            max_wait_ms=args.max_wait_ms,
+            batching=not args.no_batching,
+            default_topk=args.topk,
+            limits=limits,
+            ray_address=args.ray_address,
+        )
+        serve_with_ray(ray_config, block=True)
+        return 0
+
+    try:
+        from searchgym.envs.retrieval.server import RetrievalServer, ServerConfig, load_index
+    except ImportError as exc:
+        raise SearchGymError(
+            f"searchgym serve needs aiohttp, which cannot be imported ({exc}). "
+            "Install it with pip install 'searchgym[serve]'."
+        ) from exc
+
+    retriever = load_index(args.index, args.backend, corpus_path=args.corpus, **options)
+    config = ServerConfig(
+        host=args.host,
+        port=args.port,
+        max_batch_size=args.max_batch_size,
+        max_wait_ms=args.max_wait_ms,
+        batching=not args.no_batching,
+        default_topk=args.topk,
+        limits=limits,
+    )
+    server = RetrievalServer(retriever, config)
+
+    def ready(srv: RetrievalServer) -> None:
+        try:
+            passages = f"{len(retriever)} passages"
+        except Exception:  # len() is optional for a Retriever
+            passages = "passages: unknown"
+        batching = (
+            "off" if args.no_batching else f"max {args.max_batch_size} queries / {args.max_wait_ms:g} ms"
+        )
+        print(
+            f"searchgym serve: listening on {srv.url} ({srv.backend}, {passages}, batching {batching}); "
+            "POST /retrieve, GET /health, GET /stats. Ctrl-C stops.",
+            flush=True,
+        )
+
+    server.serve_forever(on_ready=ready)
+    return 0
