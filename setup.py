@@ -47,6 +47,7 @@ setup(
         # torch is deliberately unpinned: GPU users need the build that matches their vLLM.
         "train": ["torch", "transformers>=4.40"],
         "serve": ["aiohttp>=3.9"],
+        "group": ["pettingzoo>=1.24"],
         "ray": ["ray[serve]>=2.9"],
         "wandb": ["wandb>=0.16"],
         "test": ["pytest>=7", "hypothesis>=6", "ruff>=0.5", "mypy>=1.8"],

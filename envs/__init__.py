@@ -8,6 +8,7 @@ from .errors import (
     UnknownNameError,
 )
 from .records import Action, Doc, Question, Trajectory, Turn
+from .group_env import GROUP_SCHEMES, group_parallel_env
 from .registration import BENCHMARKS, ENV_IDS, check_env_id, register_envs
 
 __all__ = [
@@ -23,6 +24,9 @@ __all__ = [
     "Question",
     "Trajectory",
     "Turn",
+    # PettingZoo group env
+    "GROUP_SCHEMES",
+    "group_parallel_env",
     # registration
     "BENCHMARKS",
     "ENV_IDS",
