@@ -21,20 +21,17 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
-import platform
-import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import bm25s
+from _common import SHARED_DATA, search_latency_ms, support_shares, supported_records, write_report
 
-from searchgym.envs.data import load_corpus, read_jsonl
+from searchgym.envs.data import load_corpus
 from searchgym.envs.retrieval import BM25Retriever
 
-REPO = Path(__file__).resolve().parents[1]
 KS = (3, 5)
 BATCH = 64
 
@@ -54,20 +51,9 @@ class DatasetResult:
     any_at_5: float
 
 
-def supported_records(path: Path) -> list[dict]:
-    """Question records that name at least one supporting passage."""
-    return [rec for _, rec in read_jsonl(path, "question file") if rec.get("supporting_passage_ids")]
-
-
 def recall(retriever: BM25Retriever, name: str, records: list[dict]) -> DatasetResult:
     """Recall@3/5 and all@3/5 of the supporting passages for ``records``."""
-    results = retriever.search([rec["question"] for rec in records], max(KS))
-    found: dict[int, list[float]] = {k: [] for k in KS}
-    for rec, docs in zip(records, results, strict=True):
-        gold = set(rec["supporting_passage_ids"])
-        for k in KS:
-            top = {d.id for d in docs[:k]}
-            found[k].append(len(gold & top) / len(gold))
+    found = support_shares(retriever, records, KS)
     n = len(records)
     return DatasetResult(
         dataset=name,
@@ -84,22 +70,8 @@ def recall(retriever: BM25Retriever, name: str, records: list[dict]) -> DatasetR
 
 def latencies(retriever: BM25Retriever, queries: list[str], k: int) -> dict[str, float]:
     """Median per-query latency in milliseconds, batched and one query at a time."""
-    batched = []
-    for start in range(0, len(queries), BATCH):
-        chunk = queries[start : start + BATCH]
-        t0 = time.perf_counter()
-        retriever.search(chunk, k)
-        batched.append((time.perf_counter() - t0) / len(chunk))
-    single = []
-    for query in queries:
-        t0 = time.perf_counter()
-        retriever.search([query], k)
-        single.append(time.perf_counter() - t0)
-    return {
-        "batch_size": BATCH,
-        "median_ms_per_query_batched": 1000 * statistics.median(batched),
-        "median_ms_per_query_single": 1000 * statistics.median(single),
-    }
+    batched, single = search_latency_ms(retriever, queries, k, BATCH)
+    return {"batch_size": BATCH, "median_ms_per_query_batched": batched, "median_ms_per_query_single": single}
 
 
 def markdown(rows: list[DatasetResult]) -> str:
@@ -120,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--data-dir",
         type=Path,
-        default=REPO.parent / "shared" / "data",
+        default=SHARED_DATA,
         help="holds corpus.jsonl and questions/",
     )
     parser.add_argument(
@@ -164,8 +136,9 @@ def main(argv: list[str] | None = None) -> int:
         f"median latency per query: {speed['median_ms_per_query_batched']:.2f} ms batched "
         f"(batches of {BATCH}), {speed['median_ms_per_query_single']:.2f} ms one at a time"
     )
-    if args.out is not None:
-        report = {
+    write_report(
+        args.out,
+        {
             "corpus_passages": len(docs),
             "corpus_load_s": load_s,
             "index_build_s": build_s,
@@ -173,10 +146,8 @@ def main(argv: list[str] | None = None) -> int:
             "datasets": [asdict(r) for r in rows],
             "bm25": {"k1": retriever.k1, "b": retriever.b, "stopwords": retriever.stopwords},
             "bm25s_version": bm25s.__version__,
-            "python": platform.python_version(),
-            "machine": platform.processor() or platform.machine(),
-        }
-        args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        },
+    )
     return 0
 
 

@@ -22,58 +22,35 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import statistics
 import time
 from pathlib import Path
 from typing import Any
 
-from searchgym.envs.data import load_corpus, read_jsonl
+from _common import REPO, SHARED_DATA, search_latency_ms, support_shares, supported_records, write_report
+
+from searchgym.envs.data import load_corpus
 from searchgym.envs.retrieval import BM25Retriever, Retriever
 from searchgym.envs.retrieval.dense import DenseRetriever
 from searchgym.envs.retrieval.dense_build import build_dense_index
 
-REPO = Path(__file__).resolve().parents[1]
 KS = (3, 5)
 BATCH = 64
 DATASETS = ("hotpotqa", "nq", "popqa")
 
 
-def supported_records(path: Path) -> list[dict]:
-    """Question records that name at least one supporting passage."""
-    return [rec for _, rec in read_jsonl(path, "question file") if rec.get("supporting_passage_ids")]
-
-
 def recall(retriever: Retriever, records: list[dict]) -> dict[str, float]:
     """recall@k and all@k of the supporting passages, for k in :data:`KS`."""
-    results = retriever.search([rec["question"] for rec in records], max(KS))
     out: dict[str, float] = {}
-    for k in KS:
-        shares = [
-            len(set(rec["supporting_passage_ids"]) & {d.id for d in docs[:k]})
-            / len(set(rec["supporting_passage_ids"]))
-            for rec, docs in zip(records, results, strict=True)
-        ]
+    for k, shares in support_shares(retriever, records, KS).items():
         out[f"recall@{k}"] = sum(shares) / len(shares)
         out[f"all@{k}"] = sum(s == 1.0 for s in shares) / len(shares)
     return out
 
 
 def latencies(retriever: Retriever, queries: list[str], k: int) -> dict[str, float]:
-    """Median milliseconds per query: in batches of :data:`BATCH`, and one query per call."""
-    batched = []
-    for start in range(0, len(queries), BATCH):
-        chunk = queries[start : start + BATCH]
-        t0 = time.perf_counter()
-        retriever.search(chunk, k)
-        batched.append((time.perf_counter() - t0) / len(chunk))
-    single = []
-    for query in queries[:200]:
-        t0 = time.perf_counter()
-        retriever.search([query], k)
-        single.append(time.perf_counter() - t0)
-    return {"ms_batched": 1000 * statistics.median(batched), "ms_single": 1000 * statistics.median(single)}
+    """Median milliseconds per query: in batches of :data:`BATCH`, and one query per call (first 200)."""
+    batched, single = search_latency_ms(retriever, queries, k, BATCH, single=200)
+    return {"ms_batched": batched, "ms_single": single}
 
 
 def build(corpus: Path, cache: Path, batch_size: int) -> tuple[DenseRetriever, dict[str, Any]]:
@@ -101,7 +78,7 @@ def build(corpus: Path, cache: Path, batch_size: int) -> tuple[DenseRetriever, d
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-dir", type=Path, default=REPO.parent / "shared" / "data")
+    parser.add_argument("--data-dir", type=Path, default=SHARED_DATA)
     parser.add_argument(
         "--cache", type=Path, default=REPO / "benchmarks" / ".cache", help="where the index is kept"
     )
@@ -145,18 +122,17 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{label}: median {s['ms_batched']:.2f} ms/query batched ({BATCH}), {s['ms_single']:.2f} ms one at a time"
         )
-    if args.out is not None:
-        report = {
+    write_report(
+        args.out,
+        {
             "corpus_passages": len(dense),
             "model": dense.encoder.name,
             "dense_build": stats,
             "bm25_build_s": bm25_build_s,
             "latency": speed,
             "rows": rows,
-            "python": platform.python_version(),
-            "cpus": os.cpu_count(),
-        }
-        args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        },
+    )
     return 0
 
 

@@ -26,8 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import platform
 import resource
 import statistics
 import subprocess
@@ -37,8 +35,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _common import REPO, median_ms_per_query, write_report
 
-REPO = Path(__file__).resolve().parents[1]
 DIM = 384
 WIKI18 = 21_015_324  # passages in FlashRAG's / Search-R1's wiki-18 corpus
 E5_DIM = 768
@@ -227,17 +225,12 @@ def query_encoding() -> dict[str, float]:
         for i in range(256)
     ]
     encoder.encode(questions[:8])  # warm up
-    batched = []
-    for start in range(0, 256, BATCH):
-        t0 = time.perf_counter()
-        encoder.encode(questions[start : start + BATCH], batch_size=BATCH)
-        batched.append((time.perf_counter() - t0) / BATCH)
-    single = []
-    for q in questions[:64]:
-        t0 = time.perf_counter()
-        encoder.encode([q])
-        single.append(time.perf_counter() - t0)
-    return {"ms_batched": 1000 * statistics.median(batched), "ms_single": 1000 * statistics.median(single)}
+    return {
+        "ms_batched": median_ms_per_query(
+            lambda chunk: encoder.encode(chunk, batch_size=BATCH), questions, BATCH
+        ),
+        "ms_single": median_ms_per_query(encoder.encode, questions[:64], 1),
+    }
 
 
 def run_child(*args: str) -> dict[str, Any]:
@@ -372,8 +365,9 @@ def main(argv: list[str] | None = None) -> int:
         f"\nquery encoding (MiniLM): {encoding['ms_batched']:.2f} ms/query batched, {encoding['ms_single']:.2f} ms single"
     )
     print(f"\n21M-passage wiki-18 estimate:\n{json.dumps(wiki, indent=1)}")
-    if args.out is not None:
-        report = {
+    write_report(
+        args.out,
+        {
             "n": args.n,
             "dim": DIM,
             "prepare": prep,
@@ -381,10 +375,8 @@ def main(argv: list[str] | None = None) -> int:
             "queries": queries,
             "query_encoding": encoding,
             "wiki18_estimate": wiki,
-            "python": platform.python_version(),
-            "cpus": os.cpu_count(),
-        }
-        args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        },
+    )
     return 0
 
 

@@ -32,12 +32,12 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from _common import REPO, SHARED_DATA
+
 from searchgym.envs.data import read_jsonl
 from searchgym.envs.retrieval import RETRIEVERS, Retriever, make_retriever
 from searchgym.envs.retrieval.http_client import HTTPRetriever
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared" / "data"
 QA_SETS = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle")
 
 
@@ -59,9 +59,12 @@ class Run:
 def load_queries(limit: int) -> list[str]:
     """Questions of the shared open-domain QA sets, interleaved, up to ``limit``."""
     per_file = [
-        [rec["question"] for _, rec in read_jsonl(SHARED / "questions" / f"{name}.jsonl", "question file")]
+        [
+            rec["question"]
+            for _, rec in read_jsonl(SHARED_DATA / "questions" / f"{name}.jsonl", "question file")
+        ]
         for name in QA_SETS
-        if (SHARED / "questions" / f"{name}.jsonl").is_file()
+        if (SHARED_DATA / "questions" / f"{name}.jsonl").is_file()
     ]
     queries: list[str] = []
     for row in itertools.zip_longest(*per_file):
@@ -210,7 +213,7 @@ def measure(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", default="bm25", help="bm25 or dense (default: %(default)s)")
-    parser.add_argument("--corpus", default=str(SHARED / "corpus.jsonl"))
+    parser.add_argument("--corpus", default=str(SHARED_DATA / "corpus.jsonl"))
     parser.add_argument("--corpus-limit", type=int, default=0, help="index only the first N passages")
     parser.add_argument("--cache-dir", default=str(REPO / "benchmarks" / ".cache" / "server"))
     parser.add_argument("--clients", default="1,8,64", help="client thread counts (default: %(default)s)")

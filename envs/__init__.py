@@ -7,8 +7,8 @@ from .errors import (
     SearchGymError,
     UnknownNameError,
 )
-from .records import Action, Doc, Question, Trajectory, Turn
 from .group_env import GROUP_SCHEMES, group_parallel_env
+from .records import Action, Doc, Question, Trajectory, Turn
 from .registration import BENCHMARKS, ENV_IDS, check_env_id, register_envs
 
 __all__ = [

@@ -20,7 +20,7 @@ from typing import Any
 from .errors import DataFileError
 from .records import Doc, Question
 
-__all__ = ["load_corpus", "load_questions", "read_jsonl", "record_to_doc"]
+__all__ = ["load_corpus", "load_questions", "read_jsonl", "record_to_doc", "split_contents"]
 
 _QUESTIONS_HELP = (
     "A question file is JSON Lines: one object per line with 'id' (str), 'question' (str) and "
@@ -180,7 +180,7 @@ def load_questions(path: str | os.PathLike[str]) -> list[Question]:
     return questions
 
 
-def _split_contents(contents: str) -> tuple[str, str]:
+def split_contents(contents: str) -> tuple[str, str]:
     """FlashRAG's ``contents``: the title on the first line (often in double quotes), then the text."""
     title, _, text = contents.partition("\n")
     title = title.strip()
@@ -202,7 +202,7 @@ def record_to_doc(record: dict[str, Any], path: Path, line: int) -> Doc:
         contents = record["contents"]
         if not isinstance(contents, str):
             raise _field_error(path, line, "contents", "must be a string", contents)
-        title, text = _split_contents(contents)
+        title, text = split_contents(contents)
         return Doc(id=doc_id, title=title, text=text)
     keys = ", ".join(sorted(map(str, record))) or "none"
     raise _field_error(

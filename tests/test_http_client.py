@@ -27,7 +27,8 @@ from searchgym.envs.retrieval.http_client import HTTPRetriever
 from searchgym.envs.synthetic import generate_world
 
 try:
-    from searchgym.envs.retrieval.server import RetrievalServer, ServerConfig
+    from searchgym.envs.retrieval.server import RetrievalServer
+    from searchgym.envs.retrieval.service import ServerConfig
 except ImportError:  # no aiohttp: only the tests against tiny stdlib servers run
     RetrievalServer = ServerConfig = None  # type: ignore[assignment,misc]
 

@@ -22,7 +22,8 @@ pytest.importorskip("aiohttp", reason="the server needs aiohttp: pip install 'se
 from searchgym.envs.errors import DataFileError, InvalidArgumentError
 from searchgym.envs.records import Doc
 from searchgym.envs.retrieval import BM25Retriever, Retriever
-from searchgym.envs.retrieval.server import DynamicBatcher, RetrievalServer, ServerConfig, load_index
+from searchgym.envs.retrieval.batching import DynamicBatcher
+from searchgym.envs.retrieval.server import RetrievalServer
 from searchgym.envs.retrieval.server_protocol import (
     RequestLimits,
     doc_contents,
@@ -30,6 +31,7 @@ from searchgym.envs.retrieval.server_protocol import (
     format_response,
     parse_response,
 )
+from searchgym.envs.retrieval.service import ServerConfig, load_index
 
 # After stop-word removal: d1 "paris capital france", d2 "berlin capital germany",
 # d3 "rome ancient city italy". "paris" occurs only in d1, so a query "paris" ranks d1 alone

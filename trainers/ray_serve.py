@@ -3,7 +3,8 @@
 ``searchgym serve --index DIR --replicas N`` runs this. It serves the same API as the plain
 server (:mod:`searchgym.envs.retrieval.server`): ``POST /retrieve`` in Search-R1's format,
 ``GET /health`` and ``GET /stats``, with the same request caps and error answers, because
-each replica reuses the plain server's request parsing and :class:`DynamicBatcher`. Ray
+each replica answers through the plain server's
+:class:`~searchgym.envs.retrieval.service.RetrievalService` (and so its dynamic batcher). Ray
 Serve's HTTP proxy spreads requests over the replicas; each replica batches what it gets.
 
 Every replica loads the index itself, so on a cluster the directory must
@@ -22,22 +23,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..envs.errors import InvalidArgumentError, SearchGymError
-from ..envs.retrieval.server import DynamicBatcher, ServerConfig, ServerStats, load_index
-from ..envs.retrieval.server_protocol import (
-    RequestError,
-    RequestLimits,
-    check_body_size,
-    error_payload,
-    format_response,
-    parse_retrieve_request,
-)
+from ..envs.retrieval.server_protocol import check_number
+from ..envs.retrieval.service import ROUTES, RetrievalService, ServerConfig, listening_message, load_index
 
 __all__ = ["RayServeConfig", "RayServeHandle", "RetrievalReplica", "serve_with_ray"]
 
 
-@dataclass(frozen=True)
-class RayServeConfig:
-    """Settings of the Ray Serve deployment.
+@dataclass(frozen=True, kw_only=True)
+class RayServeConfig(ServerConfig):
+    """Settings of the Ray Serve deployment: the plain server's settings, plus these.
+
+    The :class:`~searchgym.envs.retrieval.service.ServerConfig` fields apply per replica
+    (``max_batch_size``, ``max_wait_ms``, ``batching``, ``default_topk``, ``limits``), except
+    ``host`` and ``port``, which are those of Ray Serve's HTTP proxy. The fields below are
+    keyword-only.
 
     Attributes:
         index: The saved index every replica loads: a directory, or a FAISS file with ``corpus_path``.
@@ -47,13 +46,6 @@ class RayServeConfig:
         replicas: Number of replicas.
         num_cpus_per_replica: CPUs Ray reserves for each replica.
         num_gpus_per_replica: GPUs Ray reserves for each replica (a dense encoder on GPU).
-        host: Interface of Ray Serve's HTTP proxy; loopback unless told otherwise.
-        port: Port of the HTTP proxy.
-        max_batch_size: Most queries per search call, per replica.
-        max_wait_ms: Longest a request waits for its batch to fill, per replica.
-        batching: False searches each request alone.
-        default_topk: ``topk`` of a request that gives none.
-        limits: Caps on one request.
         ray_address: Cluster to join (``"auto"``, ``"ray://host:10001"``); None starts a
             local Ray instance unless Ray is already initialised.
         app_name: Name of the Serve application.
@@ -66,13 +58,6 @@ class RayServeConfig:
     replicas: int = 1
     num_cpus_per_replica: float = 1.0
     num_gpus_per_replica: float = 0.0
-    host: str = "127.0.0.1"
-    port: int = 8000
-    max_batch_size: int = 64
-    max_wait_ms: float = 5.0
-    batching: bool = True
-    default_topk: int = 3
-    limits: RequestLimits = field(default_factory=RequestLimits)
     ray_address: str | None = None
     app_name: str = "searchgym-retrieval"
 
@@ -82,25 +67,10 @@ class RayServeConfig:
         object.__setattr__(self, "index", os.fspath(self.index))
         if not isinstance(self.index_options, dict):
             raise InvalidArgumentError(f"index_options must be a dict, got {self.index_options!r}.")
-        if isinstance(self.replicas, bool) or not isinstance(self.replicas, int) or self.replicas < 1:
-            raise InvalidArgumentError(f"replicas must be an int >= 1, got {self.replicas!r}.")
-        for name in ("num_cpus_per_replica", "num_gpus_per_replica"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise InvalidArgumentError(f"{name} must be a number >= 0, got {value!r}.")
-        self.server_config()  # validates host, port, batching and caps
-
-    def server_config(self) -> ServerConfig:
-        """The plain server's settings that each replica applies."""
-        return ServerConfig(
-            host=self.host,
-            port=self.port,
-            max_batch_size=self.max_batch_size,
-            max_wait_ms=self.max_wait_ms,
-            batching=self.batching,
-            default_topk=self.default_topk,
-            limits=self.limits,
-        )
+        check_number("replicas", self.replicas, 1, integer=True)
+        check_number("num_cpus_per_replica", self.num_cpus_per_replica, 0)
+        check_number("num_gpus_per_replica", self.num_gpus_per_replica, 0)
+        super().__post_init__()  # host, port, batching and caps
 
 
 def _response(payload: dict[str, Any], status: int = 200) -> Any:
@@ -118,85 +88,32 @@ class RetrievalReplica:
 
     def __init__(self, config: RayServeConfig) -> None:
         self.config = config
-        self.server_config = config.server_config()
-        self.retriever = load_index(
+        retriever = load_index(
             config.index, config.backend, corpus_path=config.corpus_path, **config.index_options
         )
-        self.backend = self.retriever.name or type(self.retriever).__name__
-        self.stats = ServerStats()
+        self.service = RetrievalService(retriever, config)
+        """The plain server's answers and counters (its batcher starts at the first request)."""
         self.replica = f"{os.uname().nodename}:{os.getpid()}"
-        self._batcher: DynamicBatcher | None = None
-
-    def _get_batcher(self) -> DynamicBatcher:
-        if self._batcher is None:  # created on the replica's event loop, at the first request
-            config = self.server_config
-            self._batcher = DynamicBatcher(
-                self.retriever.search,
-                max_batch_size=config.max_batch_size,
-                max_wait_s=config.max_wait_ms / 1000,
-                batching=config.batching,
-                stats=self.stats,
-            )
-        return self._batcher
 
     async def __call__(self, request: Any) -> Any:
         try:
             return await self._route(request)
         except Exception as exc:  # a replica never dies on a request
-            self.stats.errors[500] += 1
-            return _response(error_payload(f"Internal server error: {exc!r}"), 500)
+            return _response(self.service.internal_error(exc, request.method, request.url.path), 500)
 
     async def _route(self, request: Any) -> Any:
         path = request.url.path.rstrip("/") or "/"
-        routes = {"/retrieve": "POST", "/health": "GET", "/stats": "GET"}
-        if path not in routes or request.method != routes[path]:
-            status = 405 if path in routes else 404
-            self.stats.errors[status] += 1
-            return _response(
-                error_payload(
-                    f"{'Method Not Allowed' if status == 405 else 'Not Found'} ({request.method} {path}). "
-                    "This server answers POST /retrieve, GET /health and GET /stats."
-                ),
-                status,
-            )
-        if path == "/health":
-            try:
-                num_docs: int | None = len(self.retriever)
-            except Exception:  # len() is optional for a Retriever
-                num_docs = None
-            return _response(
-                {"status": "ok", "backend": self.backend, "num_docs": num_docs, "replica": self.replica}
-            )
-        if path == "/stats":
-            config = self.server_config
-            return _response(
-                {
-                    **self.stats.to_dict(),
-                    "batching": config.batching,
-                    "max_batch_size": config.max_batch_size,
-                    "max_wait_ms": config.max_wait_ms,
-                    "replica": self.replica,
-                }
-            )
-        return await self._retrieve(request)
-
-    async def _retrieve(self, request: Any) -> Any:
-        self.stats.requests += 1
-        limits = self.server_config.limits
-        try:
+        if ROUTES.get(path) != request.method:
+            status, reason = (405, "Method Not Allowed") if path in ROUTES else (404, "Not Found")
+            return _response(self.service.refuse(status, reason, request.method, path), status)
+        if path == "/retrieve":
             length = request.headers.get("content-length")
-            check_body_size(int(length) if length is not None and length.isdigit() else None, limits)
-            body = await request.body()
-            parsed = parse_retrieve_request(body, limits, self.server_config.default_topk)
-        except RequestError as exc:
-            self.stats.errors[exc.status] += 1
-            return _response(exc.payload, exc.status)
-        try:
-            results = await self._get_batcher().submit(parsed.queries, parsed.topk)
-        except Exception as exc:  # the retriever failed: answer 500 and keep serving
-            self.stats.errors[500] += 1
-            return _response(error_payload(f"The retriever failed: {exc}"), 500)
-        return _response(format_response(results, parsed.return_scores))
+            status, payload = await self.service.retrieve(
+                int(length) if length is not None and length.isdigit() else None, request.body
+            )
+            return _response(payload, status)
+        payload = self.service.health_payload() if path == "/health" else self.service.stats_payload()
+        return _response({**payload, "replica": self.replica})
 
 
 @dataclass
@@ -253,12 +170,10 @@ def serve_with_ray(config: RayServeConfig, *, block: bool = False) -> RayServeHa
         max_ongoing_requests=max(256, 4 * config.max_batch_size),
     )
     serve.run(deployment.bind(config), name=config.app_name, route_prefix="/")
-    host = "127.0.0.1" if config.host in ("0.0.0.0", "") else config.host
-    handle = RayServeHandle(url=f"http://{host}:{config.port}", app_name=config.app_name)
+    handle = RayServeHandle(url=config.url_at(config.port), app_name=config.app_name)
     if block:
         print(
-            f"searchgym serve: listening on {handle.url} (Ray Serve, {config.replicas} replica(s) of "
-            f"{config.index}); POST /retrieve, GET /health, GET /stats. Ctrl-C stops.",
+            listening_message(handle.url, f"Ray Serve, {config.replicas} replica(s) of {config.index}"),
             flush=True,
         )
         try:

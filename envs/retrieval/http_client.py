@@ -5,7 +5,7 @@ builds an :class:`HTTPRetriever`. It works against ``searchgym serve`` and again
 Search-R1's own retrieval server, and anything else that answers the same format.
 
 The HTTP is a small keep-alive HTTP/1.1 client on the standard library's sockets (see
-:class:`_Connection` for why not :mod:`http.client`): one connection per thread, so a
+:class:`~.http_connection.HTTPConnection` for why not :mod:`http.client`): one connection per thread, so a
 shared client is thread-safe and needs no new dependency, reopened when the server closed
 it, after a fork, or after an error. Every failure ends in
 :class:`~searchgym.error.RetrievalError`, which :class:`~searchgym.envs.SearchQAEnv` turns
@@ -17,8 +17,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import socket
-import ssl
 import threading
 import time
 import urllib.parse
@@ -29,7 +27,8 @@ from typing import Any
 from ..errors import InvalidArgumentError, RetrievalError
 from ..records import Doc
 from .base import Retriever
-from .server_protocol import parse_response
+from .http_connection import HTTPConnection, ProtocolError, ServerClosed
+from .server_protocol import check_number, host_port, parse_response
 
 __all__ = ["RETRYABLE_STATUSES", "HTTPRetriever", "make_http_retriever"]
 
@@ -43,14 +42,6 @@ class _Transient(Exception):
 
 class _Final(Exception):
     """An attempt failed in a way that another attempt would repeat (4xx, 500, garbage)."""
-
-
-def _check_number(name: str, value: object, low: float, *, integer: bool = False) -> Any:
-    kinds = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or not value >= low:
-        kind = "an int" if integer else "a number"
-        raise InvalidArgumentError(f"{name} must be {kind} >= {low}, got {value!r}.")
-    return value
 
 
 def _parse_url(url: object) -> tuple[str, str, int, str]:
@@ -70,142 +61,6 @@ def _parse_url(url: object) -> tuple[str, str, int, str]:
     if not path.endswith("/retrieve"):
         path += "/retrieve"
     return parts.scheme, parts.hostname, port, path
-
-
-_MAX_LINE = 65_536
-_MAX_HEADERS = 100
-_MAX_BODY = 1 << 30
-
-
-class ProtocolError(Exception):
-    """The peer answered something that is not HTTP/1.x."""
-
-
-class ServerClosed(ConnectionError):
-    """The server closed the connection before a whole answer arrived."""
-
-
-class _Connection:
-    """One keep-alive HTTP/1.1 connection, kept lean for small JSON requests.
-
-    :mod:`http.client` parses headers with the :mod:`email` package and writes the headers
-    and the body in two sends (two server wake-ups per request); this writes each request in
-    one send and reads the answer with a plain buffered reader. It handles ``Content-Length``,
-    chunked and close-delimited bodies, 1xx interim answers, ``Connection: close`` and
-    HTTP/1.0, and refuses oversized header lines and bodies.
-    """
-
-    def __init__(self, scheme: str, host: str, port: int, timeout: float) -> None:
-        sock = socket.create_connection((host, port), timeout=timeout)
-        try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if scheme == "https":
-                sock = ssl.create_default_context().wrap_socket(sock, server_hostname=host)
-        except BaseException:
-            sock.close()
-            raise
-        self.sock = sock
-        self.reader = sock.makefile("rb")
-        self.host_header = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        self.pid = os.getpid()
-        self.used = False
-        """Whether a request has completed on this connection (then a close is a stale socket)."""
-        self.open = True
-
-    def close(self) -> None:
-        self.open = False
-        for closable in (self.reader, self.sock):
-            try:
-                closable.close()
-            except OSError:
-                pass
-
-    def request(self, method: str, path: str, body: bytes | None) -> tuple[int, bytes]:
-        """Send one request and read the whole answer: ``(status, body)``."""
-        head = f"{method} {path} HTTP/1.1\r\nHost: {self.host_header}\r\nAccept: application/json\r\n"
-        if body is not None:
-            head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-        self.sock.sendall(head.encode("ascii") + b"\r\n" + (body or b""))
-        status, version, headers = self._read_head()
-        while 100 <= status < 200:  # interim answers carry no body
-            status, version, headers = self._read_head()
-        data, delimited = self._read_body(headers, status, method)
-        connection = headers.get(b"connection", b"").lower()
-        if (
-            not delimited
-            or b"close" in connection
-            or (version == b"HTTP/1.0" and b"keep-alive" not in connection)
-        ):
-            self.close()
-        self.used = True
-        return status, data
-
-    def _readline(self) -> bytes:
-        line = self.reader.readline(_MAX_LINE + 1)
-        if len(line) > _MAX_LINE:
-            raise ProtocolError(f"a header line longer than {_MAX_LINE} bytes")
-        return line
-
-    def _read_head(self) -> tuple[int, bytes, dict[bytes, bytes]]:
-        line = self._readline()
-        if not line:
-            raise ServerClosed("the server closed the connection without answering")
-        parts = line.split(None, 2)
-        if (
-            len(parts) < 2
-            or not parts[0].startswith(b"HTTP/1.")
-            or len(parts[1]) != 3
-            or not parts[1].isdigit()
-        ):
-            raise ProtocolError(f"not an HTTP status line: {line[:80]!r}")
-        headers: dict[bytes, bytes] = {}
-        for _ in range(_MAX_HEADERS):
-            line = self._readline()
-            if line in (b"\r\n", b"\n"):
-                return int(parts[1]), parts[0], headers
-            name, colon, value = line.partition(b":")
-            if not line.endswith(b"\n") or not colon:
-                raise ProtocolError(f"a malformed header line: {line[:80]!r}")
-            headers[name.strip().lower()] = value.strip()
-        raise ProtocolError(f"more than {_MAX_HEADERS} header lines")
-
-    def _read_exactly(self, size: int) -> bytes:
-        data = self.reader.read(size)
-        if len(data) < size:
-            raise ServerClosed(f"the answer was cut short ({len(data)} of {size} bytes)")
-        return data
-
-    def _read_body(self, headers: dict[bytes, bytes], status: int, method: str) -> tuple[bytes, bool]:
-        """The body, and whether its end was marked (False: it ran to the connection's close)."""
-        if method == "HEAD" or status in (204, 304):
-            return b"", True
-        if b"chunked" in headers.get(b"transfer-encoding", b"").lower():
-            chunks: list[bytes] = []
-            total = 0
-            while True:
-                size_text = self._readline().split(b";")[0].strip()
-                try:
-                    size = int(size_text, 16)
-                except ValueError:
-                    raise ProtocolError(f"a bad chunk size {size_text[:20]!r}") from None
-                total += size
-                if size < 0 or total > _MAX_BODY:
-                    raise ProtocolError(f"a chunked body over {_MAX_BODY} bytes")
-                if size == 0:
-                    while self._readline() not in (b"\r\n", b"\n", b""):  # trailers
-                        pass
-                    return b"".join(chunks), True
-                chunks.append(self._read_exactly(size))
-                self._readline()  # the CRLF after each chunk
-        length = headers.get(b"content-length")
-        if length is not None:
-            if not length.isdigit() or int(length) > _MAX_BODY:
-                raise ProtocolError(f"a bad Content-Length {length[:20]!r}")
-            return self._read_exactly(int(length)), True
-        data = self.reader.read(_MAX_BODY + 1)
-        if len(data) > _MAX_BODY:
-            raise ProtocolError(f"a body over {_MAX_BODY} bytes")
-        return data, False
 
 
 class HTTPRetriever(Retriever):
@@ -252,14 +107,14 @@ class HTTPRetriever(Retriever):
     ) -> None:
         self.scheme, self.host, self.port, self.path = _parse_url(url)
         self.url = url
-        self.timeout = float(_check_number("timeout", timeout, 1e-3))
-        self.retries = _check_number("retries", retries, 0, integer=True)
-        self.backoff = float(_check_number("backoff", backoff, 0))
-        self.max_backoff = float(_check_number("max_backoff", max_backoff, 0))
-        self.max_queries_per_request = _check_number(
+        self.timeout = float(check_number("timeout", timeout, 1e-3))
+        self.retries = check_number("retries", retries, 0, integer=True)
+        self.backoff = float(check_number("backoff", backoff, 0))
+        self.max_backoff = float(check_number("max_backoff", max_backoff, 0))
+        self.max_queries_per_request = check_number(
             "max_queries_per_request", max_queries_per_request, 1, integer=True
         )
-        self.max_query_chars = _check_number("max_query_chars", max_query_chars, 1, integer=True)
+        self.max_query_chars = check_number("max_query_chars", max_query_chars, 1, integer=True)
         self.error_count = 0
         """Number of :meth:`search` calls that raised :class:`RetrievalError`."""
         self.retry_count = 0
@@ -271,7 +126,7 @@ class HTTPRetriever(Retriever):
     def _init_runtime(self) -> None:
         self._lock = threading.Lock()
         self._local = threading.local()
-        self._connections: weakref.WeakSet[_Connection] = weakref.WeakSet()
+        self._connections: weakref.WeakSet[HTTPConnection] = weakref.WeakSet()
 
     def __getstate__(self) -> dict[str, Any]:  # picklable for Ray / multiprocessing: drop sockets
         state = self.__dict__.copy()
@@ -289,24 +144,23 @@ class HTTPRetriever(Retriever):
     @property
     def base_url(self) -> str:
         """``scheme://host:port`` of the server."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{self.scheme}://{host}:{self.port}"
+        return f"{self.scheme}://{host_port(self.host, self.port)}"
 
     # -- connections ---------------------------------------------------------------------
 
-    def _connection(self) -> _Connection:
+    def _connection(self) -> HTTPConnection:
         """This thread's open connection, or a new one (also after a fork)."""
-        conn: _Connection | None = getattr(self._local, "conn", None)
+        conn: HTTPConnection | None = getattr(self._local, "conn", None)
         if conn is not None and conn.open and conn.pid == os.getpid():
             return conn
-        conn = _Connection(self.scheme, self.host, self.port, self.timeout)
+        conn = HTTPConnection(self.scheme, self.host, self.port, self.timeout)
         self._local.conn = conn
         with self._lock:
             self._connections.add(conn)
         return conn
 
     def _drop_connection(self) -> None:
-        conn: _Connection | None = getattr(self._local, "conn", None)
+        conn: HTTPConnection | None = getattr(self._local, "conn", None)
         if conn is not None:
             conn.close()
             self._local.conn = None

@@ -12,8 +12,9 @@ double quotes on the first line, then the text (``"Title"\\ntext``). A missing o
 
 This module holds what the plain server (:mod:`.server`), the Ray Serve deployment
 (:mod:`searchgym.trainers.ray_serve`) and the client (:mod:`.http_client`) share: request
-parsing with size caps, response formatting, and reading documents back from a response.
-It has no dependency beyond the standard library.
+parsing with size caps, response formatting, reading documents back from a response, and the
+small checks and URL formatting all three need. Beyond the standard library it imports only
+searchgym's records and corpus reader.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ..data import split_contents
 from ..errors import InvalidArgumentError
 from ..records import Doc
 
@@ -30,15 +32,45 @@ __all__ = [
     "RequestError",
     "RequestLimits",
     "RetrieveRequest",
+    "body_too_large",
     "check_body_size",
+    "check_number",
     "doc_contents",
     "doc_from_item",
     "doc_payload",
     "error_payload",
     "format_response",
+    "host_port",
     "parse_response",
     "parse_retrieve_request",
 ]
+
+
+def check_number(
+    name: str, value: object, low: float, high: float | None = None, *, integer: bool = False
+) -> Any:
+    """``value`` when it is a number (an int when ``integer``; never a bool) in ``[low, high]``.
+
+    Raises:
+        InvalidArgumentError: "``{name} must be an int >= {low}, got {value!r}.``", with "a
+            number" unless ``integer``, and "in [{low}, {high}]" when ``high`` is given.
+    """
+    kinds = (int,) if integer else (int, float)
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, kinds)
+        or not value >= low
+        or (high is not None and value > high)
+    ):
+        kind = "an int" if integer else "a number"
+        bounds = f">= {low}" if high is None else f"in [{low}, {high}]"
+        raise InvalidArgumentError(f"{name} must be {kind} {bounds}, got {value!r}.")
+    return value
+
+
+def host_port(host: str, port: int) -> str:
+    """``host:port``, with an IPv6 address in brackets (``[::1]:8000``)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 @dataclass(frozen=True)
@@ -59,9 +91,7 @@ class RequestLimits:
 
     def __post_init__(self) -> None:
         for name in ("max_body_bytes", "max_queries", "max_query_chars", "max_topk"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InvalidArgumentError(f"RequestLimits.{name} must be an int >= 1, got {value!r}.")
+            check_number(f"RequestLimits.{name}", getattr(self, name), 1, integer=True)
 
 
 @dataclass(frozen=True)
@@ -88,16 +118,24 @@ def error_payload(message: str, **extra: Any) -> dict[str, Any]:
 
 
 def _cap_error(
-    status: int, cap: str, limit: int, received: int, what: str, fix: str = "Split the request"
+    status: int, cap: str, limit: int, received: int | None, what: str, fix: str = "Split the request"
 ) -> RequestError:
+    """The answer to a request over ``cap`` (``received``: the value, when known)."""
+    seen = "" if received is None else f" (received {received})"
+    extra = {} if received is None else {"received": received}
     return RequestError(
         status,
-        f"{what} is over the server's cap {cap}={limit} (received {received}). {fix}, "
+        f"{what} is over the server's cap {cap}={limit}{seen}. {fix}, "
         f"or restart the server with a larger --{cap.replace('_', '-')}.",
         cap=cap,
         limit=limit,
-        received=received,
+        **extra,
     )
+
+
+def body_too_large(limits: RequestLimits, size: int | None = None) -> RequestError:
+    """The 413 answer to a body over ``limits.max_body_bytes`` (``size``: its length, when known)."""
+    return _cap_error(413, "max_body_bytes", limits.max_body_bytes, size, "The request body")
 
 
 def check_body_size(size: int | None, limits: RequestLimits) -> None:
@@ -107,7 +145,7 @@ def check_body_size(size: int | None, limits: RequestLimits) -> None:
         RequestError: 413, naming the cap ``max_body_bytes``.
     """
     if size is not None and size > limits.max_body_bytes:
-        raise _cap_error(413, "max_body_bytes", limits.max_body_bytes, size, "The request body")
+        raise body_too_large(limits, size)
 
 
 def parse_retrieve_request(body: bytes, limits: RequestLimits, default_topk: int) -> RetrieveRequest:
@@ -201,15 +239,6 @@ def format_response(results: list[list[Doc]], return_scores: bool) -> dict[str, 
     return {"result": [[doc_payload(d) for d in docs] for docs in results]}
 
 
-def _split_contents(contents: str) -> tuple[str, str]:
-    # The same reading as searchgym.envs.data.load_corpus gives FlashRAG's corpus lines.
-    title, _, text = contents.partition("\n")
-    title = title.strip()
-    if len(title) >= 2 and title.startswith('"') and title.endswith('"'):
-        title = title[1:-1]
-    return title, text
-
-
 def doc_from_item(item: object) -> Doc:
     """Read one result item back into a :class:`Doc`.
 
@@ -243,7 +272,7 @@ def doc_from_item(item: object) -> Doc:
         raise ValueError(
             f"a document needs 'contents' or 'text' as a string, got keys {sorted(map(str, document))}"
         )
-    title, text = _split_contents(contents)
+    title, text = split_contents(contents)  # as load_corpus reads FlashRAG's corpus lines
     return Doc(id=doc_id, title=title, text=text, score=float(score))
 
 

@@ -48,14 +48,9 @@ def _dense(args: argparse.Namespace) -> int:
     from searchgym.envs.retrieval.dense_build import build_dense_index
 
     options: dict[str, Any] = {
-        key: value
-        for key, value in (
-            ("nlist", args.nlist),
-            ("pq_m", args.pq_m),
-            ("nbits", args.nbits),
-            ("hnsw_m", args.hnsw_m),
-        )
-        if value is not None
+        key: getattr(args, key)
+        for key in ("nlist", "pq_m", "nbits", "hnsw_m")
+        if getattr(args, key) is not None
     }
     report = build_dense_index(
         args.corpus,
@@ -83,11 +78,17 @@ def _bm25(args: argparse.Namespace) -> int:
 
     from searchgym.envs.retrieval.bm25 import make_bm25_retriever
 
-    ignored = [flag for flag, value in (("--model", args.model), ("--e5", args.e5)) if value]
-    if ignored or args.index_type != "flat":
-        print(
-            f"note: {', '.join(ignored or ['--index-type'])} only apply to --backend dense.", file=sys.stderr
+    ignored = [
+        flag
+        for flag, value in (
+            ("--model", args.model),
+            ("--e5", args.e5),
+            ("--index-type", args.index_type != "flat"),
         )
+        if value
+    ]
+    if ignored:
+        print(f"note: {', '.join(ignored)} only apply to --backend dense.", file=sys.stderr)
     start = time.perf_counter()
     retriever = make_bm25_retriever(corpus_path=args.corpus, index_dir=args.out, k1=args.k1, b=args.b)
     print(f"bm25 index of {len(retriever)} passages in {args.out} ({time.perf_counter() - start:.1f} s)")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
+from typing import Any
 
 NAME = "serve"
 HELP = "serve a saved index over HTTP (Search-R1's /retrieve API), batching concurrent requests"
@@ -11,34 +13,24 @@ HELP = "serve a saved index over HTTP (Search-R1's /retrieve API), batching conc
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+def _ranged(convert: Callable[[str], Any], low: float, high: float, expected: str) -> Callable[[str], Any]:
+    """An argparse ``type`` that reads a number with ``convert`` and keeps it in ``[low, high]``."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError:
+            value = None
+        if value is None or not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        return value
+
+    return parse
 
 
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port number in [0, 65535], got {text!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"expected a port number in [0, 65535], got {text!r}")
-    return value
-
-
-def _wait_ms(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected milliseconds in [0, 10000], got {text!r}") from None
-    if not 0 <= value <= 10_000:
-        raise argparse.ArgumentTypeError(f"expected milliseconds in [0, 10000], got {text!r}")
-    return value
+_positive_int = _ranged(int, 1, float("inf"), "a positive integer")
+_port = _ranged(int, 0, 65535, "a port number in [0, 65535]")
+_wait_ms = _ranged(float, 0, 10_000, "milliseconds in [0, 10000]")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -132,12 +124,19 @@ def run(args: argparse.Namespace) -> int:
     from searchgym.envs.retrieval.server_protocol import RequestLimits
 
     options = {"model": args.model} if args.model else {}
-
-    limits = RequestLimits(
-        max_body_bytes=args.max_body_bytes,
-        max_queries=args.max_queries,
-        max_query_chars=args.max_query_chars,
-        max_topk=args.max_topk,
+    settings: dict[str, Any] = dict(
+        host=args.host,
+        port=args.port,
+        max_batch_size=args.max_batch_size,
+        max_wait_ms=args.max_wait_ms,
+        batching=not args.no_batching,
+        default_topk=args.topk,
+        limits=RequestLimits(
+            max_body_bytes=args.max_body_bytes,
+            max_queries=args.max_queries,
+            max_query_chars=args.max_query_chars,
+            max_topk=args.max_topk,
+        ),
     )
     if args.host not in _LOOPBACK:
         print(
@@ -156,51 +155,31 @@ def run(args: argparse.Namespace) -> int:
             replicas=args.replicas,
             num_cpus_per_replica=args.cpus_per_replica,
             num_gpus_per_replica=args.gpus_per_replica,
-            host=args.host,
-            port=args.port,
-            max_batch_size=args.max_batch_size,
-            max_wait_ms=args.max_wait_ms,
-            batching=not args.no_batching,
-            default_topk=args.topk,
-            limits=limits,
             ray_address=args.ray_address,
+            **settings,
         )
         serve_with_ray(ray_config, block=True)
         return 0
 
     try:
-        from searchgym.envs.retrieval.server import RetrievalServer, ServerConfig, load_index
+        from searchgym.envs.retrieval.server import RetrievalServer
     except ImportError as exc:
         raise SearchGymError(
             f"searchgym serve needs aiohttp, which cannot be imported ({exc}). "
             "Install it with pip install 'searchgym[serve]'."
         ) from exc
+    from searchgym.envs.retrieval.service import ServerConfig, listening_message, load_index
 
     retriever = load_index(args.index, args.backend, corpus_path=args.corpus, **options)
-    config = ServerConfig(
-        host=args.host,
-        port=args.port,
-        max_batch_size=args.max_batch_size,
-        max_wait_ms=args.max_wait_ms,
-        batching=not args.no_batching,
-        default_topk=args.topk,
-        limits=limits,
-    )
-    server = RetrievalServer(retriever, config)
+    server = RetrievalServer(retriever, ServerConfig(**settings))
 
     def ready(srv: RetrievalServer) -> None:
-        try:
-            passages = f"{len(retriever)} passages"
-        except Exception:  # len() is optional for a Retriever
-            passages = "passages: unknown"
+        num_docs = srv.service.num_docs()
+        passages = "passages: unknown" if num_docs is None else f"{num_docs} passages"
         batching = (
             "off" if args.no_batching else f"max {args.max_batch_size} queries / {args.max_wait_ms:g} ms"
         )
-        print(
-            f"searchgym serve: listening on {srv.url} ({srv.backend}, {passages}, batching {batching}); "
-            "POST /retrieve, GET /health, GET /stats. Ctrl-C stops.",
-            flush=True,
-        )
+        print(listening_message(srv.url, f"{srv.backend}, {passages}, batching {batching}"), flush=True)
 
     server.serve_forever(on_ready=ready)
     return 0

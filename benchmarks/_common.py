@@ -1,0 +1,89 @@
+"""Helpers shared by the retrieval benchmark scripts (imported as ``_common`` when they run).
+
+Gold-passage recall over the shared question sets, per-query latency medians, and the JSON
+report every script writes with ``--out``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # searchgym is imported where it is used, so a child process pays only for what it needs
+    from searchgym.envs.retrieval import Retriever
+
+__all__ = [
+    "REPO",
+    "SHARED_DATA",
+    "median_ms_per_query",
+    "search_latency_ms",
+    "support_shares",
+    "supported_records",
+    "write_report",
+]
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+"""The shared corpus and question sets beside the checkout."""
+
+
+def supported_records(path: Path) -> list[dict]:
+    """Question records that name at least one supporting passage."""
+    from searchgym.envs.data import read_jsonl
+
+    return [rec for _, rec in read_jsonl(path, "question file") if rec.get("supporting_passage_ids")]
+
+
+def support_shares(retriever: Retriever, records: list[dict], ks: Sequence[int]) -> dict[int, list[float]]:
+    """For each k, per question: the share of its supporting passages in the top k for its question text."""
+    results = retriever.search([rec["question"] for rec in records], max(ks))
+    shares: dict[int, list[float]] = {k: [] for k in ks}
+    for rec, docs in zip(records, results, strict=True):
+        gold = set(rec["supporting_passage_ids"])
+        for k in ks:
+            shares[k].append(len(gold & {d.id for d in docs[:k]}) / len(gold))
+    return shares
+
+
+def median_ms_per_query(call: Callable[[list[Any]], object], items: list[Any], batch: int) -> float:
+    """Median milliseconds per item of ``call`` on consecutive chunks of ``batch`` items."""
+    per_item = []
+    for start in range(0, len(items), batch):
+        chunk = items[start : start + batch]
+        t0 = time.perf_counter()
+        call(chunk)
+        per_item.append((time.perf_counter() - t0) / len(chunk))
+    return 1000 * statistics.median(per_item)
+
+
+def search_latency_ms(
+    retriever: Retriever, queries: list[str], k: int, batch: int, single: int | None = None
+) -> tuple[float, float]:
+    """Median milliseconds per query of ``retriever.search``, batched and one query per call.
+
+    Batched calls hold ``batch`` queries each; single calls go over the first ``single``
+    queries (None: all of them). Returns ``(batched, single)``.
+    """
+
+    def search(chunk: list[str]) -> object:
+        return retriever.search(chunk, k)
+
+    return median_ms_per_query(search, queries, batch), median_ms_per_query(search, queries[:single], 1)
+
+
+def write_report(path: Path | None, report: dict[str, Any]) -> None:
+    """Write ``report`` and the machine it ran on to ``path`` as indented JSON (nothing when None)."""
+    if path is None:
+        return
+    machine = {
+        "python": platform.python_version(),
+        "machine": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+    }
+    path.write_text(json.dumps({**report, **machine}, indent=2) + "\n", encoding="utf-8")

@@ -1,0 +1,263 @@
+"""The retrieval service apart from its transport: settings, routes, answers, index loading.
+
+:class:`RetrievalService` answers the three routes of the retrieval server as ``(status,
+JSON body)`` pairs, so that the aiohttp server (:mod:`.server`) and the Ray Serve replicas
+(:mod:`searchgym.trainers.ray_serve`) answer alike; each only adds its HTTP plumbing:
+
+- ``POST /retrieve``: ``{"queries": [...], "topk": k, "return_scores": bool}`` →
+  ``{"result": [[{"document": {"id", "contents"}, "score"}, ...], ...]}`` (the format and
+  the caps are in :mod:`.server_protocol`), searched through a :class:`~.batching.DynamicBatcher`;
+- ``GET /health``: ``{"status": "ok", "backend", "num_docs"}``;
+- ``GET /stats``: request, query and error counts, and how many search calls merged how
+  many queries and requests (``batch_queries`` and ``batch_requests``: size → count).
+
+Every bad request gets a 4xx JSON answer ``{"error": ...}``, a failing retriever a 500.
+Nothing here imports aiohttp or Ray.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import DataFileError, InvalidArgumentError
+from .base import Retriever
+from .batching import DynamicBatcher, ServerStats
+from .server_protocol import (
+    RequestError,
+    RequestLimits,
+    check_body_size,
+    check_number,
+    error_payload,
+    format_response,
+    host_port,
+    parse_retrieve_request,
+)
+
+__all__ = ["ROUTES", "RetrievalService", "ServerConfig", "listening_message", "load_index"]
+
+log = logging.getLogger("searchgym.server")
+
+ROUTES = {"/retrieve": "POST", "/health": "GET", "/stats": "GET"}
+"""Path → the one method it answers."""
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Settings of a retrieval server (:class:`~.server.RetrievalServer`, or each Ray Serve replica).
+
+    Attributes:
+        host: Interface to bind; loopback unless told otherwise (the server has no auth).
+        port: TCP port; 0 picks a free one (read it back from :attr:`.server.RetrievalServer.port`).
+        max_batch_size: Most queries merged into one ``retriever.search`` call. A single
+            request with more queries is searched alone, in one call.
+        max_wait_ms: Longest a request waits for others to join its batch. The batch also
+            leaves early when it is full, or when every open client connection has a request
+            in it (see :class:`~.batching.DynamicBatcher`).
+        batching: False searches each request alone (for comparison).
+        default_topk: ``topk`` of a request that gives none (Search-R1's default is 3).
+        limits: Caps on one request.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    max_batch_size: int = 64
+    max_wait_ms: float = 5.0
+    batching: bool = True
+    default_topk: int = 3
+    limits: RequestLimits = field(default_factory=RequestLimits)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.host, str) or not self.host:
+            raise InvalidArgumentError(f"host must be a non-empty string, got {self.host!r}.")
+        check_number("port", self.port, 0, integer=True)
+        if self.port > 65535:
+            raise InvalidArgumentError(f"port must be in [0, 65535], got {self.port}.")
+        check_number("max_batch_size", self.max_batch_size, 1, integer=True)
+        check_number("default_topk", self.default_topk, 1, integer=True)
+        check_number("max_wait_ms", self.max_wait_ms, 0, 10_000)
+        if not isinstance(self.batching, bool):
+            raise InvalidArgumentError(f"batching must be True or False, got {self.batching!r}.")
+        if not isinstance(self.limits, RequestLimits):
+            raise InvalidArgumentError(f"limits must be a RequestLimits, got {self.limits!r}.")
+
+    def url_at(self, port: int) -> str:
+        """The URL that reaches this server from this machine once bound to ``port``."""
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
+        return f"http://{host_port(host, port)}"
+
+
+def listening_message(url: str, details: str) -> str:
+    """The line ``searchgym serve`` prints once it answers at ``url``."""
+    return f"searchgym serve: listening on {url} ({details}); POST /retrieve, GET /health, GET /stats. Ctrl-C stops."
+
+
+class RetrievalService:
+    """The answers of a retrieval server around one retriever, whatever carries the HTTP.
+
+    Each route method returns the JSON body to send (and :meth:`retrieve` its status too)
+    and updates :attr:`stats`; none raises for a bad request or a failing retriever. Call
+    the async methods on the event loop that serves the requests.
+
+    Args:
+        retriever: What to serve.
+        config: Batching and caps (its host and port are the transport's business).
+        backend: Name reported by ``/health`` (default: ``retriever.name``).
+
+    Raises:
+        InvalidArgumentError: ``retriever`` is not a Retriever or ``config`` not a ServerConfig.
+    """
+
+    def __init__(
+        self, retriever: Retriever, config: ServerConfig | None = None, *, backend: str | None = None
+    ) -> None:
+        if not isinstance(retriever, Retriever):
+            raise InvalidArgumentError(f"retriever must be a Retriever, got {type(retriever).__name__}.")
+        if config is None:
+            config = ServerConfig()
+        if not isinstance(config, ServerConfig):
+            raise InvalidArgumentError(f"config must be a ServerConfig, got {type(config).__name__}.")
+        self.retriever = retriever
+        self.config = config
+        self.backend = backend or retriever.name or type(retriever).__name__
+        self.stats = ServerStats()
+        self._batcher: DynamicBatcher | None = None
+
+    def open(self, peers: Callable[[], int] | None = None) -> DynamicBatcher:
+        """Start the batcher on the running event loop (the first request does it otherwise).
+
+        Args:
+            peers: How many requests could join a batch at most (see :class:`DynamicBatcher`).
+        """
+        config = self.config
+        self._batcher = DynamicBatcher(
+            self.retriever.search,
+            max_batch_size=config.max_batch_size,
+            max_wait_s=config.max_wait_ms / 1000,
+            batching=config.batching,
+            stats=self.stats,
+            peers=peers,
+        )
+        return self._batcher
+
+    async def close(self) -> None:
+        """Stop the batcher: fail what is queued, wait for the running batch."""
+        batcher, self._batcher = self._batcher, None
+        if batcher is not None:
+            await batcher.close()
+
+    async def retrieve(
+        self, content_length: int | None, read_body: Callable[[], Awaitable[bytes]]
+    ) -> tuple[int, dict[str, Any]]:
+        """Answer ``POST /retrieve``: ``(HTTP status, JSON body)``.
+
+        Args:
+            content_length: The declared body size, checked before reading (None: unknown).
+            read_body: Reads the body; it may raise :class:`RequestError` (e.g. 413).
+        """
+        self.stats.requests += 1
+        limits = self.config.limits
+        try:
+            check_body_size(content_length, limits)
+            parsed = parse_retrieve_request(await read_body(), limits, self.config.default_topk)
+        except RequestError as exc:
+            self.stats.errors[exc.status] += 1
+            return exc.status, exc.payload
+        batcher = self._batcher if self._batcher is not None else self.open()
+        try:
+            results = await batcher.submit(parsed.queries, parsed.topk)
+        except Exception as exc:  # the retriever failed: answer 500 and keep serving
+            log.warning("retriever failed on %d queries: %r", len(parsed.queries), exc)
+            self.stats.errors[500] += 1
+            return 500, error_payload(f"The retriever failed: {exc}")
+        return 200, format_response(results, parsed.return_scores)
+
+    def num_docs(self) -> int | None:
+        """Number of passages served, or None when the retriever does not say."""
+        try:
+            return len(self.retriever)
+        except Exception:  # len() is optional for a Retriever
+            return None
+
+    def health_payload(self) -> dict[str, Any]:
+        """The answer to ``GET /health``."""
+        return {"status": "ok", "backend": self.backend, "num_docs": self.num_docs()}
+
+    def stats_payload(self) -> dict[str, Any]:
+        """The answer to ``GET /stats``: the counters and the batching settings."""
+        config = self.config
+        return {
+            **self.stats.to_dict(),
+            "batching": config.batching,
+            "max_batch_size": config.max_batch_size,
+            "max_wait_ms": config.max_wait_ms,
+        }
+
+    def refuse(self, status: int, reason: str, method: str, path: str) -> dict[str, Any]:
+        """Count and answer an HTTP error raised before any route ran (404, 405, ...)."""
+        self.stats.errors[status] += 1
+        message = f"{reason} ({method} {path})."
+        if status in (404, 405):
+            message += " This server answers POST /retrieve, GET /health and GET /stats."
+        return error_payload(message)
+
+    def internal_error(self, exc: BaseException, method: str, path: str) -> dict[str, Any]:
+        """Log, count and answer (500) an unexpected error: a server never dies on a request."""
+        log.error("unexpected error on %s %s", method, path, exc_info=exc)
+        self.stats.errors[500] += 1
+        return error_payload(f"Internal server error: {exc!r}")
+
+
+def load_index(
+    index: str | os.PathLike[str],
+    backend: str | None = None,
+    *,
+    corpus_path: str | os.PathLike[str] | None = None,
+    **options: Any,
+) -> Retriever:
+    """Load a saved index to serve.
+
+    Args:
+        index: A directory written by ``searchgym index`` (or ``BM25Retriever.save``), or a
+            FAISS index file laid out as Search-R1 and FlashRAG do (``e5_Flat.index``; give
+            its corpus JSONL as ``corpus_path``).
+        backend: ``"bm25"``, ``"dense"`` or another registered backend; None picks ``"bm25"``
+            for a directory holding a searchgym BM25 index and ``"dense"`` otherwise.
+        corpus_path: The corpus of a FAISS file, or of a dense index kept apart from it.
+        **options: Passed to a non-BM25 backend (e.g. ``model``).
+
+    Raises:
+        DataFileError: ``index`` is missing or is not a readable index.
+        UnknownNameError: ``backend`` is not registered.
+        InvalidArgumentError: A FAISS file was given without ``corpus_path``, or with ``backend="bm25"``.
+    """
+    from . import make_retriever
+    from .bm25 import BM25Retriever, read_index_meta
+
+    path = Path(index)
+    if path.is_file():
+        if backend not in (None, "dense"):
+            raise InvalidArgumentError(
+                f"--index {str(path)!r} is a file, which only the dense backend reads (a FAISS index); "
+                f"got --backend {backend}. Pass a BM25 index directory instead."
+            )
+        if corpus_path is None:
+            raise InvalidArgumentError(
+                f"--index {str(path)!r} is a FAISS index file: also pass its corpus with --corpus "
+                "(e.g. wiki-18.jsonl beside e5_Flat.index)."
+            )
+        return make_retriever("dense", index_path=path, corpus_path=corpus_path, **options)
+    if not path.is_dir():
+        raise DataFileError(
+            f"--index {str(path)!r} is not a directory or a FAISS index file. Build an index with "
+            "`searchgym index --corpus FILE --backend bm25 --out DIR` and pass that DIR."
+        )
+    if backend is None:
+        backend = "bm25" if read_index_meta(path) is not None else "dense"
+    if backend == "bm25":
+        return BM25Retriever.load(path)
+    return make_retriever(backend, index_dir=path, corpus_path=corpus_path, **options)
