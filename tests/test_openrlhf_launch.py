@@ -1,0 +1,362 @@
+"""``launch`` (run file → train_ppo_ray command), the shipped configs, and ``searchgym prepare``."""
+
+from __future__ import annotations
+
+import io
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from searchgym.envs.errors import InvalidArgumentError, SearchGymError, UnknownNameError
+from searchgym.envs.protocols import make_protocol
+from searchgym.trainers.openrlhf import agent_file_path, compose, launch, load_run_config
+from searchgym.trainers.openrlhf.advantage_hook import HOOK
+from searchgym.trainers.openrlhf.flags import FlagError, check_flags, openrlhf_parser
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = sorted((ROOT / "configs" / "openrlhf").glob("*.yaml"))
+needs_openrlhf = pytest.mark.skipif(openrlhf_parser() is None, reason="needs openrlhf==0.11.2 (--no-deps)")
+
+
+def dry_run(path: Path) -> list[str]:
+    out = io.StringIO()
+    assert launch(path, dry_run=True, out=out) == 0
+    lines = out.getvalue().strip().splitlines()
+    assert len(lines) == 1
+    return shlex.split(lines[0])
+
+
+def flag_values(argv: list[str]) -> dict[str, list[str]]:
+    values: dict[str, list[str]] = {}
+    key = None
+    for part in argv:
+        if part.startswith("--"):
+            key = part[2:]
+            values[key] = []
+        elif key is not None:
+            values[key].append(part)
+    return values
+
+
+# -- the shipped configs -------------------------------------------------------------------------
+
+
+def test_every_scheme_ships_for_3b_and_7b():
+    import yaml
+
+    names = {p.stem for p in CONFIGS}
+    for scheme in ("lightsearcher", "light_search", "sem", "hiexp"):
+        assert scheme in names and f"{scheme}_7b" in names
+    for path in CONFIGS:  # each file says its backend itself, so `searchgym train --config` finds it
+        assert yaml.safe_load(path.read_text())["backend"] == "openrlhf"
+
+
+@needs_openrlhf
+def test_searchgym_train_dispatches_to_launch(tmp_path):
+    done = cli("train", "--config", str(ROOT / "configs" / "openrlhf" / "sem_7b.yaml"), "--dry-run")
+    assert done.returncode == 0, done.stderr
+    assert (
+        "searchgym.trainers.openrlhf.train_ppo" in done.stdout and "Qwen/Qwen2.5-7B-Instruct" in done.stdout
+    )
+
+
+def test_train_ppo_takes_the_runtime_env_from_launch(monkeypatch, tmp_path):
+    from searchgym.trainers.openrlhf import train_ppo
+
+    monkeypatch.setenv("SEARCHGYM_RAY_RUNTIME_ENV", json.dumps({"env_vars": {"A": "1"}}))
+    assert train_ppo.runtime_env() == {"env_vars": {"A": "1"}}
+    monkeypatch.delenv("SEARCHGYM_RAY_RUNTIME_ENV")
+    config = write(tmp_path, BASE.replace("agent:\n", "agent:\n  advantage: {scheme: tsas}\n"))
+    monkeypatch.setenv("SEARCHGYM_AGENT_CONFIG", str(config))
+    env = train_ppo.runtime_env()  # built from the agent config when launched by hand
+    assert env["worker_process_setup_hook"] == HOOK
+    assert (
+        env["env_vars"]["SEARCHGYM_AGENT_CONFIG"] == str(config) and env["env_vars"]["NCCL_DEBUG"] == "WARN"
+    )
+    monkeypatch.setenv("SEARCHGYM_RAY_RUNTIME_ENV", "[1]")
+    with pytest.raises(InvalidArgumentError, match="JSON object"):
+        train_ppo.runtime_env()
+
+
+@needs_openrlhf
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
+def test_dry_run_prints_a_command_openrlhf_accepts(path, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    words = dry_run(path)
+    env, rest = [w for w in words if "=" in w and not w.startswith("-")][:1], words
+    assert env and env[0].startswith("SEARCHGYM_RAY_RUNTIME_ENV=")
+    runtime = json.loads(env[0].split("=", 1)[1])
+    command = rest[1:]
+    assert command[1:3] == ["-m", "searchgym.trainers.openrlhf.train_ppo"]
+    flags = command[3:]
+    args, _ = check_flags(flags, openrlhf_parser())  # OpenRLHF's parser and checks accept it
+    assert args.train.agent_func_path == agent_file_path()
+    assert args.data.input_key == "prompt" and args.data.label_key == "label"
+    assert args.actor.model_name_or_path == (
+        "Qwen/Qwen2.5-7B-Instruct" if "7b" in path.stem else "Qwen/Qwen2.5-3B-Instruct"
+    )
+    assert runtime["env_vars"]["SEARCHGYM_AGENT_CONFIG"] == str(path.resolve())
+    assert runtime["env_vars"]["SEARCHGYM_AGENT_BASEDIR"] == str(tmp_path)
+    config = load_run_config(path)
+    assert ("worker_process_setup_hook" in runtime) == (
+        config.agent.advantage is not None or getattr(config.agent.memory, "kind", None) == "lightsearcher"
+    )
+    assert args.ckpt.path.startswith(str(tmp_path))  # relative output folders made absolute
+
+
+@needs_openrlhf
+def test_paper_settings_reach_the_flags(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    configs = {p.stem: p for p in CONFIGS}
+    ls = flag_values(dry_run(configs["lightsearcher"]))
+    # LightSearcher: GRPO, 192 questions x 12 rollouts, lr 1e-6, 10 epochs
+    assert ls["rollout.batch_size"] == ["192"] and ls["rollout.n_samples_per_prompt"] == ["12"]
+    assert ls["actor.adam.lr"] == ["1e-06"] and ls["train.num_episodes"] == ["10"]
+    assert ls["algo.advantage.estimator"] == ["group_norm"]
+    agent = load_run_config(configs["lightsearcher"]).agent
+    assert agent.memory.kind == "lightsearcher" and agent.memory.update_every == 5
+    assert agent.env_kwargs["reward"] == "lightsearcher" and agent.env_kwargs["protocol"] == "tool_call"
+    # Light-Search: 5 rollouts, 4096 + 512 tokens, KL 0.001 k3 as a loss, TSAS from step 150
+    lt = flag_values(dry_run(configs["light_search"]))
+    assert lt["rollout.n_samples_per_prompt"] == ["5"] and lt["data.max_len"] == ["4608"]
+    assert (
+        lt["algo.kl.init_coef"] == ["0.001"]
+        and lt["algo.kl.estimator"] == ["k3"]
+        and "algo.kl.use_loss" in lt
+    )
+    agent = load_run_config(configs["light_search"]).agent
+    assert agent.advantage.warmup_steps == 150 and agent.advantage.alpha == 0.01
+    assert agent.env_kwargs["retriever"] == "simulated"
+    # SEM: batch 8, 200 steps, SEM's protocol and reward
+    sem = flag_values(dry_run(configs["sem"]))
+    assert sem["rollout.batch_size"] == ["8"] and sem["data.max_samples"] == ["1600"]
+    assert load_run_config(configs["sem"]).agent.env_kwargs["reward"] == "sem"
+    # HiExp: batch 16, 8 rollouts, top-p 0.95, hierarchical memory
+    hx = flag_values(dry_run(configs["hiexp"]))
+    assert hx["rollout.batch_size"] == ["16"] and hx["rollout.n_samples_per_prompt"] == ["8"]
+    assert hx["rollout.top_p"] == ["0.95"]
+    assert load_run_config(configs["hiexp"]).agent.memory.kind == "hiexp"
+
+
+def test_module_entry_point_dry_run():
+    out = subprocess.run(
+        [sys.executable, "-m", "searchgym.trainers.openrlhf", "--dry-run", str(CONFIGS[0])],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "openrlhf" in out.stdout and "--train.agent_func_path" in out.stdout
+
+
+# -- bad configs -----------------------------------------------------------------------------------
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "run.yaml"
+    path.write_text(text)
+    return path
+
+
+BASE = """\
+agent:
+  env_id: searchgym/SyntheticFacts-v0
+  env_kwargs: {protocol: tool_call}
+openrlhf:
+  actor: {model_name_or_path: m, num_gpus_per_node: 1}
+  rollout: {n_samples_per_prompt: 4, batch_size: 2}
+  algo: {advantage: {estimator: group_norm}}
+  data: {prompt_dataset: train.jsonl}
+"""
+
+
+@needs_openrlhf
+def test_a_minimal_run_file_composes(tmp_path):
+    plan = compose(load_run_config(write(tmp_path, BASE)), basedir=str(tmp_path))
+    assert plan.flags[:2] == ["--actor.model_name_or_path", "m"]
+    assert "worker_process_setup_hook" not in plan.runtime_env
+
+
+@pytest.mark.parametrize(
+    "text, error, match",
+    [
+        (BASE + "extra: 1\n", UnknownNameError, "extra"),
+        (BASE.replace("env_kwargs:", "env_kwarg:"), UnknownNameError, "env_kwargs"),
+        (BASE + "launch: {adress: x}\n", UnknownNameError, "address"),
+        (
+            BASE.replace("env_id: searchgym/SyntheticFacts-v0", "env_id: SyntheticFact-v0"),
+            UnknownNameError,
+            "SyntheticFacts",
+        ),
+        (
+            BASE + "  memory: {kind: lightsearch, path: m}\n".replace("  memory", "memory"),
+            UnknownNameError,
+            "key",
+        ),
+        (
+            BASE.replace("agent:\n", "agent:\n  memory: {kind: lightsearch, path: m}\n"),
+            UnknownNameError,
+            "lightsearcher",
+        ),
+        (
+            BASE.replace("agent:\n", "agent:\n  advantage: {scheme: tsas, warmup_steps: -1}\n"),
+            InvalidArgumentError,
+            "warmup_steps",
+        ),
+        ("backend: builtin\n" + BASE, InvalidArgumentError, "backend"),
+        ("- a list\n", SearchGymError, "mapping"),
+    ],
+)
+def test_bad_run_files_are_refused_with_the_key_named(tmp_path, text, error, match):
+    with pytest.raises(error, match=match):
+        load_run_config(write(tmp_path, text))
+
+
+@needs_openrlhf
+@pytest.mark.parametrize(
+    "change, error, match",
+    [
+        (("estimator: group_norm", "estimater: group_norm"), UnknownNameError, "algo.advantage.estimator"),
+        (("batch_size: 2}", "batch_size: two}"), FlagError, "invalid int value"),
+        (("estimator: group_norm", "estimator: grpo"), FlagError, "invalid choice"),
+        (("n_samples_per_prompt: 4", "n_samples_per_prompt: 1"), FlagError, "n_samples_per_prompt > 1"),
+        (("{prompt_dataset: train.jsonl}", "{max_len: 10}"), InvalidArgumentError, "searchgym prepare"),
+    ],
+)
+def test_bad_flags_are_refused_by_openrlhfs_own_checks(tmp_path, change, error, match):
+    config = load_run_config(write(tmp_path, BASE.replace(*change)))
+    with pytest.raises(error, match=match):
+        compose(config)
+
+
+@needs_openrlhf
+def test_tsas_needs_a_group_estimator_and_installs_the_hook(tmp_path):
+    text = BASE.replace("agent:\n", "agent:\n  advantage: {scheme: tsas}\n")
+    with pytest.raises(InvalidArgumentError, match="dr_grpo"):
+        compose(load_run_config(write(tmp_path, text.replace("group_norm", "gae"))))
+    plan = compose(load_run_config(write(tmp_path, text.replace("group_norm", "dr_grpo"))))
+    assert plan.runtime_env["worker_process_setup_hook"] == HOOK
+
+
+def test_extends_merges_key_by_key(tmp_path):
+    (tmp_path / "base.yaml").write_text(BASE)
+    child = tmp_path / "child.yaml"
+    child.write_text("extends: base.yaml\nopenrlhf:\n  actor: {model_name_or_path: other}\n")
+    config = load_run_config(child)
+    assert config.openrlhf["actor"] == {"model_name_or_path": "other", "num_gpus_per_node": 1}
+    assert config.openrlhf["rollout"]["n_samples_per_prompt"] == 4
+    (tmp_path / "base.yaml").write_text("extends: child.yaml\n")
+    with pytest.raises(SearchGymError, match="cycle"):
+        load_run_config(child)
+
+
+def test_job_submission_mode(tmp_path):
+    path = write(
+        tmp_path, BASE + "launch: {ray_address: 'http://head:8265', env: {SEARCHGYM_DATA_DIR: /data}}\n"
+    )
+    plan = compose(load_run_config(path))
+    assert plan.command[:5] == ["ray", "job", "submit", "--address", "http://head:8265"]
+    runtime = json.loads(plan.command[plan.command.index("--runtime-env-json") + 1])
+    assert runtime["env_vars"]["SEARCHGYM_DATA_DIR"] == "/data"
+    # OpenRLHF's ray.init sets these itself; Ray refuses a variable set in both places
+    assert "NCCL_DEBUG" not in runtime["env_vars"]
+    assert plan.command[plan.command.index("--") + 1 : plan.command.index("--") + 4] == [
+        "python3",
+        "-m",
+        "openrlhf.cli.train_ppo_ray",
+    ]
+
+
+def test_a_real_run_without_vllm_says_how_to_install(tmp_path):
+    pytest.importorskip("openrlhf")
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") and importlib.util.find_spec("deepspeed"):
+        pytest.skip("vLLM and DeepSpeed are installed: this machine could really run")
+    with pytest.raises(SearchGymError, match="pip install"):
+        launch(write(tmp_path, BASE))
+
+
+# -- searchgym prepare -----------------------------------------------------------------------------
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "searchgym", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def read_rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_prepare_writes_prompt_and_json_label_rows(tmp_path):
+    from searchgym.envs.synthetic import generate_world
+
+    out = tmp_path / "train.jsonl"
+    done = cli("prepare", "--dataset", "synthetic:7", "--protocol", "tool_call", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    rows = read_rows(out)
+    assert len(rows) == 7
+    world = {q.id: q for q in generate_world(0).questions}
+    protocol = make_protocol("tool_call")
+    for row in rows:
+        assert set(row) == {"prompt", "label", "datasource"} and row["datasource"] == "synthetic"
+        label = json.loads(row["label"])  # a JSON string, as --data.label_key hands it to the agent
+        assert set(label) == {"id", "question", "golden_answers"}
+        question = world[label["id"]]
+        assert label["question"] == question.question and label["golden_answers"] == list(
+            question.golden_answers
+        )
+        assert row["prompt"] == protocol.render_prompt(question.question)
+    assert len({json.loads(r["label"])["id"] for r in rows}) == 7
+    again = tmp_path / "again.jsonl"
+    cli("prepare", "--dataset", "synthetic:7", "--protocol", "tool_call", "--out", str(again))
+    assert again.read_text() == out.read_text()  # seeded
+
+
+def test_prepare_sem_mix_is_balanced(tmp_path, shared_data):
+    out = tmp_path / "sem.jsonl"
+    questions = shared_data / "questions"
+    done = cli(
+        "prepare",
+        "--mix",
+        "sem",
+        "--data-path",
+        str(questions / "musique.jsonl"),
+        "--data-path",
+        str(questions / "mmlu.jsonl"),
+        "--out",
+        str(out),
+    )
+    assert done.returncode == 0, done.stderr
+    rows = read_rows(out)
+    # 100 MuSiQue questions in the shared sample, 500 MMLU: balanced at 100 each
+    assert sum(r["datasource"] == "musique" for r in rows) == 100
+    assert sum(r["datasource"] == "mmlu" for r in rows) == 100
+    assert {r["datasource"] for r in rows[:20]} == {"musique", "mmlu"}  # shuffled together
+    assert all("<search>" in r["prompt"] and "Question: " in r["prompt"] for r in rows)  # SEM's protocol
+
+
+def test_prepare_rejects_bad_input_with_a_fix(tmp_path):
+    done = cli("prepare", "--dataset", "hotpot", "--out", str(tmp_path / "x.jsonl"))
+    assert done.returncode == 2 and "hotpotqa" in done.stderr
+    done = cli(
+        "prepare",
+        "--dataset",
+        "nq",
+        "--dataset",
+        "hotpotqa",
+        "--data-path",
+        "a.jsonl",
+        "--out",
+        str(tmp_path / "x.jsonl"),
+    )
+    assert done.returncode == 2 and "one per dataset" in done.stderr
+    done = cli("prepare", "--mix", "sem", "--dataset", "nq", "--out", str(tmp_path / "x.jsonl"))
+    assert done.returncode == 2 and "musique and mmlu" in done.stderr
+    assert not (tmp_path / "x.jsonl").exists()

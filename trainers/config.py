@@ -1,0 +1,513 @@
+"""Configuration of the built-in GRPO trainer: documented dataclasses, checked on load.
+
+One YAML file holds one :class:`TrainConfig`; each top-level key is a section::
+
+    output_dir: runs/grpo_synthetic
+    steps: 20
+    env: {id: searchgym/SyntheticFacts-v0, kwargs: {reward: f1, max_turns: 3}}
+    model: {tiny: {vocab_size: 1000}}
+    rollout: {group_size: 4, questions_per_step: 2, max_new_tokens: 24}
+    algo: {advantage: group_norm, lr: 1.0e-4}
+
+Every value is checked when the file is read: an unknown key, a wrong type or an
+out-of-range value raises :class:`ConfigError` naming the file, the dotted field, the value
+and what is allowed. :func:`load_config` and :func:`save_config` round-trip exactly.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
+
+from .config_base import ConfigError, check, from_dict, load_yaml, save_yaml, to_dict
+
+__all__ = [
+    "ConfigError",
+    "EnvConfig",
+    "TinyModelConfig",
+    "ModelConfig",
+    "RolloutConfig",
+    "AlgoConfig",
+    "MemoryConfig",
+    "CheckpointConfig",
+    "WandbConfig",
+    "TrainConfig",
+    "load_config",
+    "save_config",
+    "describe",
+    "ADVANTAGES",
+    "LOSS_AGGREGATIONS",
+]
+
+ADVANTAGES = ("group_norm", "dr_grpo", "tsas")
+"""The group-advantage estimators (see :mod:`searchgym.trainers.grpo.advantages`)."""
+
+LOSS_AGGREGATIONS = ("auto", "token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm")
+"""How per-token losses become one number (see :mod:`searchgym.trainers.grpo.loss`)."""
+
+
+def _positive_int(name: str, value: int, low: int = 1, note: str = "") -> None:
+    check(name, value, value >= low, f"an int >= {low}", note)
+
+
+def _finite(
+    name: str, value: float, low: float | None = None, high: float | None = None, note: str = ""
+) -> None:
+    ok = math.isfinite(value) and (low is None or value >= low) and (high is None or value <= high)
+    bounds = " and ".join(
+        b for b in (f">= {low:g}" if low is not None else "", f"<= {high:g}" if high is not None else "") if b
+    )
+    check(name, value, ok, f"a finite number{' ' + bounds if bounds else ''}", note)
+
+
+@dataclass
+class EnvConfig:
+    """The environment the rollouts run in.
+
+    Attributes:
+        id: A registered searchgym env id (``searchgym/SyntheticFacts-v0``, ``searchgym/HotpotQA-v0``, …).
+        kwargs: Keyword arguments of ``gym.make`` (``protocol``, ``reward``, ``reward_kwargs``,
+            ``topk``, ``max_turns``, ``data_path``, ``corpus_path``, ``retriever``, …). The
+            trainer builds the reward scheme once and shares it between all envs, so
+            LightSearcher's per-question minimum is shared as the paper requires.
+    """
+
+    id: str = "searchgym/SyntheticFacts-v0"
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        import searchgym  # noqa: F401  (registers the ids; cheap, imports no torch)
+        from searchgym.envs.registration import ENV_IDS
+
+        short = {i.split("/", 1)[1]: i for i in ENV_IDS}
+        if self.id in short:
+            self.id = short[self.id]
+        check("id", self.id, self.id in ENV_IDS, "one of " + ", ".join(sorted(ENV_IDS)))
+        reserved = {"render_mode"} & set(self.kwargs)
+        check("kwargs", self.kwargs, not reserved, "gym.make keyword arguments other than render_mode")
+
+
+@dataclass
+class TinyModelConfig:
+    """The offline tiny model of :func:`searchgym.policies.tiny.build_tiny_lm` (for CPU runs and tests).
+
+    Attributes:
+        dir: Folder where the model is built once and cached by its arguments.
+        vocab_size: BPE vocabulary size.
+        hidden_size: Hidden size of the Llama-style model (a multiple of 32).
+        num_layers: Transformer layers.
+        seed: Seed of the initial weights.
+    """
+
+    dir: str = "runs/tiny_lm"
+    vocab_size: int = 1000
+    hidden_size: int = 128
+    num_layers: int = 4
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _positive_int("vocab_size", self.vocab_size, 300, "(a byte-level BPE needs at least its 256 bytes)")
+        check(
+            "hidden_size",
+            self.hidden_size,
+            self.hidden_size >= 32 and self.hidden_size % 32 == 0,
+            "a multiple of 32, >= 32",
+        )
+        _positive_int("num_layers", self.num_layers)
+        _positive_int("seed", self.seed, 0)
+
+
+@dataclass
+class ModelConfig:
+    """The policy: any transformers causal LM.
+
+    Give exactly one of ``path`` and ``tiny``.
+
+    Attributes:
+        path: A local model directory (or a hub name, when the hub is reachable).
+        tiny: Build the offline tiny model instead (see :class:`TinyModelConfig`).
+        tokenizer: ``"auto"`` loads with ``PreTrainedTokenizerFast`` when the folder was saved
+            as one (as the tiny model is) and with ``AutoTokenizer`` otherwise; ``"fast"``
+            always uses ``PreTrainedTokenizerFast`` (``AutoTokenizer`` may pick a
+            model-specific class that tokenises a saved vocabulary differently).
+        dtype: Weights' dtype for training (``float32`` on CPU). ``bfloat16`` trains the
+            bf16 weights directly, with no float32 master copy.
+        device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"auto"`` (CUDA when available).
+        gradient_checkpointing: Trade compute for memory on long contexts.
+    """
+
+    path: str | None = None
+    tiny: TinyModelConfig | None = None
+    tokenizer: Literal["auto", "fast"] = "auto"
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    device: str = "cpu"
+    gradient_checkpointing: bool = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.tiny, Mapping):
+            self.tiny = from_dict(TinyModelConfig, self.tiny)
+        check(
+            "path",
+            self.path,
+            (self.path is None) != (self.tiny is None),
+            "a model directory when model.tiny is not set (give exactly one of model.path and model.tiny)",
+        )
+        ok = self.device in ("cpu", "cuda", "auto") or (
+            self.device.startswith("cuda:") and self.device[5:].isdigit()
+        )
+        check("device", self.device, ok, "'cpu', 'cuda', 'cuda:N' or 'auto'")
+
+
+@dataclass
+class RolloutConfig:
+    """How rollouts are generated: G per question, several turns each.
+
+    Attributes:
+        group_size: Rollouts per question (G; Light-Search 5, LightSearcher 12, HiExp 8).
+        questions_per_step: Questions per training step (the batch is ``questions_per_step × group_size`` episodes).
+        max_new_tokens: Tokens the policy may write per turn; generation also stops at the
+            protocol's stop strings and at the end-of-sequence token.
+        max_context_tokens: Tokens of one episode in all (prompt, actions, observations).
+            When the budget runs out the episode's remaining turns are taken as empty
+            (malformed) actions, so the env still ends it and scores it.
+        temperature: Sampling temperature (1.0 samples from the policy itself).
+        top_p: Nucleus sampling threshold (1.0 = off).
+        generation_batch_size: Contexts per ``generate`` call.
+    """
+
+    group_size: int = 5
+    questions_per_step: int = 4
+    max_new_tokens: int = 256
+    max_context_tokens: int = 4096
+    temperature: float = 1.0
+    top_p: float = 1.0
+    generation_batch_size: int = 64
+
+    def __post_init__(self) -> None:
+        _positive_int("group_size", self.group_size, 2, "GRPO compares the rollouts of one question.")
+        _positive_int("questions_per_step", self.questions_per_step)
+        _positive_int("max_new_tokens", self.max_new_tokens)
+        _positive_int("max_context_tokens", self.max_context_tokens, 2)
+        _finite("temperature", self.temperature, low=1e-6)
+        _finite("top_p", self.top_p, low=1e-6, high=1.0)
+        _positive_int("generation_batch_size", self.generation_batch_size)
+
+
+@dataclass
+class AlgoConfig:
+    """The GRPO update.
+
+    Attributes:
+        advantage: ``group_norm`` ((R − mean) / std over the group), ``dr_grpo`` (R − mean),
+            or ``tsas`` (Light-Search's two-stage shaping, PAPERS.md §2).
+        tsas_warmup_steps: M1, the first step of Light-Search's stage 2 (paper: 150).
+        tsas_alpha: α, the weight of the reasoning term in stage 1 (paper: 0.01).
+        tsas_reasoning: T counts ``<think>`` blocks (``steps``, the paper's choice) or the
+            tokens inside them (``tokens``).
+        clip_eps: PPO clip range ε (0.2).
+        kl_coef: β of the k3 KL estimate to the frozen reference model (0 = no reference model).
+        loss_agg: How per-token losses are averaged: ``token_mean`` (over all action tokens
+            of the batch), ``seq_mean_token_mean`` (GRPO: per sequence, then over sequences),
+            ``seq_mean_token_sum_norm`` (Dr. GRPO: token sums over a constant, the
+            generation budget ``max_new_tokens × max_turns``); ``auto`` picks Dr. GRPO's for
+            ``dr_grpo`` and GRPO's otherwise.
+        lr: AdamW learning rate.
+        lr_schedule: ``constant`` or ``cosine`` (to 0 at the last step), after ``warmup_steps`` of linear warm-up.
+        warmup_steps: Optimizer steps of linear learning-rate warm-up.
+        weight_decay: AdamW weight decay.
+        adam_beta1: AdamW β1.
+        adam_beta2: AdamW β2.
+        adam_eps: AdamW ε.
+        max_grad_norm: Gradient-norm clip (0 = off).
+        ppo_epochs: Passes over each step's batch.
+        mini_batches: Optimizer steps per pass (the batch is split into this many parts);
+            with more than one update per step the clipped ratio starts to act.
+        micro_batch_size: Sequences per forward/backward (gradient accumulation; does not
+            change the result).
+    """
+
+    advantage: Literal["group_norm", "dr_grpo", "tsas"] = "group_norm"
+    tsas_warmup_steps: int = 150
+    tsas_alpha: float = 0.01
+    tsas_reasoning: Literal["steps", "tokens"] = "steps"
+    clip_eps: float = 0.2
+    kl_coef: float = 0.001
+    loss_agg: Literal["auto", "token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"] = "auto"
+    lr: float = 1e-6
+    lr_schedule: Literal["constant", "cosine"] = "constant"
+    warmup_steps: int = 0
+    weight_decay: float = 0.0
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_eps: float = 1e-8
+    max_grad_norm: float = 1.0
+    ppo_epochs: int = 1
+    mini_batches: int = 1
+    micro_batch_size: int = 8
+
+    def __post_init__(self) -> None:
+        check("advantage", self.advantage, self.advantage in ADVANTAGES, "one of " + ", ".join(ADVANTAGES))
+        check(
+            "loss_agg",
+            self.loss_agg,
+            self.loss_agg in LOSS_AGGREGATIONS,
+            "one of " + ", ".join(LOSS_AGGREGATIONS),
+        )
+        _positive_int("tsas_warmup_steps", self.tsas_warmup_steps, 0)
+        _finite("tsas_alpha", self.tsas_alpha)
+        _finite("clip_eps", self.clip_eps, low=0.0, high=1.0)
+        _finite("kl_coef", self.kl_coef, low=0.0)
+        _finite("lr", self.lr, low=0.0)
+        _positive_int("warmup_steps", self.warmup_steps, 0)
+        _finite("weight_decay", self.weight_decay, low=0.0)
+        _finite("adam_beta1", self.adam_beta1, low=0.0, high=0.999999)
+        _finite("adam_beta2", self.adam_beta2, low=0.0, high=0.999999)
+        _finite("adam_eps", self.adam_eps, low=1e-12)
+        _finite("max_grad_norm", self.max_grad_norm, low=0.0)
+        _positive_int("ppo_epochs", self.ppo_epochs)
+        _positive_int("mini_batches", self.mini_batches)
+        _positive_int("micro_batch_size", self.micro_batch_size)
+
+    @property
+    def resolved_loss_agg(self) -> str:
+        """``loss_agg`` with ``auto`` replaced by the estimator's own choice."""
+        if self.loss_agg != "auto":
+            return self.loss_agg
+        return "seq_mean_token_sum_norm" if self.advantage == "dr_grpo" else "seq_mean_token_mean"
+
+
+@dataclass
+class MemoryConfig:
+    """Experience memory in front of the policy (the memory wrapper), or none.
+
+    Attributes:
+        kind: ``none``, ``experience`` (LightSearcher's contrastive bank, updated during
+            training) or ``hiexp`` (a HiExp hierarchy built offline, read-only).
+        path: ``experience``: the store folder (default ``{output_dir}/memory``);
+            ``hiexp``: the folder or ``hiexp_levels.jsonl`` file to load (required).
+        update_every: Training steps between bank updates (LightSearcher: 5).
+        summarizer: ``rule``, ``transformers:PATH`` or ``openai:MODEL@URL``.
+        theta_r: Bad trajectories have reward below it; the few-shot pool at or above it (0.3).
+        good_reward: Good trajectories have reward at or above it (1.0).
+        use_experience: Put the experience text (and HiExp's hints) in the prompt.
+        few_shot: Put one earlier episode in the prompt as an example.
+        top_k: HiExp strategy records in the prompt (5).
+        hint_threshold: HiExp hint cosine threshold (0.8).
+    """
+
+    kind: Literal["none", "experience", "hiexp"] = "none"
+    path: str | None = None
+    update_every: int = 5
+    summarizer: str = "rule"
+    theta_r: float = 0.3
+    good_reward: float = 1.0
+    use_experience: bool = True
+    few_shot: bool = True
+    top_k: int = 5
+    hint_threshold: float = 0.8
+
+    def __post_init__(self) -> None:
+        check(
+            "kind",
+            self.kind,
+            self.kind in ("none", "experience", "hiexp"),
+            "one of 'none', 'experience', 'hiexp'",
+        )
+        if self.kind == "hiexp":
+            check(
+                "path", self.path, self.path is not None, "the HiExp store folder or hiexp_levels.jsonl file"
+            )
+        _positive_int("update_every", self.update_every)
+        _finite("theta_r", self.theta_r)
+        _finite("good_reward", self.good_reward)
+        _positive_int("top_k", self.top_k)
+        _finite("hint_threshold", self.hint_threshold, low=-1.0, high=1.0)
+
+
+@dataclass
+class CheckpointConfig:
+    """Checkpoints: model, optimizer, scheduler, RNG states, step, reward and memory state.
+
+    Attributes:
+        every: Save after every ``every`` steps (0: only at the end). The last step is always saved.
+        keep_last: Checkpoints kept on disk (older ones are deleted).
+        resume: ``auto`` (continue from the latest checkpoint in ``output_dir`` if there
+            is one), ``never`` (start afresh; refuses an ``output_dir`` that holds
+            checkpoints), or a checkpoint folder.
+    """
+
+    every: int = 50
+    keep_last: int = 2
+    resume: str = "auto"
+
+    def __post_init__(self) -> None:
+        _positive_int("every", self.every, 0)
+        _positive_int("keep_last", self.keep_last)
+        check("resume", self.resume, bool(self.resume.strip()), "'auto', 'never' or a checkpoint folder")
+
+
+@dataclass
+class WandbConfig:
+    """Weights & Biases logging (``pip install 'searchgym[wandb]'``).
+
+    Attributes:
+        enabled: Log this run to W&B.
+        project: W&B project.
+        entity: W&B entity (team or user); null for the default.
+        name: Run name; null lets W&B choose.
+        mode: ``online``, ``offline`` or ``disabled``; null follows ``WANDB_MODE``.
+        tags: Run tags.
+        dir: Folder for W&B's files (default: ``output_dir``).
+    """
+
+    enabled: bool = False
+    project: str = "searchgym"
+    entity: str | None = None
+    name: str | None = None
+    mode: Literal["online", "offline", "disabled"] | None = None
+    tags: list[str] = field(default_factory=list)
+    dir: str | None = None
+
+
+_SECTIONS = {
+    "env": EnvConfig,
+    "model": ModelConfig,
+    "rollout": RolloutConfig,
+    "algo": AlgoConfig,
+    "memory": MemoryConfig,
+    "checkpoint": CheckpointConfig,
+    "wandb": WandbConfig,
+}
+
+
+@dataclass
+class TrainConfig:
+    """Everything a built-in GRPO run needs (one YAML file).
+
+    Attributes:
+        backend: The trainer that reads this file: always ``builtin`` here. (``searchgym
+            train`` sends files that say ``backend: openrlhf`` to the OpenRLHF plugin.)
+        output_dir: Folder of checkpoints, the saved config, the memory store and W&B files.
+        steps: Training steps (one step = rollouts for ``questions_per_step`` questions, then the update).
+        seed: Seed of the question order, the env resets, sampling and initialisation.
+        log_every: Print a line of metrics every this many steps.
+        env: See :class:`EnvConfig`.
+        model: See :class:`ModelConfig`.
+        rollout: See :class:`RolloutConfig`.
+        algo: See :class:`AlgoConfig`.
+        memory: See :class:`MemoryConfig`.
+        checkpoint: See :class:`CheckpointConfig`.
+        wandb: See :class:`WandbConfig`.
+    """
+
+    backend: Literal["builtin"] = "builtin"
+    output_dir: str = "runs/grpo"
+    steps: int = 100
+    seed: int = 0
+    log_every: int = 1
+    env: EnvConfig = field(default_factory=EnvConfig)
+    model: ModelConfig = field(default_factory=lambda: ModelConfig(tiny=TinyModelConfig()))
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    wandb: WandbConfig = field(default_factory=WandbConfig)
+
+    def __post_init__(self) -> None:
+        for name, cls in _SECTIONS.items():
+            value = getattr(self, name)
+            if isinstance(value, Mapping):
+                try:
+                    setattr(self, name, from_dict(cls, value))
+                except ConfigError as exc:
+                    raise exc.within(name) from None
+            elif not isinstance(value, cls):
+                raise ConfigError(name, value, f"a mapping of {cls.__name__} fields")
+        check(
+            "backend",
+            self.backend,
+            self.backend == "builtin",
+            "'builtin'",
+            "An OpenRLHF run file goes to searchgym train --backend openrlhf.",
+        )
+        check("output_dir", self.output_dir, bool(str(self.output_dir).strip()), "a folder path")
+        _positive_int("steps", self.steps)
+        _positive_int("seed", self.seed, 0)
+        _positive_int("log_every", self.log_every)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The config as plain data; ``TrainConfig.from_dict`` reads it back to an equal config."""
+        return to_dict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> TrainConfig:
+        """Build and check a config from plain data (unknown keys are errors)."""
+        return from_dict(cls, data)
+
+    def replace(self, **changes: Any) -> TrainConfig:
+        """A checked copy with top-level fields replaced (sections may be given as mappings)."""
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data.update(changes)
+        return from_dict(
+            TrainConfig, {k: to_dict(v) if hasattr(v, "__dataclass_fields__") else v for k, v in data.items()}
+        )
+
+
+def load_config(path: str | os.PathLike[str]) -> TrainConfig:
+    """Read and check a :class:`TrainConfig` from a YAML file.
+
+    Raises:
+        ConfigError: naming the file, the dotted field, the value and what is allowed.
+    """
+    return load_yaml(TrainConfig, path)
+
+
+def save_config(config: TrainConfig, path: str | os.PathLike[str]) -> str:
+    """Write ``config`` as YAML (atomically); :func:`load_config` reads back an equal config."""
+    return str(save_yaml(config, path))
+
+
+def describe(config: TrainConfig) -> str:
+    """What a run of ``config`` would do, in a few lines, without loading anything heavy.
+
+    This is what ``searchgym train --dry-run`` prints for the built-in backend, followed by
+    the checked config as YAML.
+    """
+    from pathlib import Path
+
+    import yaml
+
+    r, a, m = config.rollout, config.algo, config.model
+    if m.tiny is not None:
+        source = f"tiny model built in {m.tiny.dir} ({m.tiny.hidden_size}x{m.tiny.num_layers})"
+    else:
+        source = str(m.path)
+    found = sorted(
+        int(p.parent.name[5:])
+        for p in Path(config.output_dir, "checkpoints").glob("step_*/trainer_state.json")
+        if p.parent.name[5:].isdigit()
+    )
+    resume = config.checkpoint.resume
+    if resume == "auto":
+        start = f"resume from step {found[-1]} ({config.output_dir}/checkpoints)" if found else "a fresh run"
+    elif resume == "never":
+        start = "a fresh run" if not found else f"refused: {config.output_dir} already holds checkpoints"
+    else:
+        start = f"resume from {resume}"
+    episodes = r.questions_per_step * r.group_size
+    lines = [
+        f"builtin GRPO: {config.steps} steps on {config.env.id} ({start})",
+        f"  policy: {source} on {m.device} ({m.dtype})",
+        f"  rollouts: {r.questions_per_step} questions x {r.group_size} = {episodes} episodes per step, "
+        f"{r.max_new_tokens} new tokens per turn, {r.max_context_tokens} per episode",
+        f"  update: {a.advantage} advantages, {a.resolved_loss_agg}, clip {a.clip_eps:g}, kl {a.kl_coef:g} (k3), "
+        f"AdamW lr {a.lr:g} ({a.lr_schedule}), {a.ppo_epochs * a.mini_batches} optimizer step(s) per step",
+        f"  memory: {config.memory.kind}; checkpoints every {config.checkpoint.every or config.steps} steps "
+        f"in {config.output_dir}; wandb: {'on' if config.wandb.enabled else 'off'}",
+        "",
+        yaml.safe_dump(config.to_dict(), sort_keys=False).rstrip(),
+    ]
+    return "\n".join(lines)

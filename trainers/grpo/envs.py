@@ -1,0 +1,103 @@
+"""The env side of a GRPO run: the shared reward scheme, the memory, the env factory, the question order."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from ...envs.rewards import RewardScheme, make_reward
+from ..config import EnvConfig, MemoryConfig
+
+__all__ = ["build_reward", "build_memory", "env_factory", "question_schedule", "memory_store_dir"]
+
+
+def build_reward(env: EnvConfig) -> RewardScheme | None:
+    """The one reward scheme every env of the run shares (None when ``kwargs.reward`` is an object).
+
+    Sharing matters for LightSearcher, whose per-question minimum of searches must be seen
+    by every rollout of the question.
+    """
+    reward = env.kwargs.get("reward", "f1")
+    if isinstance(reward, RewardScheme):
+        return reward
+    return make_reward(reward, **dict(env.kwargs.get("reward_kwargs") or {}))
+
+
+def memory_store_dir(memory: MemoryConfig, output_dir: str | os.PathLike[str]) -> Path | None:
+    """The experience store folder of a run (``memory.path`` or ``{output_dir}/memory``), else None."""
+    if memory.kind != "experience":
+        return None
+    return Path(memory.path) if memory.path else Path(output_dir) / "memory"
+
+
+def build_memory(memory: MemoryConfig, output_dir: str | os.PathLike[str], seed: int) -> Any:
+    """The configured memory: an ExperienceMemory, a loaded HiExp hierarchy, or None."""
+    if memory.kind == "none":
+        return None
+    if memory.kind == "experience":
+        from ...memory import ExperienceMemory
+
+        return ExperienceMemory(
+            memory_store_dir(memory, output_dir),
+            update_every=memory.update_every,
+            summarizer=memory.summarizer,
+            theta_r=memory.theta_r,
+            good_reward=memory.good_reward,
+            seed=seed,
+        )
+    from ...memory import HierarchicalExperience
+
+    assert memory.path is not None  # MemoryConfig requires it for hiexp
+    return HierarchicalExperience.load(memory.path)
+
+
+def env_factory(
+    env: EnvConfig, reward: RewardScheme | None, memory: Any = None, memory_config: MemoryConfig | None = None
+) -> Callable[[], gym.Env]:
+    """A function that builds one env of the run: ``gym.make`` with the shared scheme, then the memory wrapper."""
+    kwargs = dict(env.kwargs)
+    if reward is not None:
+        kwargs["reward"] = reward
+        kwargs.pop("reward_kwargs", None)
+
+    def make() -> gym.Env:
+        built = gym.make(env.id, disable_env_checker=True, **kwargs)
+        if memory is None:
+            return built
+        from ...memory import ExperienceWrapper
+
+        options = memory_config or MemoryConfig()
+        return ExperienceWrapper(
+            built,
+            memory,
+            use_experience=options.use_experience,
+            few_shot=options.few_shot,
+            record=True,
+            top_k=options.top_k,
+            hint_threshold=options.hint_threshold,
+        )
+
+    return make
+
+
+def question_schedule(num_questions: int, per_step: int, step: int, seed: int) -> list[int]:
+    """The question indices of training step ``step``: a fresh seeded permutation each epoch.
+
+    Position ``p = step · per_step + j`` of the run takes question ``perm_e[p mod n]`` with
+    ``e = p div n`` and ``perm_e`` the permutation of epoch ``e`` drawn from ``(seed, e)``, so
+    the schedule of any step is known without replaying the ones before it (resuming needs that).
+    """
+    out = []
+    cache: dict[int, np.ndarray] = {}
+    for j in range(per_step):
+        position = step * per_step + j
+        epoch, offset = divmod(position, num_questions)
+        if epoch not in cache:
+            cache[epoch] = np.random.default_rng([seed, epoch]).permutation(num_questions)
+        out.append(int(cache[epoch][offset]))
+    return out

@@ -1,0 +1,194 @@
+"""Batched sampling from a transformers causal LM, one action per context, with stop strings.
+
+The trainer needs the exact tokens the policy sampled (their log-probabilities enter the
+loss), so generation works on token ids rather than text: each context is a list of ids,
+contexts are left-padded into one batch, and :class:`ActionStop` ends each row at the
+first of
+
+* a token that completes one of the protocol's stop strings (``</search>``, ``</answer>``,
+  ``</tool_call>``, …) in the decoded action,
+* an end-of-sequence token (kept: the model learns to stop),
+* the row's own token budget (``max_new_tokens``, or less when the episode's context
+  budget is nearly spent).
+
+This module imports torch and transformers.
+
+The env receives the decoded action without special tokens, cut right after the stop
+string, exactly as :class:`searchgym.policies.hf.HFPolicy` cuts it at evaluation time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
+
+from ...policies.hf import cut_at_stop
+
+__all__ = ["Sampled", "ActionStop", "SamplingSettings", "sample_actions", "eos_token_ids"]
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """How actions are sampled.
+
+    Attributes:
+        temperature: Softmax temperature (1.0 samples the policy itself).
+        top_p: Nucleus threshold (1.0 = off).
+        batch_size: Contexts per ``generate`` call.
+    """
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    batch_size: int = 64
+
+
+@dataclass(frozen=True)
+class Sampled:
+    """One sampled action.
+
+    Attributes:
+        ids: The sampled tokens, up to and including the one that ended the action.
+        text: What the env receives: ``ids`` decoded without special tokens, cut after the stop string.
+        finish: ``"stop"`` (a stop string), ``"eos"`` or ``"length"`` (the row's budget).
+    """
+
+    ids: list[int]
+    text: str
+    finish: str
+
+
+def eos_token_ids(model: Any, tokenizer: Any) -> list[int]:
+    """End-of-sequence ids of the model's generation config and of the tokenizer."""
+    ids: set[int] = set()
+    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    for value in (configured, getattr(tokenizer, "eos_token_id", None)):
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, (list, tuple)):
+            ids.update(int(v) for v in value)
+    return sorted(ids)
+
+
+class ActionStop(StoppingCriteria):
+    """A transformers stopping criterion that ends each row of a batch on its own terms.
+
+    Built by :func:`sample_actions`; records in :attr:`kept` how many generated tokens of
+    each row belong to its action and in :attr:`finish` why it ended.
+
+    Args:
+        tokenizer: Decodes the tail of each row to look for stop strings.
+        stops: Stop strings.
+        eos_ids: End-of-sequence token ids.
+        prompt_width: Width of the (left-padded) input; generated tokens start there.
+        budgets: Most tokens each row may generate.
+    """
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        stops: Sequence[str],
+        eos_ids: Sequence[int],
+        prompt_width: int,
+        budgets: Sequence[int],
+    ):
+        self.tokenizer = tokenizer
+        self.stops = list(stops)
+        self.eos_ids = set(eos_ids)
+        self.prompt_width = prompt_width
+        self.budgets = list(budgets)
+        self.kept: list[int | None] = [None] * len(budgets)
+        self.finish: list[str] = ["length"] * len(budgets)
+        # A stop string of L characters lies within its last L tokens (every token is >= 1 byte).
+        self.window = max((len(s.encode("utf-8")) for s in self.stops), default=0) + 2
+
+    def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+        generated = input_ids.shape[1] - self.prompt_width
+        done = []
+        for row in range(input_ids.shape[0]):
+            if self.kept[row] is None and generated > 0:
+                last = int(input_ids[row, -1])
+                if last in self.eos_ids:
+                    self.kept[row], self.finish[row] = generated, "eos"
+                elif self.stops and self._stopped(input_ids[row], generated):
+                    self.kept[row], self.finish[row] = generated, "stop"
+                elif generated >= self.budgets[row]:
+                    self.kept[row], self.finish[row] = generated, "length"
+            done.append(self.kept[row] is not None)
+        return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
+
+    def _stopped(self, row: Any, generated: int) -> bool:
+        tail = row[-min(generated, self.window) :].tolist()
+        text = self.tokenizer.decode(tail, skip_special_tokens=True)
+        return any(s in text for s in self.stops)
+
+
+def sample_actions(
+    model: Any,
+    tokenizer: Any,
+    contexts: Sequence[Sequence[int]],
+    budgets: Sequence[int],
+    stops: Sequence[str],
+    settings: SamplingSettings,
+) -> list[Sampled]:
+    """Sample one action per context (token ids), each within its budget of new tokens.
+
+    Sampling uses torch's global generator: seed it (``torch.manual_seed``) for
+    reproducible rollouts. Sampling ignores the model's own generation defaults
+    (``top_k``, repetition penalties…): tokens are drawn from the temperature-scaled
+    softmax, with nucleus filtering only when ``top_p < 1``.
+
+    Args:
+        model: A transformers causal LM.
+        tokenizer: Its tokenizer.
+        contexts: Token ids of each context.
+        budgets: Most new tokens per context (>= 1 each).
+        stops: Stop strings.
+        settings: Temperature, top-p and batch size.
+
+    Returns:
+        One :class:`Sampled` per context, in order.
+    """
+    eos = eos_token_ids(model, tokenizer)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos[0] if eos else 0)
+    device = next(model.parameters()).device
+    out: list[Sampled] = []
+    was_training = model.training
+    model.eval()
+    try:
+        for first in range(0, len(contexts), settings.batch_size):
+            rows = [list(c) for c in contexts[first : first + settings.batch_size]]
+            row_budgets = [int(b) for b in budgets[first : first + settings.batch_size]]
+            width = max(len(r) for r in rows)
+            input_ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=device)
+            attention = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=device)
+            stop = ActionStop(tokenizer, stops, eos, width, row_budgets)
+            config = GenerationConfig(
+                do_sample=True,
+                temperature=settings.temperature,
+                top_p=settings.top_p,
+                top_k=0,
+                max_new_tokens=max(row_budgets),
+                pad_token_id=pad,
+                eos_token_id=eos or None,
+            )
+            with torch.inference_mode():
+                sequences = model.generate(
+                    input_ids=input_ids,
+                    attention_mask=attention,
+                    generation_config=config,
+                    stopping_criteria=StoppingCriteriaList([stop]),
+                )
+            new = sequences[:, width:].tolist()
+            for row, ids in enumerate(new):
+                kept = stop.kept[row] if stop.kept[row] is not None else min(len(ids), row_budgets[row])
+                ids = ids[:kept]
+                text = tokenizer.decode(ids, skip_special_tokens=True)
+                text, _ = cut_at_stop(text, stops)
+                out.append(Sampled(ids=ids, text=text, finish=stop.finish[row]))
+    finally:
+        model.train(was_training)
+    return out

@@ -1,0 +1,92 @@
+"""Loading the policy and the reference model a run trains from."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ...envs.errors import InvalidArgumentError, SearchGymError
+from ..config import ModelConfig
+
+__all__ = ["model_source", "load_tokenizer_for", "load_model", "resolve_device"]
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_device(device: str) -> torch.device:
+    """``"auto"`` → CUDA when available, else CPU; other names as they are."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise InvalidArgumentError(
+            f"model.device is {device!r} but torch sees no CUDA device: use 'cpu' or 'auto' on this machine."
+        )
+    return torch.device(device)
+
+
+def model_source(config: ModelConfig) -> Path:
+    """The folder the run starts from: ``model.path``, or the tiny model built (once) for ``model.tiny``."""
+    if config.tiny is not None:
+        from ...policies.tiny import build_tiny_lm
+
+        tiny = config.tiny
+        return build_tiny_lm(
+            tiny.dir,
+            vocab_size=tiny.vocab_size,
+            hidden_size=tiny.hidden_size,
+            num_layers=tiny.num_layers,
+            seed=tiny.seed,
+        )
+    assert config.path is not None  # ModelConfig guarantees one of the two
+    return Path(config.path)
+
+
+def load_tokenizer_for(config: ModelConfig, folder: str | os.PathLike[str]) -> Any:
+    """The tokenizer of ``folder`` as ``model.tokenizer`` asks; a missing pad token becomes EOS."""
+    from ...policies.tiny import load_tokenizer
+
+    if config.tokenizer == "fast" or config.tiny is not None:
+        from transformers import PreTrainedTokenizerFast
+
+        try:
+            tokenizer = PreTrainedTokenizerFast.from_pretrained(folder)
+        except (OSError, ValueError) as exc:
+            raise InvalidArgumentError(f"Cannot load a fast tokenizer from {str(folder)!r}: {exc}") from exc
+    else:
+        tokenizer = load_tokenizer(folder)
+    if tokenizer.pad_token_id is None:
+        if tokenizer.eos_token_id is None:
+            raise InvalidArgumentError(
+                f"The tokenizer of {str(folder)!r} has neither a pad nor an EOS token: set one and save it again."
+            )
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_model(config: ModelConfig, folder: str | os.PathLike[str], device: torch.device) -> Any:
+    """A causal LM from ``folder`` in ``model.dtype`` on ``device``, with dropout off.
+
+    Raises:
+        InvalidArgumentError: the folder holds no loadable causal LM.
+    """
+    try:
+        from transformers import AutoModelForCausalLM
+    except ImportError as exc:  # pragma: no cover - the train extra is missing
+        raise SearchGymError(
+            f"The GRPO trainer needs transformers ({exc}): pip install 'searchgym[train]'."
+        ) from exc
+    if not (Path(folder) / "config.json").is_file() and os.path.isdir(folder):
+        raise InvalidArgumentError(
+            f"model.path {str(folder)!r} holds no config.json: give a save_pretrained folder."
+        )
+    try:
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=_DTYPES[config.dtype])
+    except (OSError, ValueError) as exc:
+        raise InvalidArgumentError(f"Cannot load a causal LM from {str(folder)!r}: {exc}") from exc
+    model = model.to(device)  # type: ignore[arg-type]  # transformers' stubs miss torch.device
+    if config.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    return model.eval()

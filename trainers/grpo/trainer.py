@@ -1,0 +1,456 @@
+"""The built-in GRPO trainer: rollouts through searchgym envs, group advantages, clipped updates.
+
+One training step:
+
+1. take the step's questions (:func:`~.envs.question_schedule`);
+2. run G rollouts of each (:class:`~.rollout.RolloutCollector`): multi-turn, the
+   protocol's stop strings, env text masked out of the loss;
+3. compute each group's advantages (``group_norm``, ``dr_grpo`` or ``tsas``);
+4. update the policy with PPO's clipped objective and a k3 KL to the frozen reference
+   (AdamW; ``ppo_epochs × mini_batches`` optimizer steps; micro-batches accumulate);
+5. count a step of the experience memory (``memory.step()``, which updates the bank every
+   ``update_every`` steps);
+6. log the figures, and save a checkpoint when one is due.
+
+Everything random in a step is drawn from generators seeded by ``(seed, step)``, and a
+checkpoint holds the model, AdamW, the schedule, the RNG states, the shared reward scheme
+and the memory store, so a run resumed from a checkpoint reaches the same parameters as
+one that never stopped (bitwise on CPU). Dropout is off throughout (the model stays in
+eval mode), as usual for RL fine-tuning of LLMs.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import shutil
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from ...envs.errors import InvalidArgumentError
+from ...policies.chat import ChatFormatter
+from ..config import ConfigError, TrainConfig
+from ..config_base import dump_yaml, save_yaml, to_dict
+from .advantages import GroupFigures, group_advantages
+from .checkpoint import (
+    TrainerState,
+    latest_checkpoint,
+    list_checkpoints,
+    load_pickle,
+    prune_checkpoints,
+    read_state,
+    save_checkpoint,
+    set_rng_state,
+)
+from .envs import build_memory, build_reward, env_factory, memory_store_dir, question_schedule
+from .generation import SamplingSettings
+from .loss import clipped_token_loss, pad_batch, pad_values, token_logprobs, token_weights
+from .metrics import rollout_metrics
+from .model import load_model, load_tokenizer_for, model_source, resolve_device
+from .rollout import Episode, RolloutCollector
+
+__all__ = ["GRPOTrainer", "train", "step_seed"]
+
+logger = logging.getLogger("searchgym.trainers")
+
+_THINK = re.compile(r"<think>(.*?)</think>", re.S)
+
+
+def step_seed(seed: int, step: int) -> int:
+    """The seed of everything random in training step ``step`` of a run seeded with ``seed``."""
+    return int(np.random.SeedSequence([seed, step]).generate_state(1)[0])
+
+
+def _lr_lambda(warmup: int, total: int, schedule: str) -> Any:
+    def factor(n: int) -> float:
+        if warmup and n < warmup:
+            return (n + 1) / warmup
+        if schedule == "cosine":
+            progress = (n - warmup) / max(1, total - warmup)
+            return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+        return 1.0
+
+    return factor
+
+
+class GRPOTrainer:
+    """Trains a transformers causal LM on a searchgym env with GRPO (see the module docstring).
+
+    Args:
+        config: The run's :class:`~searchgym.trainers.config.TrainConfig`.
+        progress: Show a progress bar over steps.
+
+    Example:
+        >>> from searchgym.trainers.config import load_config
+        >>> trainer = GRPOTrainer(load_config("configs/grpo_synthetic.yaml"))  # doctest: +SKIP
+        >>> state = trainer.train()  # doctest: +SKIP
+    """
+
+    def __init__(self, config: TrainConfig, *, progress: bool = True):
+        if not isinstance(config, TrainConfig):
+            raise InvalidArgumentError(f"GRPOTrainer needs a TrainConfig, got {type(config).__name__}.")
+        self.config = config
+        self.output_dir = Path(config.output_dir)
+        self.progress = progress
+        self.state = TrainerState()
+        self.resumed_from: Path | None = None
+        self._ready = False
+        self.wandb: Any = None
+
+    # -- setup ---------------------------------------------------------------------------------
+
+    def _checkpoint_to_resume(self) -> Path | None:
+        resume = self.config.checkpoint.resume
+        if resume == "never":
+            if list_checkpoints(self.output_dir):
+                raise ConfigError(
+                    "checkpoint.resume",
+                    resume,
+                    "'auto', 'never' or a checkpoint folder",
+                    f"{self.output_dir} already holds checkpoints: use resume: auto to continue that run, "
+                    "or choose another output_dir.",
+                )
+            return None
+        if resume == "auto":
+            return latest_checkpoint(self.output_dir)
+        path = Path(resume)
+        read_state(path)  # raises a clear error for anything but a complete checkpoint
+        return path
+
+    def setup(self) -> None:
+        """Load the models, build the envs, optimizer and memory, and resume if asked (idempotent)."""
+        if self._ready:
+            return
+        cfg = self.config
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        checkpoint = self._checkpoint_to_resume()
+        self.device = resolve_device(cfg.model.device)
+        source = model_source(cfg.model)
+        self.tokenizer = load_tokenizer_for(cfg.model, source)
+        torch.manual_seed(cfg.seed)
+        np.random.seed(cfg.seed % 2**32)
+        self.model = load_model(cfg.model, checkpoint / "model" if checkpoint else source, self.device)
+        self.ref_model = None
+        if cfg.algo.kl_coef > 0:
+            self.ref_model = load_model(cfg.model, source, self.device)
+            self.ref_model.requires_grad_(False)
+        self.optimizer = torch.optim.AdamW(
+            [p for p in self.model.parameters() if p.requires_grad],
+            lr=cfg.algo.lr,
+            betas=(cfg.algo.adam_beta1, cfg.algo.adam_beta2),
+            eps=cfg.algo.adam_eps,
+            weight_decay=cfg.algo.weight_decay,
+        )
+        updates = cfg.steps * cfg.algo.ppo_epochs * cfg.algo.mini_batches
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, _lr_lambda(cfg.algo.warmup_steps, updates, cfg.algo.lr_schedule)
+        )
+        self.reward_scheme = build_reward(cfg.env)
+        self.memory_dir = memory_store_dir(cfg.memory, self.output_dir)
+        if checkpoint is not None:
+            self._restore(checkpoint)
+        self.memory = build_memory(cfg.memory, self.output_dir, cfg.seed)
+        if self.memory is not None and hasattr(self.memory, "steps"):
+            self.memory.steps = self.state.step
+        self.formatter = ChatFormatter(self.tokenizer)
+        self.collector = RolloutCollector(
+            env_factory(cfg.env, self.reward_scheme, self.memory, cfg.memory),
+            self.model,
+            self.tokenizer,
+            self.formatter,
+            max_new_tokens=cfg.rollout.max_new_tokens,
+            max_context_tokens=cfg.rollout.max_context_tokens,
+            sampling=SamplingSettings(
+                cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.generation_batch_size
+            ),
+        )
+        probe: Any = self.collector.env(0).unwrapped
+        self.num_questions = len(probe.questions)
+        self.max_turns = int(getattr(probe, "max_turns", 1))
+        save_yaml(cfg, self.output_dir / "config.yaml", lenient=True)
+        if cfg.wandb.enabled:
+            self._start_wandb()
+        self._ready = True
+
+    def _restore(self, checkpoint: Path) -> None:
+        self.state = read_state(checkpoint)
+        self.optimizer.load_state_dict(torch.load(checkpoint / "optimizer.pt", map_location=self.device))
+        self.scheduler.load_state_dict(torch.load(checkpoint / "scheduler.pt"))
+        set_rng_state(torch.load(checkpoint / "rng.pt", weights_only=False))
+        if (checkpoint / "reward.pkl").is_file():
+            self.reward_scheme = load_pickle(checkpoint / "reward.pkl")
+        if self.memory_dir is not None and (checkpoint / "memory").is_dir():
+            if self.memory_dir.exists():
+                shutil.rmtree(self.memory_dir)
+            shutil.copytree(checkpoint / "memory", self.memory_dir)
+        self.resumed_from = checkpoint
+        logger.info("Resumed from %s at step %d.", checkpoint, self.state.step)
+
+    def _start_wandb(self) -> None:
+        from ..wandb_logger import WandbLogger
+
+        options = self.config.wandb
+        id_file = self.output_dir / "wandb_run_id"
+        run_id = (
+            id_file.read_text(encoding="utf-8").strip() if id_file.is_file() and self.state.step else None
+        )
+        self.wandb = WandbLogger(
+            options.project,
+            config=to_dict(self.config),
+            name=options.name,
+            entity=options.entity,
+            mode=options.mode,
+            tags=options.tags,
+            dir=options.dir or str(self.output_dir),
+            job_type="train",
+            run_id=run_id,
+        )
+        id_file.write_text(self.wandb.run_id + "\n", encoding="utf-8")
+
+    # -- one step ------------------------------------------------------------------------------
+
+    def _reasoning(self, episode: Episode) -> float:
+        if self.config.algo.tsas_reasoning == "steps":
+            return float(episode.info.get("reasoning_steps", 0))
+        text = "".join(episode.actions())
+        return float(
+            sum(len(self.tokenizer(m, add_special_tokens=False)["input_ids"]) for m in _THINK.findall(text))
+        )
+
+    def advantages(self, episodes: Sequence[Episode], step: int) -> list[float]:
+        """The advantage of each episode, computed group by group."""
+        algo = self.config.algo
+        out: list[float] = []
+        groups: dict[int, list[Episode]] = {}
+        for episode in episodes:
+            groups.setdefault(episode.group, []).append(episode)
+        for group in sorted(groups):
+            members = groups[group]
+            figures = GroupFigures(
+                rewards=tuple(e.reward for e in members),
+                searches=tuple(float(e.info.get("num_searches", 0)) for e in members),
+                reasoning=tuple(self._reasoning(e) for e in members),
+            )
+            out.extend(
+                group_advantages(
+                    algo.advantage,
+                    figures,
+                    step=step,
+                    tsas_warmup_steps=algo.tsas_warmup_steps,
+                    tsas_alpha=algo.tsas_alpha,
+                )
+            )
+        return out
+
+    def _logprobs(self, model: Any, episodes: Sequence[Episode]) -> list[torch.Tensor]:
+        """Per-episode token log-probabilities (no gradient), in micro-batches."""
+        out: list[torch.Tensor] = []
+        size = self.config.algo.micro_batch_size
+        with torch.no_grad():
+            for first in range(0, len(episodes), size):
+                chunk = episodes[first : first + size]
+                ids, attention = pad_batch(
+                    [e.token_ids for e in chunk], self.tokenizer.pad_token_id, self.device
+                )
+                lp = token_logprobs(model, ids, attention, self.config.rollout.temperature)
+                out.extend(lp[row, : len(e.token_ids) - 1].cpu() for row, e in enumerate(chunk))
+        return out
+
+    def update(self, episodes: Sequence[Episode], advantages: Sequence[float], step: int) -> dict[str, float]:
+        """The optimizer steps of one training step; returns the update's figures."""
+        algo, cfg = self.config.algo, self.config
+        rng = np.random.default_rng(step_seed(cfg.seed, step) + 1)
+        masks = [e.action_mask[1:] for e in episodes]
+        ref = self._logprobs(self.ref_model, episodes) if self.ref_model is not None else None
+        on_policy = algo.ppo_epochs * algo.mini_batches == 1
+        old = None if on_policy else self._logprobs(self.model, episodes)
+        norm_length = cfg.rollout.max_new_tokens * self.max_turns
+        totals = {
+            "loss": 0.0,
+            "pg_loss": 0.0,
+            "kl_sum": 0.0,
+            "clip_sum": 0.0,
+            "tokens": 0.0,
+            "grad_norm": 0.0,
+        }
+        updates = 0
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        for _ in range(algo.ppo_epochs):
+            order = rng.permutation(len(episodes)) if algo.mini_batches > 1 else np.arange(len(episodes))
+            for chunk in np.array_split(order, algo.mini_batches):
+                part = [int(i) for i in chunk]
+                if not part:
+                    continue
+                weights = token_weights([masks[i] for i in part], algo.resolved_loss_agg, norm_length)
+                self.optimizer.zero_grad(set_to_none=True)
+                for first in range(0, len(part), algo.micro_batch_size):
+                    micro = part[first : first + algo.micro_batch_size]
+                    local = weights[first : first + algo.micro_batch_size]
+                    self._accumulate(episodes, micro, local, masks, advantages, ref, old, totals)
+                norm = torch.nn.utils.clip_grad_norm_(
+                    params, algo.max_grad_norm if algo.max_grad_norm > 0 else float("inf")
+                )
+                totals["grad_norm"] += float(norm)
+                self.optimizer.step()
+                self.scheduler.step()
+                updates += 1
+        tokens = max(totals["tokens"], 1.0)
+        return {
+            "loss": totals["loss"] / max(updates, 1),
+            "pg_loss": totals["pg_loss"] / max(updates, 1),
+            "kl": totals["kl_sum"] / tokens,
+            "clip_frac": totals["clip_sum"] / tokens,
+            "grad_norm": totals["grad_norm"] / max(updates, 1),
+            "lr": float(self.scheduler.get_last_lr()[0]),
+            "updates": float(updates),
+        }
+
+    def _accumulate(
+        self,
+        episodes: Sequence[Episode],
+        micro: list[int],
+        weights: list[list[float]],
+        masks: list[list[int]],
+        advantages: Sequence[float],
+        ref: list[torch.Tensor] | None,
+        old: list[torch.Tensor] | None,
+        totals: dict[str, float],
+    ) -> None:
+        """Forward and backward one micro-batch; add its share of the loss to the gradients."""
+        cfg = self.config
+        ids, attention = pad_batch(
+            [episodes[i].token_ids for i in micro], self.tokenizer.pad_token_id, self.device
+        )
+        logprobs = token_logprobs(self.model, ids, attention, cfg.rollout.temperature)
+        width = logprobs.shape[1]
+        w = pad_values(weights, width, self.device)
+        mask = pad_values([masks[i] for i in micro], width, self.device)
+        adv = torch.tensor([float(advantages[i]) for i in micro], device=self.device)[:, None].expand(
+            -1, width
+        )
+        old_lp = (
+            logprobs.detach()
+            if old is None
+            else pad_values([old[i].tolist() for i in micro], width, self.device)
+        )
+        ref_lp = None if ref is None else pad_values([ref[i].tolist() for i in micro], width, self.device)
+        per_token, parts = clipped_token_loss(
+            logprobs, old_lp, adv, clip_eps=cfg.algo.clip_eps, ref_logprobs=ref_lp, kl_coef=cfg.algo.kl_coef
+        )
+        loss = (per_token * w).sum()
+        loss.backward()
+        totals["loss"] += float(loss.detach())
+        totals["pg_loss"] += float((parts["pg"] * w).sum())
+        totals["kl_sum"] += float((parts["kl"] * mask).sum())
+        totals["clip_sum"] += float((parts["clipped"] * mask).sum())
+        totals["tokens"] += float(mask.sum())
+
+    def train_step(self, step: int) -> dict[str, Any]:
+        """Run training step ``step`` (0-based) and return its figures."""
+        self.setup()
+        cfg = self.config
+        start = time.perf_counter()
+        questions = question_schedule(self.num_questions, cfg.rollout.questions_per_step, step, cfg.seed)
+        episodes = self.collector.collect(questions, cfg.rollout.group_size, step_seed(cfg.seed, step))
+        rollout_s = time.perf_counter() - start
+        advantages = self.advantages(episodes, step)
+        train = self.update(episodes, advantages, step)
+        train["rollout_s"] = rollout_s
+        train["update_s"] = time.perf_counter() - start - rollout_s
+        update = self.memory.step() if self.memory is not None else None
+        bank = getattr(update, "bank", None) if getattr(update, "outcome", None) == "written" else None
+        train["step_s"] = time.perf_counter() - start
+        rollout = rollout_metrics(episodes)
+        record = {"step": step + 1, "rollout": rollout, "train": train}
+        if update is not None:
+            record["memory"] = {"outcome": update.outcome, "version": getattr(bank, "version", None)}
+        if self.wandb is not None:
+            self.wandb.log_step(step + 1, rollout, train)
+            if bank is not None:
+                self.wandb.log_experience(bank, step=step + 1)
+        self.last_episodes = episodes
+        return record
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def save(self) -> Path:
+        """Write a checkpoint of the current state."""
+        return save_checkpoint(
+            self.output_dir,
+            self.state,
+            model=self.model,
+            tokenizer=self.tokenizer,
+            optimizer=self.optimizer,
+            scheduler=self.scheduler,
+            config_yaml=dump_yaml(self.config, lenient=True),
+            reward_scheme=self.reward_scheme,
+            memory_dir=self.memory_dir,
+        )
+
+    def train(self, steps: int | None = None) -> TrainerState:
+        """Train until ``config.steps`` steps are done (or ``steps`` more, if given), checkpointing on the way.
+
+        Returns:
+            The final :class:`~.checkpoint.TrainerState` (step and per-step figures).
+        """
+        self.setup()
+        cfg = self.config
+        end = cfg.steps if steps is None else min(cfg.steps, self.state.step + steps)
+        bar = tqdm(
+            total=cfg.steps, initial=self.state.step, desc="grpo", unit="step", disable=not self.progress
+        )
+        try:
+            while self.state.step < end:
+                record = self.train_step(self.state.step)
+                self.state.step += 1
+                self.state.history.append(record)
+                r, t = record["rollout"], record["train"]
+                bar.update(1)
+                bar.set_postfix(
+                    reward=f"{r['reward']:.3f}", f1=f"{r['f1']:.2f}", st=f"{r['st']:.2f}", kl=f"{t['kl']:.4f}"
+                )
+                if self.state.step % cfg.log_every == 0:
+                    logger.info(
+                        "step %d: reward %.3f f1 %.3f st %.2f sr %.2f format %.2f tokens %.1f loss %.4f kl %.5f (%.2f s)",
+                        self.state.step,
+                        r["reward"],
+                        r["f1"],
+                        r["st"],
+                        r["sr"],
+                        r["format_ok"],
+                        r["action_tokens"],
+                        t["loss"],
+                        t["kl"],
+                        t["step_s"],
+                    )
+                every = cfg.checkpoint.every
+                if (every and self.state.step % every == 0) or self.state.step == cfg.steps:
+                    self.save()
+                    prune_checkpoints(self.output_dir, cfg.checkpoint.keep_last)
+        finally:
+            bar.close()
+        return self.state
+
+    def close(self) -> None:
+        """Close the envs and the W&B run."""
+        if getattr(self, "collector", None) is not None:
+            self.collector.close()
+        if self.wandb is not None:
+            self.wandb.finish()
+            self.wandb = None
+
+
+def train(config: TrainConfig, *, progress: bool = True) -> TrainerState:
+    """Run a whole GRPO training job from a config; returns the final state."""
+    trainer = GRPOTrainer(config, progress=progress)
+    try:
+        return trainer.train()
+    finally:
+        trainer.close()

@@ -1,0 +1,376 @@
+"""searchgym envs as OpenRLHF multi-turn agents (target: openrlhf 0.11.2).
+
+OpenRLHF's :class:`~openrlhf.utils.agent.MultiTurnAgentExecutor` builds one agent instance
+per sample, calls ``reset({"observation", "label"})`` once, then alternates vLLM
+generation with ``step({"observation_text", "action_text", "label", "sampling_params"})``
+until the step says ``done``. It sums the steps' ``rewards``, keeps the last step's
+``scores`` and ``extra_logs``, and trains only on the generated tokens: the prompt and
+every ``environment_feedback`` are masked out of the loss.
+
+:class:`SearchGymAgentInstance` maps one searchgym episode onto that loop:
+
+- ``reset``: the row's ``label`` (JSON ``{"id", "question", "golden_answers"}``, as
+  ``searchgym prepare`` writes it) becomes ``env.reset(options=...)``; the observation
+  (instructions, memory blocks when configured, question) is rendered as the first user
+  turn with :class:`~searchgym.policies.chat.ChatFormatter`. The row's ``prompt`` is not
+  used: the env renders the prompt, so memory can change it per episode.
+- ``step``: ``env.step(action_text)`` runs in a thread (retrieval blocks; the step runs
+  on the vLLM actor's event loop). The env's reward becomes ``rewards`` (0 until the last
+  step, then the scheme's value, so the sum is the scheme's reward); the observation
+  becomes the next user or tool turn with ``ChatFormatter.feedback``, the same text
+  ``searchgym eval`` and the built-in trainer produce.
+- ``extra_logs``: the same numeric keys (:data:`EXTRA_LOG_KEYS`) on every step of every
+  sample, because OpenRLHF stacks them across samples.
+
+:class:`SearchGymAgentExecutor` adds what the base executor lacks: the protocol's stop
+strings with ``include_stop_str_in_output`` (the default sampling parameters have none),
+OpenRLHF's tokenizer handed to the formatter, and an ending for episodes that run out of
+token budget (the base loop then stops without a last step, so the executor ends the
+episode as truncated and adds the scheme's reward for it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import copy
+import json
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
+
+from ...envs.errors import InvalidArgumentError, SearchGymError
+from .config import AGENT_CONFIG_VARIABLE, AgentConfig, agent_config_from_env, load_agent_config
+from .env_pool import env_pool
+
+__all__ = [
+    "EXTRA_LOG_KEYS",
+    "SearchGymAgentExecutor",
+    "SearchGymAgentInstance",
+    "label_to_options",
+    "with_stop_strings",
+]
+
+EXTRA_LOG_KEYS = (
+    "num_searches",
+    "searched",
+    "em",
+    "f1",
+    "cover_em",
+    "format_ok",
+    "answered",
+    "truncated",
+    "turns",
+    "reasoning_steps",
+    "action_chars",
+    "format_errors",
+    "retrieval_errors",
+    "memory_chars",
+)
+"""The ``extra_logs`` keys of every step, all floats. OpenRLHF logs their batch means
+(``train/f1``, ``train/num_searches`` ...; ``searched`` is SR, ``num_searches`` ST);
+the TSAS hook reads ``num_searches`` and ``reasoning_steps``."""
+
+_CONFIG_LOCK = threading.Lock()
+_CONFIG_CACHE: dict[str, AgentConfig] = {}
+
+
+def _config_from_env() -> AgentConfig:
+    """The agent config of ``$SEARCHGYM_AGENT_CONFIG``, read once per process and file."""
+    path = os.environ.get(AGENT_CONFIG_VARIABLE, "")
+    with _CONFIG_LOCK:
+        config = _CONFIG_CACHE.get(path)
+        if config is None:
+            config = _CONFIG_CACHE[path] = agent_config_from_env() if not path else load_agent_config(path)
+        return config
+
+
+def label_to_options(label: object) -> dict[str, Any]:
+    """A training row's ``label`` as ``reset`` options (``question``, ``golden_answers``, ``id``).
+
+    Accepts the JSON string ``searchgym prepare`` writes, or the same object already decoded.
+
+    Raises:
+        InvalidArgumentError: not JSON, not an object, or ``question``/``golden_answers``
+            missing or of the wrong type (the message shows the label).
+    """
+    how = (
+        'Each row\'s label must be a JSON object {"id", "question", "golden_answers"}: write the '
+        "training file with `searchgym prepare` and pass --data.label_key label."
+    )
+    data = label
+    if isinstance(label, str):
+        try:
+            data = json.loads(label)
+        except json.JSONDecodeError as exc:
+            raise InvalidArgumentError(f"The label {label!r:.200} is not JSON ({exc.msg}). {how}") from exc
+    if not isinstance(data, dict):
+        raise InvalidArgumentError(f"The label {label!r:.200} is not a JSON object. {how}")
+    question, golds = data.get("question"), data.get("golden_answers")
+    if isinstance(golds, str):
+        golds = [golds]
+    if not isinstance(question, str) or not question.strip():
+        raise InvalidArgumentError(f"The label {label!r:.200} has no non-empty 'question'. {how}")
+    if not isinstance(golds, list) or not golds or not all(isinstance(g, str) for g in golds):
+        raise InvalidArgumentError(
+            f"The label {label!r:.200} needs 'golden_answers', a list of strings. {how}"
+        )
+    return {"question": question, "golden_answers": list(golds), "id": str(data.get("id", "custom"))}
+
+
+def with_stop_strings(sampling_params: Any, stops: list[str]) -> Any:
+    """A copy of vLLM ``sampling_params`` that also stops at ``stops`` and keeps the stop string.
+
+    The stop strings already set are kept (first), and ``include_stop_str_in_output`` is
+    turned on so that the action text ends with its closing tag, which the protocol
+    needs to parse it.
+    """
+    params = copy.deepcopy(sampling_params)
+    current = getattr(params, "stop", None)
+    if current is None:
+        existing: list[str] = []
+    elif isinstance(current, str):
+        existing = [current]
+    else:
+        existing = list(current)
+    params.stop = existing + [s for s in stops if s not in existing]
+    params.include_stop_str_in_output = True
+    return params
+
+
+def _formatter_for(tokenizer: Any) -> Any:
+    from ...policies.chat import ChatFormatter
+
+    return ChatFormatter(tokenizer)
+
+
+@dataclass
+class _Episode:
+    """What one ``execute`` call shares with the instance it builds (through a context var)."""
+
+    config: AgentConfig
+    formatter: Any
+    instances: list[SearchGymAgentInstance] = field(default_factory=list)
+
+
+_EPISODE: contextvars.ContextVar[_Episode | None] = contextvars.ContextVar("searchgym_episode", default=None)
+
+
+class SearchGymAgentInstance(AgentInstanceBase):
+    """One searchgym episode behind OpenRLHF's agent-instance interface (see the module docstring).
+
+    Built with no arguments, as OpenRLHF builds it. Inside :class:`SearchGymAgentExecutor`
+    it uses the executor's config and tokenizer; on its own it reads
+    ``$SEARCHGYM_AGENT_CONFIG`` and formats with ``agent.tokenizer`` (or plain text).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        episode = _EPISODE.get()
+        if episode is not None:
+            self.config, self.formatter = episode.config, episode.formatter
+            episode.instances.append(self)
+        else:
+            self.config = _config_from_env()
+            self.formatter = _default_formatter(self.config)
+        self._env: Any = None
+        self._pool = env_pool(self.config)
+        self.done = False
+        self.total_reward = 0.0
+        self._format_errors = 0
+        self._retrieval_errors = 0
+        self._memory_chars = 0
+        self._final_logs: dict[str, float] | None = None
+        self._lock = threading.Lock()
+
+    # -- OpenRLHF's interface ----------------------------------------------------------------
+
+    async def reset(self, states: dict, **kwargs: Any) -> dict:
+        """Start the episode of ``states["label"]``; returns the rendered first turn."""
+        options = label_to_options(states.get("label"))
+        self._env = await asyncio.to_thread(self._pool.acquire)
+        observation, info = await asyncio.to_thread(self._env.reset, options=options)
+        self._memory_chars = sum(span[2] - span[1] for span in info.get("memory_spans", ()))
+        return {"observation": self.formatter.prompt(observation)}
+
+    async def step(self, states: dict, **kwargs: Any) -> dict:
+        """Apply one generated action; returns OpenRLHF's step dict."""
+        if self.done:  # the base executor never gets here; another driver might
+            return self._result(0.0, "", True)
+        if self._env is None:
+            raise SearchGymError("step() before reset(): OpenRLHF calls reset first; so must you.")
+        action = states.get("action_text", "")
+        observation, reward, terminated, truncated, info = await asyncio.to_thread(
+            self._env.step, action if isinstance(action, str) else ""
+        )
+        self._format_errors += "error" in info
+        self._retrieval_errors += "retrieval_error" in info
+        self.total_reward += float(reward)
+        if terminated or truncated:
+            self._finish()
+            return self._result(float(reward), "", True)
+        return self._result(float(reward), self.formatter.feedback(observation), False)
+
+    # -- ending and logs -----------------------------------------------------------------------
+
+    def _result(self, reward: float, feedback: str, done: bool) -> dict:
+        return {
+            "rewards": torch.tensor(reward, dtype=torch.float32),
+            "scores": torch.tensor(self.total_reward, dtype=torch.float32),
+            "environment_feedback": feedback,
+            "done": done,
+            "extra_logs": self.extra_logs(),
+        }
+
+    async def finish_truncated(self) -> float:
+        """End a running episode as truncated (the token budget ran out); returns its reward.
+
+        The reward scheme scores the trajectory as it stands, as the env does when
+        ``max_turns`` runs out, and the memory wrapper's recording is done here too.
+        """
+        if self.done or self._env is None:
+            return 0.0
+        reward = await asyncio.to_thread(_end_truncated, self._env)
+        self.total_reward += reward
+        self._finish()
+        return reward
+
+    def _finish(self) -> None:
+        """Mark the episode done, keep its logs, and give the env back."""
+        self.done = True
+        self._final_logs = self.extra_logs()
+        self.close()
+
+    def extra_logs(self) -> dict[str, float]:
+        """The :data:`EXTRA_LOG_KEYS` of the episode so far (or at its end), as floats."""
+        if self._final_logs is not None:
+            return dict(self._final_logs)
+        base = getattr(self._env, "unwrapped", None)
+        trajectory = getattr(base, "trajectory", None)
+        if trajectory is None:
+            values = dict.fromkeys(EXTRA_LOG_KEYS, 0.0)
+            values["memory_chars"] = float(self._memory_chars)
+            return values
+        searches = trajectory.num_searches
+        answered = bool(trajectory.turns) and trajectory.turns[-1].action.kind == "answer"
+        return {
+            "num_searches": float(searches),
+            "searched": float(searches > 0),
+            "em": float(trajectory.em),
+            "f1": float(trajectory.f1),
+            "cover_em": float(trajectory.cover_em),
+            "format_ok": float(trajectory.format_ok),
+            "answered": float(answered),
+            "truncated": float(self.done and not answered),
+            "turns": float(len(trajectory.turns)),
+            "reasoning_steps": float(trajectory.reasoning_steps),
+            "action_chars": float(trajectory.action_chars),
+            "format_errors": float(self._format_errors),
+            "retrieval_errors": float(self._retrieval_errors),
+            "memory_chars": float(self._memory_chars),
+        }
+
+    def close(self) -> None:
+        """Give the env back to the pool (at the episode's end, and by the executor in any case)."""
+        with self._lock:
+            env, self._env = self._env, None
+        if env is not None:
+            self._pool.release(env)
+
+
+def _default_formatter(config: AgentConfig) -> Any:
+    if config.tokenizer is None:
+        return _formatter_for(None)
+    from ...policies.tiny import load_tokenizer  # the class the folder was saved with
+
+    return _formatter_for(load_tokenizer(config.tokenizer))
+
+
+def _end_truncated(env: Any) -> float:
+    """End ``env``'s running episode as truncated and return the scheme's reward for it."""
+    base = env.unwrapped
+    truncate = getattr(base, "truncate", None)
+    if callable(truncate):  # a public way to do this, when the env offers one
+        return float(truncate())
+    trajectory = base.trajectory
+    trajectory.truncated = True
+    reward = float(base.reward_scheme(trajectory))
+    trajectory.reward = reward
+    base._done = True
+    layer = env
+    while layer is not base:  # let the memory wrapper record the finished episode
+        memory, record = getattr(layer, "memory", None), getattr(layer, "record", False)
+        if memory is not None and record and callable(getattr(memory, "add", None)):
+            try:
+                memory.add(trajectory)
+            except Exception:  # noqa: BLE001 - a memory failure must not lose the sample
+                pass
+            break
+        layer = layer.env
+    return reward
+
+
+class SearchGymAgentExecutor(MultiTurnAgentExecutor):
+    """OpenRLHF's multi-turn executor with searchgym's stop strings, formatter and ending.
+
+    Built with no arguments (OpenRLHF's loader does ``AgentExecutor()``). Each
+    :meth:`execute` runs the base class's loop unchanged on a copy of the sampling
+    parameters that stops at the protocol's closing tags.
+
+    Args:
+        agent_instance_cls: The instance class (default :class:`SearchGymAgentInstance`).
+        config: The agent config (default: read from ``$SEARCHGYM_AGENT_CONFIG`` on first use).
+    """
+
+    def __init__(
+        self,
+        agent_instance_cls: type[SearchGymAgentInstance] = SearchGymAgentInstance,
+        config: AgentConfig | None = None,
+    ):
+        super().__init__(agent_instance_cls)
+        self._config = config
+        self._protocol: Any = None
+
+    @property
+    def config(self) -> AgentConfig:
+        """The agent config in use."""
+        if self._config is None:
+            self._config = _config_from_env()
+        return self._config
+
+    def stop_strings(self, formatter: Any) -> list[str]:
+        """The protocol's stop strings, from the formatter (the same ones eval uses)."""
+        if self._protocol is None:
+            from ...envs.protocols import make_protocol
+
+            self._protocol = make_protocol(self.config.env_kwargs.get("protocol", "search_r1"))
+        return list(formatter.stop_strings(self._protocol))
+
+    async def execute(
+        self, prompt, label, sampling_params, max_length: int, hf_tokenizer, llm_engine, images=None
+    ):
+        """Run one episode with ``llm_engine``; returns OpenRLHF's sample dict."""
+        config = self.config
+        formatter = _formatter_for(hf_tokenizer)
+        params = with_stop_strings(sampling_params, self.stop_strings(formatter))
+        episode = _Episode(config, formatter)
+        token = _EPISODE.set(episode)
+        try:
+            result = await super().execute(
+                prompt, label, params, max_length, hf_tokenizer, llm_engine, images
+            )
+            if episode.instances:
+                instance = episode.instances[-1]
+                if not instance.done:
+                    extra = await instance.finish_truncated()
+                    result["reward"] = float(result.get("reward") or 0.0) + extra
+                    result["scores"] = instance.total_reward
+                result["extra_logs"] = instance.extra_logs()
+            return result
+        finally:
+            _EPISODE.reset(token)
+            for instance in episode.instances:
+                instance.close()

@@ -1,0 +1,137 @@
+"""Envs for the agent instances: built once per process from the agent config, then reused.
+
+OpenRLHF builds one agent instance per sample, and a vLLM actor runs hundreds of samples
+at once. Building a benchmark env reads its question file, so instances borrow a built env
+from a per-process :class:`EnvPool` at ``reset`` and give it back when the episode ends.
+Retrievers are shared by every env of a process anyway (``searchgym.envs.retrieval``), and
+so is the experience memory: one object per store folder, opened by :func:`open_memory`.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+import gymnasium as gym
+
+from ...envs.errors import InvalidArgumentError
+from .config import AgentConfig, MemoryConfig
+
+__all__ = ["EnvPool", "build_env", "env_pool", "open_memory"]
+
+_LOCK = threading.Lock()
+_MEMORIES: dict[tuple[Any, ...], Any] = {}
+_POOLS: dict[str, EnvPool] = {}
+
+
+def open_memory(config: MemoryConfig) -> Any:
+    """The process-wide memory object for ``config`` (one per store folder and kind).
+
+    ``lightsearcher`` opens an :class:`~searchgym.memory.ExperienceMemory` on the store (the
+    agents add finished episodes and read the bank; the trainer actor's hook calls
+    ``step``). ``hiexp`` loads the :class:`~searchgym.memory.HierarchicalExperience` saved
+    in the store.
+    """
+    key = (config.kind, config.path, config.update_every, config.summarizer)
+    with _LOCK:
+        memory = _MEMORIES.get(key)
+        if memory is None:
+            from ...memory import ExperienceMemory, HierarchicalExperience
+
+            if config.kind == "lightsearcher":
+                memory = ExperienceMemory(
+                    config.path, update_every=config.update_every, summarizer=config.summarizer
+                )
+            else:
+                memory = HierarchicalExperience.load(config.path)
+            _MEMORIES[key] = memory
+        return memory
+
+
+def build_env(config: AgentConfig) -> gym.Env:
+    """A new env for ``config``: ``gym.make(env_id, **env_kwargs)``, wrapped with memory if set."""
+    import searchgym  # noqa: F401  (registers the ids)
+
+    env = gym.make(config.env_id, **config.env_kwargs)
+    if config.memory is not None:
+        from ...memory import ExperienceWrapper
+
+        memory = config.memory
+        env = ExperienceWrapper(
+            env,
+            open_memory(memory),
+            use_experience=memory.use_experience,
+            few_shot=memory.few_shot,
+            top_k=memory.top_k,
+            hint_threshold=memory.hint_threshold,
+        )
+    return env
+
+
+class EnvPool:
+    """Built envs of one agent config, lent to one episode at a time (thread-safe).
+
+    Args:
+        config: What to build.
+        max_idle: Envs kept for reuse; more are built when more episodes run at once, and
+            the surplus is dropped when they come back.
+    """
+
+    def __init__(self, config: AgentConfig, max_idle: int | None = None):
+        self.config = config
+        self.max_idle = config.max_pool if max_idle is None else max_idle
+        self._idle: list[gym.Env] = []
+        self._lock = threading.Lock()
+        self.built = 0
+        """Envs built so far (for tests and logs)."""
+
+    def acquire(self) -> gym.Env:
+        """An env no other episode is using (built now when none is idle)."""
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+        env = build_env(self.config)
+        with self._lock:
+            self.built += 1
+        return env
+
+    def release(self, env: gym.Env) -> None:
+        """Give back an env from :meth:`acquire`; it is reset before its next episode."""
+        with self._lock:
+            if len(self._idle) < self.max_idle:
+                self._idle.append(env)
+                return
+        env.close()
+
+    def __len__(self) -> int:
+        """Idle envs."""
+        with self._lock:
+            return len(self._idle)
+
+
+def _config_key(config: AgentConfig) -> str:
+    try:
+        return json.dumps(
+            {
+                "env_id": config.env_id,
+                "env_kwargs": config.env_kwargs,
+                "memory": None if config.memory is None else config.memory.__dict__,
+            },
+            sort_keys=True,
+            default=repr,
+        )
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgumentError(
+            f"agent.env_kwargs must be plain YAML values, got {config.env_kwargs!r:.200}."
+        ) from exc
+
+
+def env_pool(config: AgentConfig) -> EnvPool:
+    """The process-wide pool of ``config``'s envs."""
+    key = _config_key(config)
+    with _LOCK:
+        pool = _POOLS.get(key)
+        if pool is None:
+            pool = _POOLS[key] = EnvPool(config)
+        return pool

@@ -1,0 +1,237 @@
+"""``launch``: a run file (``configs/openrlhf/*.yaml``) → an ``openrlhf.cli.train_ppo_ray`` run.
+
+The ``openrlhf`` section becomes dotted flags (:mod:`~searchgym.trainers.openrlhf.flags`),
+checked by OpenRLHF's own parser and pre-training checks; ``--train.agent_func_path``
+defaults to the shipped agent file, ``--data.input_key``/``--data.label_key`` to the
+``prompt``/``label`` columns ``searchgym prepare`` writes. The agent on the Ray workers
+finds its env through ``SEARCHGYM_AGENT_CONFIG``, which names the run file itself, so the
+Ray job's runtime env carries that variable (and ``SEARCHGYM_AGENT_BASEDIR``, the launch
+directory relative paths are resolved against). When the config selects TSAS or a
+LightSearcher memory, the runtime env also names the worker hook
+(:data:`~searchgym.trainers.openrlhf.advantage_hook.HOOK`).
+
+Two ways to start, by ``launch.ray_address``:
+
+- unset: ``python -m searchgym.trainers.openrlhf.train_ppo FLAGS``, which calls
+  ``ray.init(runtime_env=...)`` (joining ``$RAY_ADDRESS`` when set) and then runs
+  ``openrlhf.cli.train_ppo_ray`` as ``__main__``;
+- a dashboard address: ``ray job submit --address ADDR --runtime-env-json JSON --
+  python3 -m openrlhf.cli.train_ppo_ray FLAGS``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from ...envs.errors import InvalidArgumentError, SearchGymError
+from .advantage_hook import HOOK, TSAS_ESTIMATORS, needs_hook
+from .config import AGENT_CONFIG_VARIABLE, BASEDIR_VARIABLE, RunConfig, load_run_config
+from .flags import check_flags, flatten, openrlhf_parser, to_argv
+
+__all__ = [
+    "OPENRLHF_ENV_DEFAULTS",
+    "RUNTIME_ENV_VARIABLE",
+    "LaunchPlan",
+    "agent_file_path",
+    "compose",
+    "launch",
+]
+
+RUNTIME_ENV_VARIABLE = "SEARCHGYM_RAY_RUNTIME_ENV"
+"""Environment variable through which ``launch`` hands the runtime env to ``train_ppo``."""
+
+OPENRLHF_ENV_DEFAULTS = {
+    "TOKENIZERS_PARALLELISM": "true",
+    "NCCL_DEBUG": "WARN",
+    "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS": "1",
+}
+"""The env vars ``train_ppo_ray`` gives ``ray.init`` itself; ``train_ppo`` keeps them (a
+submitted job leaves them to OpenRLHF's own ``ray.init``, since Ray refuses a variable set twice)."""
+
+_DEFAULT_FLAGS = {"data.input_key": "prompt", "data.label_key": "label"}
+_DATA_FLAGS = ("data.prompt_dataset", "eval.dataset")
+_OUTPUT_FLAGS = ("ckpt.path", "ckpt.output_dir", "logger.tensorboard_dir")
+
+
+def _absolute_paths(flat: dict[str, Any], basedir: str) -> None:
+    """Make relative local paths absolute: Ray workers do not share the launcher's directory.
+
+    Dataset flags may list several comma-separated datasets, local files or hub names; a
+    part becomes absolute only when it exists under ``basedir``. Output folders become
+    absolute whenever they are relative.
+    """
+    for key in _DATA_FLAGS:
+        value = flat.get(key)
+        if isinstance(value, str):
+            parts = [p.strip() for p in value.split(",")]
+            flat[key] = ",".join(
+                os.path.join(basedir, p)
+                if p and not os.path.isabs(p) and os.path.exists(os.path.join(basedir, p))
+                else p
+                for p in parts
+            )
+    for key in _OUTPUT_FLAGS:
+        value = flat.get(key)
+        if isinstance(value, str) and value and not os.path.isabs(os.path.expanduser(value)):
+            flat[key] = os.path.normpath(os.path.join(basedir, value))
+
+
+def agent_file_path() -> str:
+    """The absolute path of the shipped agent file, for ``--train.agent_func_path``."""
+    return str(Path(__file__).resolve().with_name("agent_file.py"))
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """A composed run: the command, its environment, and what was checked."""
+
+    command: list[str]
+    """The program and its arguments."""
+    env: dict[str, str]
+    """Variables to set for the command (on top of the current environment)."""
+    runtime_env: dict[str, Any]
+    """The Ray runtime env of the job."""
+    flags: list[str]
+    """The OpenRLHF flags alone."""
+    warnings: list[str] = field(default_factory=list)
+    """OpenRLHF's printed warnings about the flags, and searchgym's."""
+
+    def shell(self) -> str:
+        """The command as one shell line, with its variables in front."""
+        prefix = [f"{k}={shlex.quote(v)}" for k, v in self.env.items()]
+        return " ".join(prefix + [shlex.quote(part) for part in self.command])
+
+
+def _check_plugin_flags(config: RunConfig, flat: dict[str, Any]) -> list[str]:
+    """searchgym's own checks of the flags against the agent config."""
+    warnings = []
+    estimator = flat.get("algo.advantage.estimator", "gae")
+    if config.agent.advantage is not None and estimator not in TSAS_ESTIMATORS:
+        raise InvalidArgumentError(
+            f"agent.advantage selects TSAS, which replaces OpenRLHF's group baseline: set "
+            f"openrlhf.algo.advantage.estimator to one of {', '.join(TSAS_ESTIMATORS)} (got {estimator!r})."
+        )
+    if flat.get("data.apply_chat_template"):
+        warnings.append(
+            "searchgym: data.apply_chat_template has no effect: the agent renders the prompt from the env "
+            "with the tokenizer's chat template itself."
+        )
+    if flat.get("data.label_key") != "label" and flat.get("data.label_key") is not None:
+        warnings.append(
+            f"searchgym: data.label_key is {flat['data.label_key']!r}; that column must hold the JSON "
+            '{"id", "question", "golden_answers"} that `searchgym prepare` writes under \'label\'.'
+        )
+    if not flat.get("data.prompt_dataset"):
+        raise InvalidArgumentError(
+            "openrlhf.data.prompt_dataset is not set: write the training rows with `searchgym prepare "
+            "--dataset NAME --out train.jsonl` and give that file."
+        )
+    return warnings
+
+
+def compose(config: RunConfig, basedir: str | None = None) -> LaunchPlan:
+    """The command that runs ``config`` (see the module docstring).
+
+    Raises:
+        UnknownNameError: an ``openrlhf`` key that is no OpenRLHF flag.
+        InvalidArgumentError: a flag value OpenRLHF's parser or checks reject, or a flag
+            that does not fit the agent config (e.g. TSAS under ``gae``).
+    """
+    basedir = os.path.abspath(basedir or os.getcwd())
+    flat = flatten(config.openrlhf)
+    flat.setdefault("train.agent_func_path", agent_file_path())
+    for key, value in _DEFAULT_FLAGS.items():
+        flat.setdefault(key, value)
+    warnings = _check_plugin_flags(config, flat)
+    _absolute_paths(flat, basedir)
+    info = openrlhf_parser()
+    argv = to_argv(flat, info)
+    if info is None:
+        warnings.append("searchgym: openrlhf is not installed here, so the flags were not checked.")
+    else:
+        _, printed = check_flags(argv, info)
+        warnings += [f"openrlhf: {line}" for line in printed]
+
+    env_vars = {AGENT_CONFIG_VARIABLE: config.path, BASEDIR_VARIABLE: basedir}
+    for name in ("SEARCHGYM_DATA_DIR",):
+        if os.environ.get(name):
+            env_vars[name] = os.environ[name]
+    env_vars.update(config.launch.env)
+    runtime_env: dict[str, Any] = {"env_vars": dict(env_vars)}
+    if needs_hook(config.agent):
+        runtime_env["worker_process_setup_hook"] = HOOK
+
+    if config.launch.ray_address is None:
+        local_env = dict(runtime_env)
+        local_env["env_vars"] = {**OPENRLHF_ENV_DEFAULTS, **env_vars}
+        python = config.launch.python or sys.executable
+        command = [python, "-m", "searchgym.trainers.openrlhf.train_ppo", *argv]
+        env = {RUNTIME_ENV_VARIABLE: json.dumps(local_env, sort_keys=True)}
+        return LaunchPlan(command, env, local_env, argv, warnings)
+    python = config.launch.python or "python3"
+    command = [
+        "ray",
+        "job",
+        "submit",
+        "--address",
+        config.launch.ray_address,
+        "--runtime-env-json",
+        json.dumps(runtime_env, sort_keys=True),
+        "--",
+        python,
+        "-m",
+        "openrlhf.cli.train_ppo_ray",
+        *argv,
+    ]
+    return LaunchPlan(command, {}, runtime_env, argv, warnings)
+
+
+def _missing_runtime() -> list[str]:
+    return [
+        name for name in ("openrlhf", "ray", "vllm", "deepspeed") if importlib.util.find_spec(name) is None
+    ]
+
+
+def launch(config_path: str | os.PathLike[str], dry_run: bool = False, *, out: TextIO | None = None) -> int:
+    """Compose the OpenRLHF run of ``config_path``; print it (``dry_run``) or run it.
+
+    Args:
+        config_path: A run file (``configs/openrlhf/*.yaml``).
+        dry_run: Print the command (and OpenRLHF's warnings about the flags) instead of running it.
+        out: Where to print (default: standard output).
+
+    Returns:
+        0 after a dry run, else the exit code of the run.
+
+    Raises:
+        SearchGymError: a bad config (the message names the key), or a machine without the
+            packages a run needs (vLLM, DeepSpeed: the message says how to install them).
+    """
+    out = out or sys.stdout
+    config = load_run_config(config_path)
+    plan = compose(config)
+    for line in plan.warnings:
+        print(f"# {line}", file=sys.stderr)
+    if dry_run:
+        print(plan.shell(), file=out)
+        out.flush()
+        return 0
+    if config.launch.ray_address is None:
+        missing = _missing_runtime()
+        if missing:
+            raise SearchGymError(
+                f"An OpenRLHF run needs {', '.join(missing)}, which this Python does not have. On a GPU "
+                "machine: pip install 'openrlhf[vllm]==0.11.2' (which brings vllm, deepspeed and ray), then "
+                "rerun. --dry-run prints the command without running it."
+            )
+    print(plan.shell(), file=out)
+    out.flush()
+    return subprocess.run(plan.command, env={**os.environ, **plan.env}, check=False).returncode

@@ -1,0 +1,59 @@
+"""``python -m searchgym.trainers.openrlhf.train_ppo FLAGS``: OpenRLHF's PPO entry with searchgym's Ray env.
+
+It starts Ray with the runtime env ``launch`` composed (``$SEARCHGYM_RAY_RUNTIME_ENV``):
+``SEARCHGYM_AGENT_CONFIG`` and friends for every worker, OpenRLHF's own defaults, and the
+worker hook when the config needs it. Then it runs ``openrlhf.cli.train_ppo_ray`` as
+``__main__`` with the same flags; that module sees Ray already started and keeps it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import sys
+
+from ...envs.errors import InvalidArgumentError
+from .advantage_hook import HOOK, needs_hook
+from .config import AGENT_CONFIG_VARIABLE, BASEDIR_VARIABLE, agent_config_from_env
+from .launch import OPENRLHF_ENV_DEFAULTS, RUNTIME_ENV_VARIABLE
+
+__all__ = ["main", "runtime_env"]
+
+
+def runtime_env() -> dict:
+    """The runtime env from ``$SEARCHGYM_RAY_RUNTIME_ENV``, or one built from ``$SEARCHGYM_AGENT_CONFIG``."""
+    text = os.environ.get(RUNTIME_ENV_VARIABLE)
+    if text:
+        try:
+            env = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InvalidArgumentError(f"${RUNTIME_ENV_VARIABLE} is not JSON ({exc}): {text!r:.200}") from exc
+        if not isinstance(env, dict):
+            raise InvalidArgumentError(f"${RUNTIME_ENV_VARIABLE} must be a JSON object, got {text!r:.200}.")
+        return env
+    config = agent_config_from_env()
+    env_vars = {
+        **OPENRLHF_ENV_DEFAULTS,
+        AGENT_CONFIG_VARIABLE: os.path.abspath(os.environ[AGENT_CONFIG_VARIABLE]),
+    }
+    env_vars[BASEDIR_VARIABLE] = os.environ.get(BASEDIR_VARIABLE) or os.getcwd()
+    out: dict = {"env_vars": env_vars}
+    if needs_hook(config):
+        out["worker_process_setup_hook"] = HOOK
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Start Ray with :func:`runtime_env`, then run ``openrlhf.cli.train_ppo_ray`` with ``argv``."""
+    import ray
+
+    env = runtime_env()
+    if not ray.is_initialized():
+        ray.init(runtime_env=env)
+    sys.argv = ["openrlhf.cli.train_ppo_ray", *(sys.argv[1:] if argv is None else argv)]
+    runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__", alter_sys=True)
+
+
+if __name__ == "__main__":
+    main()
