@@ -263,21 +263,26 @@ class SearchQAEnv(gym.Env[str, str]):
         )
 
     def _info(self) -> dict[str, Any]:
+        # One pass over the turns: this runs on every step, next to retrieval.
         traj = self.trajectory
         assert traj is not None
+        turns = traj.turns
+        searches = [t for t in turns if t.action.kind == "search"]
+        answer = traj.answer
+        scored = answer is not None
         info: dict[str, Any] = {
             "question_id": traj.question.id,
-            "num_searches": traj.num_searches,
-            "queries": traj.queries,
-            "retrieved_ids": traj.retrieved_ids,
-            "answer": traj.answer,
-            "em": traj.em,
-            "f1": traj.f1,
-            "cover_em": traj.cover_em,
-            "format_ok": traj.format_ok,
-            "turn": len(traj.turns),
-            "reasoning_steps": traj.reasoning_steps,
-            "action_chars": traj.action_chars,
+            "num_searches": len(searches),
+            "queries": [t.action.query for t in searches],
+            "retrieved_ids": [[d.id for d in t.docs] for t in searches],
+            "answer": answer,
+            "em": traj.em if scored else 0.0,
+            "f1": traj.f1 if scored else 0.0,
+            "cover_em": traj.cover_em if scored else 0.0,
+            "format_ok": all(t.action.format_ok for t in turns),
+            "turn": len(turns),
+            "reasoning_steps": sum(t.action.think_blocks for t in turns),
+            "action_chars": sum(len(t.action_text) for t in turns),
         }
         if traj.question.known is not None:
             info["known"] = traj.question.known
