@@ -102,6 +102,8 @@ class SearchQAEnv(gym.Env[str, str]):
     retriever: a :class:`Retriever` object (subclasses also accept a backend name).
     topk: documents per search (default 3). max_turns: actions per episode (default 4).
     max_searches: searches per episode (default None: bounded by ``max_turns``).
+    instructions: text that replaces the protocol's instructions in the prompt (default
+        None: the protocol's own), e.g. a brief one for a tiny model.
 
     ## Version History
     * v0: initial version.
@@ -121,6 +123,7 @@ class SearchQAEnv(gym.Env[str, str]):
         max_turns: int = 4,
         max_searches: int | None = None,
         render_mode: str | None = None,
+        instructions: str | None = None,
     ):
         if not questions:
             raise InvalidArgumentError("questions is empty: give at least one question.")
@@ -138,6 +141,9 @@ class SearchQAEnv(gym.Env[str, str]):
         self.max_turns = _check_int("max_turns", max_turns, 1)
         self.max_searches = None if max_searches is None else _check_int("max_searches", max_searches, 0)
         self.render_mode = render_mode
+        if instructions is not None and (not isinstance(instructions, str) or not instructions.strip()):
+            raise InvalidArgumentError(f"instructions must be None or a non-empty str, got {instructions!r}.")
+        self.instructions = instructions
         self.observation_space = AnyText()
         self.action_space = AnyText()
         self.trajectory: Trajectory | None = None
@@ -151,7 +157,7 @@ class SearchQAEnv(gym.Env[str, str]):
         question = self._choose_question(options)
         self.trajectory = Trajectory(question=question, protocol=self.protocol.name)
         self._done = False
-        prompt = self.protocol.render_prompt(question.question)
+        prompt = self.protocol.render_prompt(question.question, self.instructions)
         self._transcript = [prompt]
         return prompt, self._info()
 

@@ -2,16 +2,51 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Mapping
 from typing import Any
 
+from .errors import InvalidArgumentError
 from .protocols import Protocol
+from .records import Question
 from .retrieval import Retriever, make_retriever
 from .rewards import RewardScheme
 from .search_env import SearchQAEnv, check_retriever_kwargs
 from .synthetic import SyntheticWorld, generate_world
 
-__all__ = ["SyntheticFactsEnv"]
+__all__ = ["SyntheticFactsEnv", "split_questions", "SPLITS"]
+
+SPLITS = ("all", "train", "eval")
+
+
+def split_questions(
+    world: SyntheticWorld, split: str = "all", eval_fraction: float = 0.25
+) -> tuple[Question, ...]:
+    """The questions of ``split``: ``"all"``, or a seeded train/eval partition of them.
+
+    ``eval`` takes ``round(eval_fraction * n)`` questions drawn at random (seeded by the
+    world's seed) and ``train`` the rest, so the two never share a question and every run
+    on the same world draws the same partition.
+    """
+    if split not in SPLITS:
+        raise InvalidArgumentError(f"split must be one of {', '.join(SPLITS)}; got {split!r}.")
+    if (
+        isinstance(eval_fraction, bool)
+        or not isinstance(eval_fraction, (int, float))
+        or not 0 < eval_fraction < 1
+    ):
+        raise InvalidArgumentError(f"eval_fraction must be a number in (0, 1); got {eval_fraction!r}.")
+    if split == "all":
+        return world.questions
+    order = list(range(len(world.questions)))
+    random.Random(f"synthetic-facts/{world.seed}/split").shuffle(order)
+    cut = round(eval_fraction * len(order))
+    if not 0 < cut < len(order):
+        raise InvalidArgumentError(
+            f"eval_fraction={eval_fraction} leaves the train or eval split of {len(order)} questions empty."
+        )
+    chosen = sorted(order[:cut] if split == "eval" else order[cut:])
+    return tuple(world.questions[i] for i in chosen)
 
 
 class SyntheticFactsEnv(SearchQAEnv):
@@ -36,7 +71,11 @@ class SyntheticFactsEnv(SearchQAEnv):
         written from the world by :class:`~searchgym.envs.retrieval.simulated.SyntheticDocGenerator`
         unless ``retriever_kwargs`` names a generator, model or base_url), or a
         :class:`Retriever`. retriever_kwargs: options of the backend (e.g.
-        ``{"noise_prob": 0.3}``). Other arguments as :class:`SearchQAEnv`.
+        ``{"noise_prob": 0.3}``). split: ``"all"`` (default), ``"train"`` or ``"eval"``, a
+    seeded partition of the questions (:func:`split_questions`) so that a policy can be
+    trained on one part and evaluated on held-out questions of the same world;
+    eval_fraction: the eval part's share (default 0.25). Other arguments as
+    :class:`SearchQAEnv`.
 
     ## Version History
     * v0: initial version.
@@ -56,8 +95,13 @@ class SyntheticFactsEnv(SearchQAEnv):
         max_turns: int = 4,
         max_searches: int | None = None,
         render_mode: str | None = None,
+        instructions: str | None = None,
+        split: str = "all",
+        eval_fraction: float = 0.25,
     ):
         self.world: SyntheticWorld = generate_world(world_seed, **dict(world_kwargs or {}))
+        self.split = split
+        questions = split_questions(self.world, split, eval_fraction)
         options = check_retriever_kwargs(retriever, retriever_kwargs)
         if retriever == "simulated" and not {"generator", "model", "base_url"} & options.keys():
             from .retrieval.simulated import SyntheticDocGenerator
@@ -66,7 +110,7 @@ class SyntheticFactsEnv(SearchQAEnv):
         if not isinstance(retriever, Retriever):
             retriever = make_retriever(retriever, docs=self.world.docs, **options)
         super().__init__(
-            self.world.questions,
+            questions,
             retriever,
             protocol=protocol,
             reward=reward,
@@ -75,4 +119,5 @@ class SyntheticFactsEnv(SearchQAEnv):
             max_turns=max_turns,
             max_searches=max_searches,
             render_mode=render_mode,
+            instructions=instructions,
         )

@@ -273,7 +273,7 @@ class ExperienceWrapper(gym.ObservationWrapper, gym.utils.RecordConstructorArgs)
         info = dict(info)
         base = self._base
         question = base.trajectory.question
-        instructions = base.protocol.instructions()
+        instructions = getattr(base, "instructions", None) or base.protocol.instructions()
         if obs.startswith(instructions):
             head, question_part = instructions, obs[len(instructions) :].lstrip("\n")
         else:  # a protocol with its own prompt layout: add the parts in front of it

@@ -34,6 +34,8 @@ __all__ = [
     "MemoryConfig",
     "CheckpointConfig",
     "WandbConfig",
+    "SFTConfig",
+    "EvalConfig",
     "TrainConfig",
     "load_config",
     "save_config",
@@ -372,6 +374,73 @@ class WandbConfig:
     dir: str | None = None
 
 
+@dataclass
+class SFTConfig:
+    """Supervised warm start before GRPO (the CPU study; :mod:`searchgym.trainers.study.sft`).
+
+    Needs a SyntheticFacts env. The policy is first trained on the known facts as
+    statements and on scripted demonstrations (written on the study world's known training
+    questions and on shadow worlds), then GRPO starts from the result.
+
+    Attributes:
+        enabled: Run the warm start (cached: a second run with the same settings reuses it).
+        dir: Cache folder of warm-started models.
+        fact_repeats: How often each known fact's statement is shown (a float: 2.5 shows
+            each 2 or 3 times). The knob for how well known facts are memorised.
+        search_prob: Share of demonstrations that search, whatever the fact's known flag.
+        shadow_worlds: Worlds of other seeds whose questions give the search demonstrations.
+        protocols: Protocols to write demonstrations in (e.g. ``[search_r1, sem]`` for one
+            warm start shared by arms of both protocols).
+        instructions: Prompt instructions per protocol for the demonstrations (default:
+            ``env.kwargs.instructions`` for the env's own protocol, the protocol's own text
+            for the others).
+        epochs: Passes over the examples.
+        lr: Peak AdamW learning rate (short warm-up, cosine decay).
+        batch_size: Examples per optimizer step.
+    """
+
+    enabled: bool = False
+    dir: str = "runs/sft"
+    fact_repeats: float = 3.0
+    search_prob: float = 0.5
+    shadow_worlds: int = 2
+    protocols: list[str] = field(default_factory=lambda: ["search_r1"])
+    instructions: dict[str, str] = field(default_factory=dict)
+    epochs: int = 8
+    lr: float = 2e-3
+    batch_size: int = 32
+
+    def __post_init__(self) -> None:
+        _finite("fact_repeats", self.fact_repeats, low=0.0)
+        _finite("search_prob", self.search_prob, low=0.0, high=1.0)
+        _positive_int("shadow_worlds", self.shadow_worlds, 0)
+        check("protocols", self.protocols, bool(self.protocols), "a non-empty list of protocol names")
+        _positive_int("epochs", self.epochs)
+        _finite("lr", self.lr, low=0.0)
+        _positive_int("batch_size", self.batch_size)
+
+
+@dataclass
+class EvalConfig:
+    """Evaluation after training, on held-out questions (``searchgym train`` prints the table).
+
+    Attributes:
+        enabled: Evaluate the trained policy when training ends.
+        env_kwargs: Changes to ``env.kwargs`` for the evaluation env (e.g. ``{split: eval}``).
+        max_questions: Evaluate at most this many questions (0: all of them).
+        temperature: Sampling temperature (0: greedy decoding).
+    """
+
+    enabled: bool = False
+    env_kwargs: dict[str, Any] = field(default_factory=lambda: {"split": "eval"})
+    max_questions: int = 0
+    temperature: float = 0.0
+
+    def __post_init__(self) -> None:
+        _positive_int("max_questions", self.max_questions, 0)
+        _finite("temperature", self.temperature, low=0.0)
+
+
 _SECTIONS = {
     "env": EnvConfig,
     "model": ModelConfig,
@@ -380,6 +449,8 @@ _SECTIONS = {
     "memory": MemoryConfig,
     "checkpoint": CheckpointConfig,
     "wandb": WandbConfig,
+    "sft": SFTConfig,
+    "eval": EvalConfig,
 }
 
 
@@ -401,6 +472,8 @@ class TrainConfig:
         memory: See :class:`MemoryConfig`.
         checkpoint: See :class:`CheckpointConfig`.
         wandb: See :class:`WandbConfig`.
+        sft: See :class:`SFTConfig` (off by default).
+        eval: See :class:`EvalConfig` (off by default).
     """
 
     backend: Literal["builtin"] = "builtin"
@@ -415,6 +488,8 @@ class TrainConfig:
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     wandb: WandbConfig = field(default_factory=WandbConfig)
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
 
     def __post_init__(self) -> None:
         for name, cls in _SECTIONS.items():

@@ -64,9 +64,13 @@ class Protocol(ABC):
         Scripted policies and demonstrations use it; ``parse`` reads it back unchanged.
         """
 
-    def render_prompt(self, question: str) -> str:
-        """Instructions followed by the question, the observation returned by ``reset``."""
-        return f"{self.instructions()}\n\nQuestion: {neutralise_tags(question, self.tags)}\n"
+    def render_prompt(self, question: str, instructions: str | None = None) -> str:
+        """Instructions followed by the question, the observation returned by ``reset``.
+
+        ``instructions`` replaces :meth:`instructions` (e.g. a brief text for a tiny model).
+        """
+        head = self.instructions() if instructions is None else instructions
+        return f"{head}\n\nQuestion: {neutralise_tags(question, self.tags)}\n"
 
     def render_error(self, message: str) -> str:
         """The observation returned after a malformed action."""

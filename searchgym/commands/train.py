@@ -75,9 +75,19 @@ def run(args: argparse.Namespace) -> int:
         handler.setFormatter(logging.Formatter("%(message)s"))
         progress.addHandler(handler)
     progress.setLevel(logging.INFO)
-    from searchgym.trainers.grpo import train
+    if config.sft.enabled or config.eval.enabled:
+        from searchgym.policies.evaluation import format_table
+        from searchgym.trainers.study import run_pipeline
 
-    state = train(config, progress=not args.no_progress)
+        result = run_pipeline(config, progress=not args.no_progress)
+        state = result.state
+        if result.evaluation is not None:
+            print(format_table([result.evaluation]))
+            print(f"eval: {Path(config.output_dir) / 'eval.json'}", file=sys.stderr)
+    else:
+        from searchgym.trainers.grpo import train
+
+        state = train(config, progress=not args.no_progress)
     print(
         f"done: {state.step} steps; checkpoints in {Path(config.output_dir) / 'checkpoints'}", file=sys.stderr
     )

@@ -36,7 +36,7 @@ class SamplingSettings:
     """How actions are sampled.
 
     Attributes:
-        temperature: Softmax temperature (1.0 samples the policy itself).
+        temperature: Softmax temperature (1.0 samples the policy itself; 0 decodes greedily).
         top_p: Nucleus threshold (1.0 = off).
         batch_size: Contexts per ``generate`` call.
     """
@@ -166,11 +166,12 @@ def sample_actions(
             input_ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=device)
             attention = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=device)
             stop = ActionStop(tokenizer, stops, eos, width, row_budgets)
+            greedy = settings.temperature == 0
             config = GenerationConfig(
-                do_sample=True,
-                temperature=settings.temperature,
-                top_p=settings.top_p,
-                top_k=0,
+                do_sample=not greedy,
+                temperature=None if greedy else settings.temperature,
+                top_p=None if greedy else settings.top_p,
+                top_k=None if greedy else 0,
                 max_new_tokens=max(row_budgets),
                 pad_token_id=pad,
                 eos_token_id=eos or None,

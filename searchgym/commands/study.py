@@ -1,0 +1,48 @@
+"""``searchgym study``: run every arm of a study file for every seed; write the table and plot."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+NAME = "study"
+HELP = "run a study (several GRPO arms x seeds, each warm-started and evaluated) from a YAML file"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config", required=True, type=Path, help="study file (e.g. configs/synthetic/study.yaml)"
+    )
+    parser.add_argument("--seeds", type=int, nargs="+", help="run only these seeds (default: the file's)")
+    parser.add_argument("--arms", nargs="+", help="run only these arms (default: all of the file's)")
+    parser.add_argument("--output-dir", help="write here instead of the file's output_dir")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+
+
+def run(args: argparse.Namespace) -> int:
+    import logging
+
+    from searchgym.envs.errors import did_you_mean
+    from searchgym.trainers.study.study import format_results, load_study, run_study
+
+    study = load_study(args.config)
+    if args.seeds:
+        study["seeds"] = list(args.seeds)
+    if args.arms:
+        for arm in args.arms:
+            if arm not in study["arms"]:
+                raise did_you_mean("arm", arm, study["arms"])
+        study["arms"] = {arm: study["arms"][arm] for arm in args.arms}
+    if args.output_dir:
+        study["output_dir"] = args.output_dir
+    progress = logging.getLogger("searchgym.trainers")
+    if not progress.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        progress.addHandler(handler)
+    progress.setLevel(logging.INFO)
+    results = run_study(study, progress=not args.no_progress)
+    print(format_results(results["arms"]))
+    print(f"results: {Path(study['output_dir'])} (results.md, results.json, frontier.png)", file=sys.stderr)
+    return 0

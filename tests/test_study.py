@@ -1,0 +1,287 @@
+"""The CPU study's pieces: held-out splits, brief instructions, warm-start data, SFT, evaluation, pipeline."""
+
+from __future__ import annotations
+
+import json
+
+import gymnasium as gym
+import pytest
+
+import searchgym  # noqa: F401  (registers the envs)
+from searchgym.envs.errors import InvalidArgumentError
+from searchgym.envs.synthetic import generate_world
+from searchgym.envs.synthetic_env import SyntheticFactsEnv, split_questions
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from searchgym.trainers.config import ConfigError, TrainConfig  # noqa: E402
+
+SMALL_WORLD = {"num_people": 12, "num_cities": 8, "num_countries": 3, "num_companies": 6}
+BRIEF = "Answer the question. Search with <search> query </search>; answer with <answer> answer </answer>."
+
+
+def test_split_questions_partition_the_world_the_same_way_every_time():
+    world = generate_world(0)
+    train, held_out = split_questions(world, "train"), split_questions(world, "eval", 0.25)
+    assert {q.id for q in train}.isdisjoint(q.id for q in held_out)
+    assert len(train) + len(held_out) == len(world.questions)
+    assert len(held_out) == round(0.25 * len(world.questions))
+    assert split_questions(world, "eval") == held_out
+    assert split_questions(world, "all") == world.questions
+
+
+@pytest.mark.parametrize(
+    ("split", "fraction"), [("test", 0.25), ("eval", 0.0), ("eval", 1.0), ("eval", "0.2"), ("eval", True)]
+)
+def test_split_questions_reject_bad_arguments(split, fraction):
+    with pytest.raises(InvalidArgumentError):
+        split_questions(generate_world(0), split, fraction)
+
+
+def test_env_split_and_brief_instructions():
+    env = gym.make("searchgym/SyntheticFacts-v0", split="eval", instructions=BRIEF)
+    obs, _ = env.reset(seed=0)
+    assert obs.startswith(BRIEF + "\n\nQuestion: ")
+    held_out = {q.id for q in split_questions(env.unwrapped.world, "eval")}
+    assert {q.id for q in env.unwrapped.questions} == held_out
+    with pytest.raises(InvalidArgumentError, match="instructions"):
+        gym.make("searchgym/SyntheticFacts-v0", instructions="  ")
+
+
+def test_experience_wrapper_keeps_the_envs_own_instructions():
+    from searchgym.memory import ExperienceBank, ExperienceWrapper
+
+    class FixedBank:  # a memory whose bank already holds one item
+        experience = ExperienceBank(success_strategies=("Search for facts you do not know.",))
+
+    memory = FixedBank()
+    env = ExperienceWrapper(
+        gym.make("searchgym/SyntheticFacts-v0", instructions=BRIEF), memory, few_shot=False
+    )
+    obs, info = env.reset(seed=0)
+    assert obs.startswith(BRIEF)
+    assert "Search for facts you do not know." in obs
+    assert info["memory_spans"]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from searchgym.policies.tiny import build_tiny_lm, load_tiny_lm
+
+    path = build_tiny_lm(tmp_path_factory.mktemp("tiny"), vocab_size=400, hidden_size=32, num_layers=1)
+    return path, load_tiny_lm(path)[1]
+
+
+@pytest.mark.parametrize("protocol", ["search_r1", "sem"])
+@pytest.mark.parametrize("search", [True, False])
+def test_demonstrations_are_well_formed_episodes_with_masked_env_text(tiny, protocol, search):
+    from searchgym.trainers.study.demos import _episode, write_demo_actions
+
+    env = SyntheticFactsEnv(world_seed=3, world_kwargs=SMALL_WORLD, protocol=protocol, max_turns=3)
+    index = next(i for i, q in enumerate(env.questions) if q.hops == 2)
+    chain = env.world.chain(env.questions[index].id)
+    actions = write_demo_actions(protocol, chain, search)
+    tokenizer = tiny[1]
+    from searchgym.policies.chat import ChatFormatter
+
+    example = _episode(env, index, actions, tokenizer, ChatFormatter(tokenizer))
+    assert example is not None
+    assert env.unwrapped.trajectory.em == 1.0  # the demonstration answers right
+    assert len(example.token_ids) == len(example.loss_mask)
+    trained = tokenizer.decode([t for t, m in zip(example.token_ids, example.loss_mask, strict=True) if m])
+    assert "<information>" not in trained and "<result>" not in trained and "Question:" not in trained
+    assert trained.count("<answer>") == (2 if protocol == "sem" and search else 1)
+    assert example.kind == ("search" if search else "direct")
+
+
+def test_warm_start_data_never_shows_an_unknown_fact_of_the_study_world(tiny):
+    import random
+
+    from searchgym.trainers.study.demos import demo_env, demonstrations, statements
+
+    kwargs = {"world_kwargs": SMALL_WORLD, "max_turns": 3, "instructions": BRIEF}
+    env = demo_env(5, kwargs, split="train")
+    tokenizer = tiny[1]
+    examples = statements(env, tokenizer, 1.0, random.Random(0))
+    examples += demonstrations(env, tokenizer, search_prob=0.5, rng=random.Random(0), known_only=True)
+    text = "\n".join(tokenizer.decode(e.token_ids) for e in examples)
+    trained = "\n".join(
+        tokenizer.decode([t for t, m in zip(e.token_ids, e.loss_mask, strict=True) if m]) for e in examples
+    )
+    world = env.world
+    assert any(f.known for f in world.facts)
+    for fact, doc in zip(world.facts, world.docs, strict=True):
+        assert (doc.text in trained) == fact.known  # unknown facts are at most retrieved context
+    for question in split_questions(world, "eval"):
+        assert question.question not in text  # held-out questions never appear
+
+
+def _smoke_config(tmp_path, **changes):
+    data = {
+        "output_dir": str(tmp_path / "run"),
+        "steps": 2,
+        "seed": 0,
+        "env": {
+            "id": "searchgym/SyntheticFacts-v0",
+            "kwargs": {
+                "world_seed": 7,
+                "world_kwargs": SMALL_WORLD,
+                "split": "train",
+                "instructions": BRIEF,
+                "reward": "lightsearcher",
+                "retriever": "simulated",
+                "retriever_kwargs": {"noise_prob": 0.2},
+                "topk": 1,
+                "max_turns": 3,
+            },
+        },
+        "model": {
+            "tiny": {"dir": str(tmp_path / "tiny"), "vocab_size": 400, "hidden_size": 32, "num_layers": 1}
+        },
+        "rollout": {
+            "group_size": 2,
+            "questions_per_step": 2,
+            "max_new_tokens": 24,
+            "max_context_tokens": 400,
+        },
+        "algo": {"lr": 1e-3},
+        "checkpoint": {"every": 0},
+        "sft": {
+            "enabled": True,
+            "dir": str(tmp_path / "sft"),
+            "epochs": 1,
+            "shadow_worlds": 1,
+            "batch_size": 16,
+        },
+        "eval": {"enabled": True, "max_questions": 6},
+    }
+    data.update(changes)
+    return TrainConfig.from_dict(data)
+
+
+def test_sft_trains_and_is_cached(tmp_path):
+    from safetensors.torch import load_file
+
+    from searchgym.trainers.grpo.model import model_source
+    from searchgym.trainers.study.sft import warm_start
+
+    config = _smoke_config(tmp_path)
+    path = warm_start(config, progress=False)
+    report = json.loads((path / "searchgym_sft.json").read_text())
+    assert report["examples"]["statement"] > 0 and report["examples"]["search"] > 0
+    before = load_file(model_source(config.model) / "model.safetensors")
+    after = load_file(path / "model.safetensors")
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    mtime = (path / "searchgym_sft.json").stat().st_mtime
+    assert warm_start(config, progress=False) == path
+    assert (path / "searchgym_sft.json").stat().st_mtime == mtime
+
+
+def test_pipeline_smoke_warm_start_grpo_and_held_out_table(tmp_path, capsys):
+    """The CI smoke test of the study pipeline: it runs, parameters change, a table comes out."""
+    from searchgym.cli import main
+    from searchgym.trainers.config import save_config
+
+    config = _smoke_config(tmp_path, memory={"kind": "experience", "update_every": 1})
+    path = tmp_path / "arm.yaml"
+    save_config(config, path)
+    assert main(["train", "--config", str(path), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "| Policy | Split |" in out and "known" in out
+    result = json.loads((tmp_path / "run" / "eval.json").read_text())
+    assert result["episodes"] == 6
+    assert set(result["splits"]) <= {"known", "unknown", "1-hop", "2-hop"}
+    assert result["settings"]["action_tokens"] > 0
+    saved = (tmp_path / "run" / "config.yaml").read_text()
+    assert "sft-" in saved  # GRPO started from the warm start
+
+
+def test_greedy_sampling_is_deterministic(tiny):
+    from searchgym.policies.tiny import load_tiny_lm
+    from searchgym.trainers.grpo.generation import SamplingSettings, sample_actions
+
+    model, tokenizer = load_tiny_lm(tiny[0])
+    context = tokenizer("Question: where?", add_special_tokens=False)["input_ids"]
+    runs = []
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        runs.append(
+            sample_actions(model, tokenizer, [context] * 2, [8, 8], ["</search>"], SamplingSettings(0.0))
+        )
+    assert runs[0] == runs[1]
+    assert runs[0][0] == runs[0][1]
+
+
+@pytest.mark.parametrize(
+    ("section", "value", "field"),
+    [
+        ("sft", {"fact_repeats": -1}, "fact_repeats"),
+        ("sft", {"search_prob": 1.5}, "search_prob"),
+        ("sft", {"protocols": []}, "protocols"),
+        ("sft", {"epochs": 0}, "epochs"),
+        ("sft", {"nope": 1}, "nope"),
+        ("eval", {"temperature": -1}, "temperature"),
+        ("eval", {"max_questions": -2}, "max_questions"),
+    ],
+)
+def test_sft_and_eval_sections_are_checked(section, value, field):
+    with pytest.raises(ConfigError, match=field):
+        TrainConfig.from_dict({section: value})
+
+
+def test_study_runs_every_arm_and_writes_table_json_and_plot(tmp_path, capsys):
+    import yaml
+
+    from searchgym.cli import main
+
+    base = _smoke_config(tmp_path, steps=1).to_dict()
+    base["eval"]["max_questions"] = 4
+    study = {
+        "output_dir": str(tmp_path / "study"),
+        "seeds": [0],
+        "base": base,
+        "arms": {"f1": {"env": {"kwargs": {"reward": "f1"}}}, "tsas": {"algo": {"advantage": "tsas"}}},
+    }
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(study))
+    assert main(["study", "--config", str(path), "--no-progress"]) == 0
+    table = capsys.readouterr().out
+    assert "| f1 | 1 |" in table and "| tsas | 1 |" in table
+    out = tmp_path / "study"
+    results = json.loads((out / "results.json").read_text())
+    assert {r["arm"] for r in results["runs"]} == {"f1", "tsas"}
+    assert results["arms"]["f1"]["EM"]["n"] == 1
+    assert (out / "frontier.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (out / "results.md").read_text().startswith("| Arm | Seeds |")
+    # a second run picks the finished runs up instead of training again
+    mtime = (out / "f1" / "seed0" / "eval.json").stat().st_mtime
+    assert main(["study", "--config", str(path), "--no-progress", "--arms", "f1"]) == 0
+    assert (out / "f1" / "seed0" / "eval.json").stat().st_mtime == mtime
+
+
+def test_study_file_errors_name_the_arm(tmp_path):
+    import yaml
+
+    from searchgym.trainers.study.study import load_study
+
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump({"seeds": [0], "arms": {"bad": {"algo": {"advantage": "nope"}}}}))
+    with pytest.raises(ConfigError, match=r"arms\.bad"):
+        load_study(path)
+    path.write_text(yaml.safe_dump({"seeds": [], "arms": {"a": {}}}))
+    with pytest.raises(ConfigError, match="seeds"):
+        load_study(path)
+
+
+def test_shipped_study_configs_load():
+    from pathlib import Path
+
+    from searchgym.trainers.config import load_config
+    from searchgym.trainers.study.study import load_study
+
+    root = Path(__file__).resolve().parents[1] / "configs" / "synthetic"
+    study = load_study(root / "study.yaml")
+    assert len(study["arms"]) == 9 and study["seeds"] == [0, 1, 2]
+    arm = load_config(root / "lightsearcher.yaml")
+    assert arm.sft.enabled and arm.eval.enabled and arm.memory.kind == "experience"

@@ -1,0 +1,196 @@
+"""Warm-start data for the CPU study: fact statements and protocol demonstrations.
+
+Two kinds of example, both as token ids with a loss mask:
+
+* **statements**: every *known* fact, shown ``fact_repeats`` times (a float: ``2.5``
+  shows each fact 2 or 3 times, at random), each time twice: its passage as plain text,
+  and a direct answer, in the protocol's format, to the *other* phrasing of its one-hop
+  question (each relation has two; the world's own question, which may be held out for
+  evaluation, uses one). This is the knob that sets how well the warm-started model has
+  memorised the known facts. Passages alone are not enough: a tiny model memorises them
+  (99% completion accuracy after 8 epochs) but then answers none of the questions about
+  them (0% direct accuracy, measured), the knowledge-extraction failure of small LMs.
+* **demonstrations**: whole episodes written by a script and run through a real env, so
+  the observations are what the env returns. A demonstration either answers at once or
+  searches every hop and then answers; the choice is a coin flip with ``search_prob``,
+  whatever the question's known flag, so the warm-started policy is capable but searches
+  indiscriminately.
+
+Following the pitfalls of the feasibility trial:
+
+* demonstrations on the study world are written only for its *known* training questions;
+  every other demonstration comes from "shadow" worlds of the same generator with other
+  seeds, so no unknown fact of the study world ever reaches the weights;
+* answers and queries are written with spaces inside the tags (``<answer> Dreresh
+  </answer>``), so their names split into the same tokens as in the passages.
+
+The episode layout (prompt | action | feedback | …) and its tokenisation are the ones the
+GRPO rollouts use, so the model meets at RL time exactly the token sequences it was
+warm-started on. Only action tokens (and statements) are trained; prompts and feedback are
+masked out.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ...envs.synthetic import RELATIONS, Fact, SyntheticWorld
+from ...envs.synthetic_env import SyntheticFactsEnv
+from ...policies.chat import ChatFormatter
+
+__all__ = ["Example", "statements", "demonstrations", "write_demo_actions", "shadow_seeds"]
+
+_THINK_SEARCH = "I should look this up."
+_THINK_READ = "The passage gives it."
+_THINK_KNOW = "I know this."
+
+
+@dataclass(frozen=True)
+class Example:
+    """One training sequence: token ids and a 0/1 loss mask of the same length."""
+
+    token_ids: tuple[int, ...]
+    loss_mask: tuple[int, ...]
+    kind: str  # "statement", "direct" or "search"
+
+
+def shadow_seeds(seed: int, count: int) -> list[int]:
+    """World seeds of the shadow worlds of study seed ``seed`` (never a study world's seed)."""
+    return [100_000 + 1000 * seed + k for k in range(count)]
+
+
+def _repeats(rng: random.Random, fact_repeats: float) -> int:
+    whole = int(fact_repeats)
+    return whole + int(rng.random() < fact_repeats - whole)
+
+
+def _other_phrasing(world: SyntheticWorld, fact: Fact) -> str:
+    """The one-hop question about ``fact`` in the phrasing the world's own question does not use."""
+    relation = RELATIONS[fact.relation]
+    own = {q.question for q in world.questions if q.hops == 1}
+    variants = [relation.question_text(fact.subject, v) for v in range(len(relation.questions))]
+    return next((v for v in variants if v not in own), variants[-1])
+
+
+def statements(
+    env: SyntheticFactsEnv, tokenizer: Any, fact_repeats: float, rng: random.Random
+) -> list[Example]:
+    """Each known fact as a passage and as a direct answer, ``fact_repeats`` times on average."""
+    world, formatter = env.world, ChatFormatter(tokenizer)
+    protocol = env.protocol.name
+    out = []
+    for fact, doc in zip(world.facts, world.docs, strict=True):
+        if not fact.known:
+            continue
+        ids = _encode(tokenizer, doc.text) + [tokenizer.eos_token_id]
+        passage = Example(tuple(ids), (1,) * len(ids), "statement")
+        question = {"question": _other_phrasing(world, fact), "golden_answers": [fact.object], "id": doc.id}
+        answer = _episode(env, question, [_answer(protocol, fact.object, _THINK_KNOW)], tokenizer, formatter)
+        out += (
+            [passage, answer] * _repeats(rng, fact_repeats)
+            if answer
+            else [passage] * _repeats(rng, fact_repeats)
+        )
+    return out
+
+
+def _answer(protocol: str, answer: str, think: str) -> str:
+    inner = f"\\boxed{{ {answer} }}" if protocol == "sem" else f" {answer} "
+    return f"<think>{think}</think>\n<answer>{inner}</answer>"
+
+
+def write_demo_actions(protocol: str, chain: Sequence[Fact], search: bool) -> list[str]:
+    """The scripted actions of one demonstration (the answer is the chain's last object).
+
+    ``search_r1`` searches every hop, one query per turn. ``sem`` allows one search: its
+    first turn gives a first answer ("unknown"), then searches the first unknown hop of the
+    chain (the first hop if all are known); the second turn answers.
+    """
+    answer = chain[-1].object
+    if not search:
+        return [_answer(protocol, answer, _THINK_KNOW)]
+    if protocol == "sem":
+        hop = next((f for f in chain if not f.known), chain[0])
+        query = RELATIONS[hop.relation].query(hop.subject)
+        first = f"{_answer(protocol, 'unknown', _THINK_SEARCH)}\n<search> {query} </search>"
+        return [first, _answer(protocol, answer, _THINK_READ)]
+    actions = [
+        f"<think>{_THINK_SEARCH}</think>\n<search> {RELATIONS[f.relation].query(f.subject)} </search>"
+        for f in chain
+    ]
+    return actions + [_answer(protocol, answer, _THINK_READ)]
+
+
+def _encode(tokenizer: Any, text: str) -> list[int]:
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def _episode(
+    env: SyntheticFactsEnv,
+    question: int | dict[str, Any],
+    actions: list[str],
+    tokenizer: Any,
+    formatter: ChatFormatter,
+) -> Example | None:
+    """Run ``actions`` through ``env`` on ``question`` (an index, or reset options); None when
+    the env does not accept them as written."""
+    options = {"index": question} if isinstance(question, int) else question
+    obs, _ = env.reset(options=options)
+    ids = _encode(tokenizer, formatter.prompt(obs))
+    mask = [0] * len(ids)
+    for n, action in enumerate(actions):
+        obs, _, terminated, truncated, info = env.step(action)
+        if not info["format_ok"]:
+            return None
+        last = n == len(actions) - 1
+        action_ids = _encode(tokenizer, action) + ([tokenizer.eos_token_id] if last else [])
+        ids += action_ids
+        mask += [1] * len(action_ids)
+        if terminated or truncated:
+            if not last:
+                return None
+            break
+        feedback = formatter.feedback(obs)
+        feedback_ids = _encode(tokenizer, feedback)
+        ids += feedback_ids
+        mask += [0] * len(feedback_ids)
+    return Example(tuple(ids), tuple(mask), "search" if len(actions) > 1 else "direct")
+
+
+def demonstrations(
+    env: SyntheticFactsEnv,
+    tokenizer: Any,
+    *,
+    search_prob: float,
+    rng: random.Random,
+    known_only: bool,
+) -> Iterator[Example]:
+    """One demonstration per question of ``env`` (only its known ones when ``known_only``).
+
+    The env sets the protocol, instructions, retriever and top-k; its world must be the
+    one the questions come from.
+    """
+    protocol = env.protocol.name
+    formatter = ChatFormatter(tokenizer)
+    for index, question in enumerate(env.questions):
+        if known_only and not question.known:
+            continue
+        chain = env.world.chain(question.id)
+        actions = write_demo_actions(protocol, chain, search=rng.random() < search_prob)
+        example = _episode(env, index, actions, tokenizer, formatter)
+        if example is not None:
+            yield example
+
+
+def demo_env(world_seed: int, env_kwargs: Mapping[str, Any], split: str) -> SyntheticFactsEnv:
+    """A noise-free env for writing demonstrations: the study env's settings on another world."""
+    kwargs = {k: v for k, v in env_kwargs.items() if k not in ("reward", "reward_kwargs", "retriever_kwargs")}
+    options = dict(env_kwargs.get("retriever_kwargs") or {})
+    options["noise_prob"] = 0.0
+    if kwargs.get("retriever", "bm25") == "simulated":
+        kwargs["retriever_kwargs"] = options
+    kwargs.update(world_seed=world_seed, split=split)
+    return SyntheticFactsEnv(**kwargs)

@@ -1,0 +1,87 @@
+"""Evaluate a trained transformers policy on held-out questions, with the rollouts' own code.
+
+Episodes run through :class:`~searchgym.trainers.grpo.rollout.RolloutCollector` (the same
+prompt, feedback and tokenisation as training; greedy decoding by default), one episode
+per question, and are scored with :func:`~searchgym.policies.evaluation.summarise`: EM, F1,
+ST, SD, SR overall and per split (known/unknown, 1-hop/2-hop). The result's ``settings``
+adds the mean sampled tokens per episode (``action_tokens``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ...policies.chat import ChatFormatter
+from ...policies.evaluation import EpisodeRecord, EvalResult, summarise
+from ..config import EnvConfig, TrainConfig
+from ..grpo.envs import build_reward, env_factory
+from ..grpo.generation import SamplingSettings
+from ..grpo.rollout import Episode, RolloutCollector
+
+__all__ = ["evaluate_model", "eval_env_config"]
+
+
+def eval_env_config(config: TrainConfig) -> EnvConfig:
+    """The training env with ``eval.env_kwargs`` applied (e.g. the held-out split)."""
+    return EnvConfig(id=config.env.id, kwargs={**config.env.kwargs, **config.eval.env_kwargs})
+
+
+def _record(episode: Episode) -> EpisodeRecord:
+    info = episode.info
+    return EpisodeRecord(
+        question_id=str(info.get("question_id", "")),
+        em=float(info["em"]),
+        f1=float(info["f1"]),
+        cover_em=float(info["cover_em"]),
+        num_searches=int(info["num_searches"]),
+        format_ok=bool(info["format_ok"]),
+        action_chars=int(info["action_chars"]),
+        reward=episode.reward,
+        known=info.get("known"),
+        hops=info.get("hops"),
+    )
+
+
+def evaluate_model(
+    model: Any, tokenizer: Any, config: TrainConfig, *, name: str = "policy", memory: Any = None
+) -> EvalResult:
+    """Run one episode per held-out question and summarise them.
+
+    Args:
+        model: The policy (a transformers causal LM).
+        tokenizer: Its tokenizer.
+        config: The run's config: ``env`` and ``eval`` choose the env, ``rollout`` the budgets.
+        name: The policy's name in the result.
+        memory: The run's experience memory, to give the policy the same prompts as in
+            training (nothing is recorded into it).
+    """
+    env_config = eval_env_config(config)
+    make_env = env_factory(env_config, build_reward(env_config), memory, config.memory)
+    if memory is not None:
+        inner = make_env
+
+        def make_env() -> Any:
+            env = inner()
+            env.record = False  # evaluation never writes into the store
+            return env
+
+    collector = RolloutCollector(
+        make_env,
+        model,
+        tokenizer,
+        ChatFormatter(tokenizer),
+        max_new_tokens=config.rollout.max_new_tokens,
+        max_context_tokens=config.rollout.max_context_tokens,
+        sampling=SamplingSettings(config.eval.temperature, 1.0, config.rollout.generation_batch_size),
+    )
+    try:
+        total = len(collector.env(0).unwrapped.questions)
+        count = min(total, config.eval.max_questions) if config.eval.max_questions else total
+        start = time.perf_counter()
+        episodes = collector.collect(list(range(count)), 1, seed=config.seed)
+        result = summarise(name, [_record(e) for e in episodes], time.perf_counter() - start)
+    finally:
+        collector.close()
+    result.settings["action_tokens"] = sum(e.action_tokens for e in episodes) / len(episodes)
+    return result

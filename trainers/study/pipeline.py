@@ -1,0 +1,75 @@
+"""One run of the study: warm start (when ``sft.enabled``), GRPO, evaluation (when ``eval.enabled``)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ...policies.evaluation import EvalResult
+from ..config import TrainConfig
+from ..grpo.checkpoint import TrainerState
+from ..grpo.trainer import GRPOTrainer
+
+__all__ = ["PipelineResult", "run_pipeline"]
+
+logger = logging.getLogger("searchgym.trainers")
+
+
+@dataclass
+class PipelineResult:
+    """What :func:`run_pipeline` produced.
+
+    Attributes:
+        state: The GRPO trainer's final state.
+        start_model: The folder GRPO started from (the warm start, or ``model.path``).
+        evaluation: The held-out evaluation (None when ``eval.enabled`` is off).
+    """
+
+    state: TrainerState
+    start_model: Path | None
+    evaluation: EvalResult | None
+
+
+def run_pipeline(config: TrainConfig, *, progress: bool = True, name: str | None = None) -> PipelineResult:
+    """Warm-start, train and evaluate as ``config`` says; writes ``{output_dir}/eval.json``.
+
+    With ``sft.enabled``, GRPO starts from the cached warm start of
+    :func:`~searchgym.trainers.study.sft.warm_start` instead of ``model``'s own weights
+    (the tokenizer comes with it). The evaluation runs on the trained model with the env
+    of ``eval.env_kwargs`` and, for runs with experience memory, the memory's final state.
+    """
+    start_model: Path | None = None
+    if config.sft.enabled:
+        from .sft import warm_start
+
+        start_model = warm_start(config, progress=progress)
+        logger.info("Warm start: %s", start_model)
+        model = config.model
+        config = config.replace(model={**vars(model), "path": str(start_model), "tiny": None})
+    trainer = GRPOTrainer(config, progress=progress)
+    try:
+        state = trainer.train()
+        evaluation = None
+        if config.eval.enabled:
+            from .evaluation import evaluate_model
+
+            evaluation = evaluate_model(
+                trainer.model,
+                trainer.tokenizer,
+                config,
+                name=name or Path(config.output_dir).name,
+                memory=trainer.memory,
+            )
+            _write_json(Path(config.output_dir) / "eval.json", evaluation.to_dict())
+    finally:
+        trainer.close()
+    return PipelineResult(state, start_model, evaluation)
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(path)

@@ -1,0 +1,200 @@
+"""``searchgym study``: every arm of the CPU study, for several seeds, in one table and one plot.
+
+A study file holds a ``base`` run (a :class:`~searchgym.trainers.config.TrainConfig` as a
+mapping, with ``sft`` and ``eval`` on) and ``arms``: each arm is a mapping of changes merged
+into the base (nested mappings merge key by key; anything else replaces). Every arm runs
+once per seed with ``seed`` set, in ``{output_dir}/{arm}/seed{seed}``; all arms of a seed
+share its warm start (the SFT cache). A run whose ``eval.json`` exists is not run again,
+so an interrupted study picks up where it stopped.
+
+Outputs in ``output_dir``: ``results.json`` (every run, and mean and std per arm),
+``results.md`` (the table, mean ± std over seeds) and ``frontier.png`` (EM against mean
+searches per question, per arm, with std error bars: the papers' trade-off plot).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ...envs.errors import InvalidArgumentError
+from ..config import ConfigError, TrainConfig
+
+__all__ = ["load_study", "run_study", "aggregate", "format_results", "plot_frontier", "merge"]
+
+logger = logging.getLogger("searchgym.trainers")
+
+COLUMNS = (
+    ("EM", ("em",), 100),
+    ("F1", ("f1",), 100),
+    ("ST", ("st",), 1),
+    ("SD", ("sd",), 1),
+    ("SR", ("sr",), 100),
+    ("SR known", ("splits", "known", "sr"), 100),
+    ("SR unknown", ("splits", "unknown", "sr"), 100),
+    ("EM known", ("splits", "known", "em"), 100),
+    ("EM unknown", ("splits", "unknown", "em"), 100),
+    ("EM 2-hop", ("splits", "2-hop", "em"), 100),
+    ("Tokens", ("settings", "action_tokens"), 1),
+    ("Eval s", ("wall_time_s",), 1),
+)
+"""``(heading, path into an eval result, scale)`` of each table column."""
+
+
+def merge(base: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``changes`` merged in: nested mappings key by key, other values replaced."""
+    out = copy.deepcopy(dict(base))
+    for key, value in changes.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def load_study(path: str | Path) -> dict[str, Any]:
+    """Read a study file and check every arm's config (raises :class:`ConfigError`)."""
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InvalidArgumentError(f"Cannot read the study file {str(path)!r}: {exc}") from exc
+    except yaml.YAMLError as exc:
+        raise InvalidArgumentError(f"{path} is not valid YAML: {exc}") from exc
+    if not isinstance(data, Mapping):
+        raise InvalidArgumentError(f"{path}: expected a mapping with output_dir, seeds, base and arms.")
+    unknown = set(data) - {"output_dir", "seeds", "base", "arms"}
+    if unknown:
+        raise ConfigError(
+            sorted(unknown)[0], data[sorted(unknown)[0]], "output_dir, seeds, base or arms", source=str(path)
+        )
+    seeds, arms = data.get("seeds", [0]), data.get("arms")
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and s >= 0 for s in seeds):
+        raise ConfigError("seeds", seeds, "a non-empty list of ints >= 0", source=str(path))
+    if not isinstance(arms, Mapping) or not arms:
+        raise ConfigError("arms", arms, "a mapping of arm name -> config changes", source=str(path))
+    base = data.get("base") or {}
+    for name, changes in arms.items():
+        if not isinstance(changes, Mapping):
+            raise ConfigError(f"arms.{name}", changes, "a mapping of config changes", source=str(path))
+        try:
+            TrainConfig.from_dict(merge(base, changes))
+        except ConfigError as exc:
+            raise exc.within(f"arms.{name}", str(path)) from None
+    return {
+        "output_dir": str(data.get("output_dir", "runs/study")),
+        "seeds": seeds,
+        "base": base,
+        "arms": dict(arms),
+    }
+
+
+def _run_config(study: Mapping[str, Any], arm: str, seed: int) -> TrainConfig:
+    data = merge(study["base"], study["arms"][arm])
+    data["seed"] = seed
+    data["output_dir"] = str(Path(study["output_dir"]) / arm / f"seed{seed}")
+    wandb = data.setdefault("wandb", {})
+    if wandb.get("enabled"):
+        wandb.setdefault("name", f"{arm}-seed{seed}")
+        wandb["tags"] = list(wandb.get("tags", [])) + [arm, "study"]
+    return TrainConfig.from_dict(data)
+
+
+def run_study(study: Mapping[str, Any], *, progress: bool = True) -> dict[str, Any]:
+    """Run (or pick up) every arm for every seed; write and return the results."""
+    from .pipeline import run_pipeline
+
+    runs: list[dict[str, Any]] = []
+    for seed in study["seeds"]:
+        for arm in study["arms"]:
+            config = _run_config(study, arm, seed)
+            done = Path(config.output_dir) / "eval.json"
+            if done.is_file():
+                result = json.loads(done.read_text(encoding="utf-8"))
+            else:
+                logger.info("study: %s, seed %d", arm, seed)
+                pipeline = run_pipeline(config, progress=progress, name=arm)
+                assert pipeline.evaluation is not None  # load_study's base has eval on
+                result = pipeline.evaluation.to_dict()
+                train_s = sum(r["train"]["step_s"] for r in pipeline.state.history)
+                result["settings"]["train_s"] = train_s
+                done.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+            runs.append({"arm": arm, "seed": seed, "result": result})
+    summary = aggregate(runs)
+    out = Path(study["output_dir"])
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(
+        json.dumps({"runs": runs, "arms": summary}, indent=2) + "\n", encoding="utf-8"
+    )
+    (out / "results.md").write_text(format_results(summary) + "\n", encoding="utf-8")
+    plot_frontier(summary, out / "frontier.png")
+    return {"runs": runs, "arms": summary}
+
+
+def _get(result: Mapping[str, Any], path: tuple[str, ...]) -> float | None:
+    value: Any = result
+    for key in path:
+        if not isinstance(value, Mapping) or key not in value:
+            return None
+        value = value[key]
+    return float(value)
+
+
+def aggregate(runs: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
+    """Per arm, per column: mean, population std and count over the seeds that have it."""
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for run in runs:
+        arm = out.setdefault(run["arm"], {})
+        for heading, path, scale in COLUMNS:
+            value = _get(run["result"], path)
+            if value is not None:
+                arm.setdefault(heading, {"values": []})["values"].append(value * scale)  # type: ignore[arg-type]
+    for arm in out.values():
+        for cell in arm.values():
+            values = cell.pop("values")  # type: ignore[arg-type]
+            mean = sum(values) / len(values)
+            cell.update(
+                mean=mean, std=math.sqrt(sum((v - mean) ** 2 for v in values) / len(values)), n=len(values)
+            )
+    return out
+
+
+def format_results(summary: Mapping[str, Mapping[str, Mapping[str, float]]]) -> str:
+    """The study table in Markdown: one row per arm, mean ± std over seeds."""
+    headings = [c[0] for c in COLUMNS]
+    lines = ["| Arm | Seeds | " + " | ".join(headings) + " |", "|---|---|" + "---|" * len(headings)]
+    for arm, cells in summary.items():
+        seeds = max((int(c["n"]) for c in cells.values()), default=0)
+        row = [f"{cells[h]['mean']:.2f} ± {cells[h]['std']:.2f}" if h in cells else "–" for h in headings]
+        lines.append(f"| {arm} | {seeds} | " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def plot_frontier(summary: Mapping[str, Mapping[str, Mapping[str, float]]], path: Path) -> Path:
+    """EM against mean searches per question (ST), one labelled point per arm, std error bars."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    for arm, cells in summary.items():
+        if "EM" not in cells or "ST" not in cells:
+            continue
+        st, em = cells["ST"], cells["EM"]
+        ax.errorbar(st["mean"], em["mean"], xerr=st["std"], yerr=em["std"], fmt="o", capsize=3)
+        ax.annotate(arm, (st["mean"], em["mean"]), textcoords="offset points", xytext=(5, 5), fontsize=8)
+    ax.set_xlabel("searches per question (ST)")
+    ax.set_ylabel("EM on held-out questions (%)")
+    ax.set_title("Accuracy against search cost, per arm (mean ± std over seeds)")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
