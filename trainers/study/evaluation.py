@@ -62,7 +62,7 @@ def evaluate_model(
         inner = make_env
 
         def make_env() -> Any:
-            env = inner()
+            env: Any = inner()
             env.record = False  # evaluation never writes into the store
             return env
 
@@ -76,7 +76,8 @@ def evaluate_model(
         sampling=SamplingSettings(config.eval.temperature, 1.0, config.rollout.generation_batch_size),
     )
     try:
-        total = len(collector.env(0).unwrapped.questions)
+        probe: Any = collector.env(0).unwrapped
+        total = len(probe.questions)
         count = min(total, config.eval.max_questions) if config.eval.max_questions else total
         start = time.perf_counter()
         episodes = collector.collect(list(range(count)), 1, seed=config.seed)

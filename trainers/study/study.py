@@ -148,20 +148,20 @@ def _get(result: Mapping[str, Any], path: tuple[str, ...]) -> float | None:
 
 def aggregate(runs: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
     """Per arm, per column: mean, population std and count over the seeds that have it."""
-    out: dict[str, dict[str, dict[str, float]]] = {}
+    values: dict[str, dict[str, list[float]]] = {}
     for run in runs:
-        arm = out.setdefault(run["arm"], {})
+        arm = values.setdefault(run["arm"], {})
         for heading, path, scale in COLUMNS:
             value = _get(run["result"], path)
             if value is not None:
-                arm.setdefault(heading, {"values": []})["values"].append(value * scale)  # type: ignore[arg-type]
-    for arm in out.values():
-        for cell in arm.values():
-            values = cell.pop("values")  # type: ignore[arg-type]
-            mean = sum(values) / len(values)
-            cell.update(
-                mean=mean, std=math.sqrt(sum((v - mean) ** 2 for v in values) / len(values)), n=len(values)
-            )
+                arm.setdefault(heading, []).append(value * scale)
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for name, columns in values.items():
+        out[name] = {}
+        for heading, column in columns.items():
+            mean = sum(column) / len(column)
+            std = math.sqrt(sum((v - mean) ** 2 for v in column) / len(column))
+            out[name][heading] = {"mean": mean, "std": std, "n": float(len(column))}
     return out
 
 
