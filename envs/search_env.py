@@ -163,7 +163,7 @@ class SearchQAEnv(gym.Env[str, str]):
 
     def step(self, action: str):
         query = self.begin_step(action)
-        docs: list[Doc] = []
+        docs: Sequence[Doc] = ()
         retrieval_error = None
         if query is not None:
             try:
@@ -192,7 +192,7 @@ class SearchQAEnv(gym.Env[str, str]):
                 format_ok=False,
                 error=f"An action must be a str, got {type(action).__name__}.",
             )
-        if parsed.kind == "search" and self._search_limit_reached():
+        if parsed.kind == "search" and self.max_searches is not None and self._search_limit_reached():
             parsed = Action(
                 kind="invalid",
                 query=parsed.query,
@@ -206,34 +206,36 @@ class SearchQAEnv(gym.Env[str, str]):
         self._transcript.append(text)
         return parsed.query if parsed.kind == "search" else None
 
-    def end_step(self, docs: list[Doc], retrieval_error: str | None = None):
+    def end_step(self, docs: Sequence[Doc], retrieval_error: str | None = None):
         """Finish the step begun by :meth:`begin_step`, given the retrieved documents."""
-        assert self.trajectory is not None  # begin_step guarantees it
-        turn = self.trajectory.turns[-1]
+        traj = self.trajectory
+        assert traj is not None  # begin_step guarantees it
+        turn = traj.turns[-1]
         action = turn.action
-        terminated = action.kind == "answer"
-        refused = action.kind == "invalid" and action.format_ok
-        truncated = not terminated and (refused or len(self.trajectory.turns) >= self.max_turns)
-        if action.kind == "search":
+        kind = action.kind
+        terminated = kind == "answer"
+        refused = kind == "invalid" and action.format_ok
+        truncated = not terminated and (refused or len(traj.turns) >= self.max_turns)
+        if kind == "search":
             turn.docs = list(docs)
             if retrieval_error is None:
                 observation = self.protocol.render_docs(turn.docs)
             else:
                 observation = self.protocol.render_error(f"The search failed: {retrieval_error}")
-        elif action.kind == "invalid":
+        elif kind == "invalid":
             observation = self.protocol.render_error(action.error or "Malformed action.")
         else:
             observation = ""
         turn.observation = observation
         self._transcript.append(observation)
-        self.trajectory.truncated = truncated
+        traj.truncated = truncated
         reward = 0.0
         if terminated or truncated:
             self._done = True
-            reward = float(self.reward_scheme(self.trajectory))
-            self.trajectory.reward = reward
+            reward = float(self.reward_scheme(traj))
+            traj.reward = reward
         info = self._info()
-        if action.kind == "invalid":
+        if kind == "invalid":
             info["error"] = action.error or "Malformed action."
         if retrieval_error is not None:
             info["retrieval_error"] = retrieval_error
@@ -273,25 +275,37 @@ class SearchQAEnv(gym.Env[str, str]):
         traj = self.trajectory
         assert traj is not None
         turns = traj.turns
-        searches = [t for t in turns if t.action.kind == "search"]
+        queries: list[str | None] = []
+        retrieved_ids: list[list[str]] = []
+        format_ok, reasoning_steps, action_chars = True, 0, 0
+        for turn in turns:
+            action = turn.action
+            if action.kind == "search":
+                queries.append(action.query)
+                retrieved_ids.append([d.id for d in turn.docs])
+            if not action.format_ok:
+                format_ok = False
+            reasoning_steps += action.think_blocks
+            action_chars += len(turn.action_text)
         answer = traj.answer
         scored = answer is not None
+        question = traj.question
         info: dict[str, Any] = {
-            "question_id": traj.question.id,
-            "num_searches": len(searches),
-            "queries": [t.action.query for t in searches],
-            "retrieved_ids": [[d.id for d in t.docs] for t in searches],
+            "question_id": question.id,
+            "num_searches": len(queries),
+            "queries": queries,
+            "retrieved_ids": retrieved_ids,
             "answer": answer,
             "em": traj.em if scored else 0.0,
             "f1": traj.f1 if scored else 0.0,
             "cover_em": traj.cover_em if scored else 0.0,
-            "format_ok": all(t.action.format_ok for t in turns),
+            "format_ok": format_ok,
             "turn": len(turns),
-            "reasoning_steps": sum(t.action.think_blocks for t in turns),
-            "action_chars": sum(len(t.action_text) for t in turns),
+            "reasoning_steps": reasoning_steps,
+            "action_chars": action_chars,
         }
-        if traj.question.known is not None:
-            info["known"] = traj.question.known
-        if traj.question.hops is not None:
-            info["hops"] = traj.question.hops
+        if question.known is not None:
+            info["known"] = question.known
+        if question.hops is not None:
+            info["hops"] = question.hops
         return info

@@ -47,8 +47,14 @@ def _check_autoreset_mode(mode: object) -> AutoresetMode:
         ) from None
 
 
-def _column(key: str, index: list[int], values: Sequence[Any], num_envs: int) -> Any:
-    """One key's batched value: what ``_add_info`` builds from ``values`` added in order."""
+def _column(
+    key: str, index: list[int], values: Sequence[Any], num_envs: int, rows: np.ndarray, unique: bool
+) -> Any:
+    """One key's batched value: what ``_add_info`` builds from ``values`` added in order.
+
+    ``rows`` is ``index`` as an array and ``unique`` says it has no repeats; then a whole
+    column goes in with one assignment.
+    """
     first = values[0]
     if key == "final_obs":
         array = np.full(num_envs, fill_value=None, dtype=object)
@@ -58,13 +64,16 @@ def _column(key: str, index: list[int], values: Sequence[Any], num_envs: int) ->
         return stack_infos(list(zip(index, values, strict=True)), num_envs)
     elif type(first) in (int, float, bool) or isinstance(first, np.number):
         array = np.zeros(num_envs, dtype=type(first))
-        if len(set(index)) == len(index) and set(map(type, values)) == {type(first)}:
-            array[index] = values  # one conversion for the whole column
+        if unique and set(map(type, values)) == {type(first)}:
+            array[rows] = values  # one conversion for the whole column
             return array
     elif isinstance(first, np.ndarray):
         array = np.zeros((num_envs, *first.shape), dtype=first.dtype)
     else:
         array = np.full(num_envs, fill_value=None, dtype=object)
+        if unique:  # fromiter keeps each value as is (a list stays one element)
+            array[rows] = np.fromiter(values, dtype=object, count=len(values))
+            return array
     for i, value in zip(index, values, strict=True):  # lists, arrays and mixed columns, one by one
         array[i] = value
     return array
@@ -85,8 +94,9 @@ def stack_infos(entries: Sequence[tuple[int, Mapping[str, Any]]], num_envs: int)
     if not entries:
         return {}
     columns: dict[str, tuple[list[int], Sequence[Any]]] = {}
-    keys = list(entries[0][1])
-    if len(keys) > 1 and all(info.keys() == entries[0][1].keys() for _, info in entries):
+    first_keys = entries[0][1].keys()
+    keys = list(first_keys)
+    if len(keys) > 1 and all(info.keys() == first_keys for _, info in entries):
         index = [i for i, _ in entries]  # fast path: every info has the same keys
         getter = operator.itemgetter(*keys)
         for key, column in zip(keys, zip(*(getter(info) for _, info in entries), strict=True), strict=True):
@@ -98,10 +108,17 @@ def stack_infos(entries: Sequence[tuple[int, Mapping[str, Any]]], num_envs: int)
                 column[0].append(i)
                 column[1].append(value)  # type: ignore[attr-defined]
     infos: dict[str, Any] = {}
+    # The fast path shares one index list between all keys: convert it and build its mask once.
+    prepared: dict[int, tuple[np.ndarray, bool, np.ndarray]] = {}
     for key, (index, values) in columns.items():
-        mask = np.zeros(num_envs, dtype=np.bool_)
-        mask[index] = True
-        infos[key], infos[f"_{key}"] = _column(key, index, values, num_envs), mask
+        if id(index) not in prepared:
+            rows = np.array(index, dtype=np.intp)
+            mask = np.zeros(num_envs, dtype=np.bool_)
+            mask[rows] = True
+            prepared[id(index)] = rows, len(set(index)) == len(index), mask
+        rows, unique, mask = prepared[id(index)]
+        infos[key] = _column(key, index, values, num_envs, rows, unique)
+        infos[f"_{key}"] = mask.copy()
     return infos
 
 
@@ -329,13 +346,13 @@ class SearchQAVectorEnv(VectorEnv):
 
     # -- Helpers -----------------------------------------------------------------------------
 
-    def _retrieve(self, searches: list[tuple[int, str]]) -> dict[int, tuple[list[Doc], str | None]]:
+    def _retrieve(self, searches: list[tuple[int, str]]) -> dict[int, tuple[Sequence[Doc], str | None]]:
         """Run the searches, one batched call per (retriever, topk); errors become messages."""
         groups: dict[tuple[int, int], list[tuple[int, str]]] = {}
         for i, query in searches:
             env = self.envs[i]
             groups.setdefault((id(env.retriever), env.topk), []).append((i, query))
-        results: dict[int, tuple[list[Doc], str | None]] = {}
+        results: dict[int, tuple[Sequence[Doc], str | None]] = {}
         for items in groups.values():
             env = self.envs[items[0][0]]
             queries = [query for _, query in items]
@@ -354,7 +371,8 @@ class SearchQAVectorEnv(VectorEnv):
                         f"of {len(queries)} queries."
                     )
             for n, (i, _) in enumerate(items):
-                results[i] = ([], error) if error is not None or found is None else (list(found[n]), None)
+                # No copy of found[n]: end_step copies the documents it keeps.
+                results[i] = ([], error) if error is not None or found is None else (found[n], None)
         return results
 
     def _check_actions(self, actions: object) -> Sequence[object]:

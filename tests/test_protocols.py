@@ -195,6 +195,22 @@ def test_search_r1_malformed(text):
     assert action.kind == "invalid" and not action.format_ok and action.error
 
 
+# Tag soup: the pieces the search_r1 fast path looks for, in any order and number.
+TAG_SOUP = st.lists(
+    st.sampled_from(
+        ["<search>", "</search>", "<answer>", "</answer>", "<think>", "</think>", " ", "q", "\n", "<"]
+    ),
+    max_size=12,
+).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=TAG_SOUP)
+def test_search_r1_fast_path_equals_the_general_path(text):
+    protocol = SearchR1Protocol()
+    assert protocol.parse(text, 0) == protocol._parse_general(text)
+
+
 def test_search_r1_error_names_the_expected_tags():
     error = SearchR1Protocol().parse("I think it is Paris.", 0).error
     assert "<search>" in error and "<answer>" in error

@@ -103,7 +103,7 @@ def test_warm_start_data_never_shows_an_unknown_fact_of_the_study_world(tiny):
     kwargs = {"world_kwargs": SMALL_WORLD, "max_turns": 3, "instructions": BRIEF}
     env = demo_env(5, kwargs, split="train")
     tokenizer = tiny[1]
-    examples = statements(env, tokenizer, 1.0, random.Random(0))
+    examples = statements(env, tokenizer, 1.0, 0.5, random.Random(0))
     examples += demonstrations(env, tokenizer, search_prob=0.5, rng=random.Random(0), known_only=True)
     text = "\n".join(tokenizer.decode(e.token_ids) for e in examples)
     trained = "\n".join(
@@ -114,7 +114,8 @@ def test_warm_start_data_never_shows_an_unknown_fact_of_the_study_world(tiny):
     for fact, doc in zip(world.facts, world.docs, strict=True):
         assert (doc.text in trained) == fact.known  # unknown facts are at most retrieved context
     for question in split_questions(world, "eval"):
-        assert question.question not in text  # held-out questions never appear
+        if not question.known or question.hops == 2:  # known one-hop ones are shown by design
+            assert question.question not in text
 
 
 def _smoke_config(tmp_path, **changes):

@@ -390,6 +390,7 @@ def test_stack_infos_equals_add_info():
         (2, {"final_obs": "end", "final_info": {"a": True}}),
         (2, {"a": 3, "c": [[1]], "e": np.ones(2, dtype=np.int64)}),
         (3, {"a": 4, "b": "t", "c": [3], "d": {"x": 0.5}, "e": np.arange(2), "f": np.float32(1)}),
+        (3, {"a": 5, "b": "u", "c": [4]}),  # sub-env 3 again: the later values win
     ]
     probe = _Probe(5)
     expected: dict = {}

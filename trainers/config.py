@@ -580,6 +580,8 @@ def describe(config: TrainConfig) -> str:
         f"{r.max_new_tokens} new tokens per turn, {r.max_context_tokens} per episode",
         f"  update: {a.advantage} advantages, {a.resolved_loss_agg}, clip {a.clip_eps:g}, kl {a.kl_coef:g} (k3), "
         f"AdamW lr {a.lr:g} ({a.lr_schedule}), {a.ppo_epochs * a.mini_batches} optimizer step(s) per step",
+        f"  warm start: {'SFT, ' + str(config.sft.epochs) + ' epochs, cached in ' + config.sft.dir if config.sft.enabled else 'none'}; "
+        f"evaluation after training: {'on ' + str(config.eval.env_kwargs) if config.eval.enabled else 'off'}",
         f"  memory: {config.memory.kind}; checkpoints every {config.checkpoint.every or config.steps} steps "
         f"in {config.output_dir}; wandb: {'on' if config.wandb.enabled else 'off'}",
         "",

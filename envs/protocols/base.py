@@ -18,7 +18,7 @@ def neutralise_tags(text: str, tags: Sequence[str]) -> str:
     Used on retrieved documents and questions, so that text the policy did not write can
     never close an observation block or pass for an action.
     """
-    if not tags:
+    if not tags or "<" not in text:  # most text holds no tag at all: skip the regex
         return text
     return _tag_pattern(tuple(tags)).sub(lambda m: f"&lt;{m.group(1)}{m.group(2)}&gt;", text)
 
@@ -78,8 +78,12 @@ class Protocol(ABC):
 
     def format_doc_list(self, docs: Sequence[Doc]) -> str:
         """Documents as ``Doc 1 (Title: ...) text`` lines, with protocol tags neutralised."""
-        lines = [f"Doc {i} (Title: {d.title}) {d.text}" for i, d in enumerate(docs, start=1)]
-        return neutralise_tags("\n".join(lines), self.tags)
+        # A plain loop and no call when there is no tag: this runs on every search step.
+        lines = []
+        for i, d in enumerate(docs, start=1):
+            lines.append(f"Doc {i} (Title: {d.title}) {d.text}")
+        text = "\n".join(lines)
+        return neutralise_tags(text, self.tags) if "<" in text else text
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"

@@ -17,6 +17,8 @@ from .base import Protocol, neutralise_tags
 
 __all__ = ["SearchR1Protocol"]
 
+_TAGS = {name: (f"<{name}>", f"</{name}>") for name in ("search", "answer")}
+
 
 class SearchR1Protocol(Protocol):
     """Search-R1's tags: ``<search>`` → ``<information>``, final ``<answer>``.
@@ -43,6 +45,28 @@ class SearchR1Protocol(Protocol):
         )
 
     def parse(self, text: str, turn: int = 0) -> Action:
+        if not isinstance(text, str):
+            return self._parse_general(text)
+        # Fast path (runs on every step, so it makes few calls): the tag that opens first is
+        # a complete, non-blank block, so it is the earliest complete block, as below.
+        search_at, answer_at = text.find("<search>"), text.find("<answer>")
+        name = "search" if search_at >= 0 and (answer_at < 0 or search_at < answer_at) else "answer"
+        start = search_at if name == "search" else answer_at
+        if start >= 0:
+            opening, closing = _TAGS[name]
+            close = text.find(closing, start + len(opening))
+            if close >= 0:
+                content = text[start + len(opening) : close].strip()
+                if content:
+                    end = close + len(closing)
+                    thinks = count_blocks(text, "think", end=end) if "<think>" in text else 0
+                    if name == "search":
+                        return Action(kind="search", query=content, think_blocks=thinks)
+                    return Action(kind="answer", answer=content, think_blocks=thinks, answer_blocks=1)
+        return self._parse_general(text)
+
+    def _parse_general(self, text: str) -> Action:
+        """Any action: not a str, no block, an unclosed first block, or a blank one."""
         bad = not_text(text)
         if bad is not None:
             return bad

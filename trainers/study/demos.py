@@ -3,24 +3,30 @@
 Two kinds of example, both as token ids with a loss mask:
 
 * **statements**: every *known* fact, shown ``fact_repeats`` times (a float: ``2.5``
-  shows each fact 2 or 3 times, at random), each time twice: its passage as plain text,
-  and a direct answer, in the protocol's format, to the *other* phrasing of its one-hop
-  question (each relation has two; the world's own question, which may be held out for
-  evaluation, uses one). This is the knob that sets how well the warm-started model has
-  memorised the known facts. Passages alone are not enough: a tiny model memorises them
-  (99% completion accuracy after 8 epochs) but then answers none of the questions about
-  them (0% direct accuracy, measured), the knowledge-extraction failure of small LMs.
-* **demonstrations**: whole episodes written by a script and run through a real env, so
-  the observations are what the env returns. A demonstration either answers at once or
-  searches every hop and then answers; the choice is a coin flip with ``search_prob``,
+  shows each fact 2 or 3 times, at random). Each showing is the fact's passage as plain
+  text plus one episode per phrasing of its one-hop question (each relation has two),
+  searching or answering at once by a coin flip with ``search_prob``. This is the knob
+  that sets how well the warm-started model has memorised the known facts. Passages alone
+  are not enough: a tiny model learns to complete them (99% after 8 epochs) yet answers
+  none of the questions about them (0% direct accuracy, measured), the
+  knowledge-extraction failure of small LMs; questions in the protocol's format carry the
+  knowledge to where the policy needs it.
+* **demonstrations**: whole episodes of other questions (two-hop ones, and every question
+  of a shadow world), searching every hop or answering at once by the same coin flip,
   whatever the question's known flag, so the warm-started policy is capable but searches
   indiscriminately.
 
+Every example is an episode run through a real env, so observations are what the env
+returns.
+
 Following the pitfalls of the feasibility trial:
 
-* demonstrations on the study world are written only for its *known* training questions;
-  every other demonstration comes from "shadow" worlds of the same generator with other
-  seeds, so no unknown fact of the study world ever reaches the weights;
+* on the study world only *known* facts are shown; search demonstrations for facts the
+  model does not know come from "shadow" worlds of the same generator with other seeds,
+  so no unknown fact of the study world is ever trained on (it may appear in a masked
+  search result);
+* the study's held-out questions are held out from RL, not from the warm start: a known
+  one-hop question is, by design, one whose answer the model was shown;
 * answers and queries are written with spaces inside the tags (``<answer> Dreresh
   </answer>``), so their names split into the same tokens as in the passages.
 
@@ -37,7 +43,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ...envs.synthetic import RELATIONS, Fact, SyntheticWorld
+from ...envs.synthetic import RELATIONS, Fact
 from ...envs.synthetic_env import SyntheticFactsEnv
 from ...policies.chat import ChatFormatter
 
@@ -67,18 +73,16 @@ def _repeats(rng: random.Random, fact_repeats: float) -> int:
     return whole + int(rng.random() < fact_repeats - whole)
 
 
-def _other_phrasing(world: SyntheticWorld, fact: Fact) -> str:
-    """The one-hop question about ``fact`` in the phrasing the world's own question does not use."""
-    relation = RELATIONS[fact.relation]
-    own = {q.question for q in world.questions if q.hops == 1}
-    variants = [relation.question_text(fact.subject, v) for v in range(len(relation.questions))]
-    return next((v for v in variants if v not in own), variants[-1])
-
-
 def statements(
-    env: SyntheticFactsEnv, tokenizer: Any, fact_repeats: float, rng: random.Random
+    env: SyntheticFactsEnv,
+    tokenizer: Any,
+    fact_repeats: float,
+    search_prob: float,
+    rng: random.Random,
+    passages: bool = True,
 ) -> list[Example]:
-    """Each known fact as a passage and as a direct answer, ``fact_repeats`` times on average."""
+    """Each known fact as a passage (unless ``passages`` is off) and as one episode per
+    phrasing of its question, ``fact_repeats`` times on average."""
     world, formatter = env.world, ChatFormatter(tokenizer)
     protocol = env.protocol.name
     out = []
@@ -86,14 +90,20 @@ def statements(
         if not fact.known:
             continue
         ids = _encode(tokenizer, doc.text) + [tokenizer.eos_token_id]
-        passage = Example(tuple(ids), (1,) * len(ids), "statement")
-        question = {"question": _other_phrasing(world, fact), "golden_answers": [fact.object], "id": doc.id}
-        answer = _episode(env, question, [_answer(protocol, fact.object, _THINK_KNOW)], tokenizer, formatter)
-        out += (
-            [passage, answer] * _repeats(rng, fact_repeats)
-            if answer
-            else [passage] * _repeats(rng, fact_repeats)
-        )
+        relation = RELATIONS[fact.relation]
+        for _ in range(_repeats(rng, fact_repeats)):
+            if passages:
+                out.append(Example(tuple(ids), (1,) * len(ids), "statement"))
+            for variant in range(len(relation.questions)):
+                question = {
+                    "question": relation.question_text(fact.subject, variant),
+                    "golden_answers": [fact.object],
+                    "id": doc.id,
+                }
+                actions = write_demo_actions(protocol, (fact,), search=rng.random() < search_prob)
+                example = _episode(env, question, actions, tokenizer, formatter)
+                if example is not None:
+                    out.append(example)
     return out
 
 
@@ -167,8 +177,10 @@ def demonstrations(
     search_prob: float,
     rng: random.Random,
     known_only: bool,
+    min_hops: int = 1,
 ) -> Iterator[Example]:
-    """One demonstration per question of ``env`` (only its known ones when ``known_only``).
+    """One demonstration per question of ``env`` with at least ``min_hops`` hops (only its
+    known ones when ``known_only``).
 
     The env sets the protocol, instructions, retriever and top-k; its world must be the
     one the questions come from.
@@ -176,7 +188,7 @@ def demonstrations(
     protocol = env.protocol.name
     formatter = ChatFormatter(tokenizer)
     for index, question in enumerate(env.questions):
-        if known_only and not question.known:
+        if (known_only and not question.known) or question.hops < min_hops:
             continue
         chain = env.world.chain(question.id)
         actions = write_demo_actions(protocol, chain, search=rng.random() < search_prob)

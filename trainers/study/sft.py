@@ -53,7 +53,7 @@ def sft_key(config: TrainConfig, source: Path) -> str:
         "env": _env_settings(config),
         "sft": {k: v for k, v in vars(sft).items() if k not in ("enabled", "dir")},
         "seed": config.seed,
-        "version": 2,
+        "version": 3,
     }
     return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -71,15 +71,14 @@ def sft_examples(config: TrainConfig, tokenizer: Any) -> list[Example]:
             protocol, env_kwargs.get("instructions") if protocol == own else None
         )
         study_env = demo_env(world_seed, kwargs, split="train")
-        if protocol == sft.protocols[0]:
-            examples += statements(study_env, tokenizer, sft.fact_repeats, rng)
+        first = protocol == sft.protocols[0]  # passages are shown once, whatever the protocols
+        examples += statements(study_env, tokenizer, sft.fact_repeats, sft.search_prob, rng, passages=first)
         examples += demonstrations(
-            study_env, tokenizer, search_prob=sft.search_prob, rng=rng, known_only=True
+            study_env, tokenizer, search_prob=sft.search_prob, rng=rng, known_only=True, min_hops=2
         )
         for shadow in shadow_seeds(config.seed, sft.shadow_worlds):
             env = demo_env(shadow, kwargs, split="all")
-            if protocol == sft.protocols[0]:
-                examples += statements(env, tokenizer, sft.fact_repeats, rng)
+            examples += statements(env, tokenizer, sft.fact_repeats, sft.search_prob, rng, passages=first)
             examples += demonstrations(env, tokenizer, search_prob=sft.search_prob, rng=rng, known_only=False)
     rng.shuffle(examples)
     return examples
