@@ -360,3 +360,27 @@ def test_prepare_rejects_bad_input_with_a_fix(tmp_path):
     done = cli("prepare", "--mix", "sem", "--dataset", "nq", "--out", str(tmp_path / "x.jsonl"))
     assert done.returncode == 2 and "musique and mmlu" in done.stderr
     assert not (tmp_path / "x.jsonl").exists()
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
+def test_every_shipped_config_builds_its_reward_scheme(path):
+    """``extends`` merges mappings key by key: a file must not inherit another scheme's kwargs."""
+    from searchgym.envs.rewards import make_reward
+    from searchgym.trainers.openrlhf.config import load_run_config
+
+    kwargs = load_run_config(path).agent.env_kwargs
+    options = {k: v for k, v in dict(kwargs.get("reward_kwargs") or {}).items() if k != "store"}  # no files
+    make_reward(kwargs.get("reward", "f1"), **options)
+
+
+def test_every_study_arm_ships_for_3b_and_7b():
+    names = {p.stem for p in CONFIGS}
+    for arm in (
+        "f1_baseline",
+        "otc",
+        "naive_cost",
+        "lightsearcher_no_memory",
+        "lightsearcher_no_adaptive",
+        "light_search_no_stage2",
+    ):
+        assert arm in names and f"{arm}_7b" in names
