@@ -188,7 +188,7 @@ def demonstrations(
     protocol = env.protocol.name
     formatter = ChatFormatter(tokenizer)
     for index, question in enumerate(env.questions):
-        if (known_only and not question.known) or question.hops < min_hops:
+        if (known_only and not question.known) or (question.hops or 1) < min_hops:
             continue
         chain = env.world.chain(question.id)
         actions = write_demo_actions(protocol, chain, search=rng.random() < search_prob)
