@@ -118,6 +118,25 @@ def test_warm_start_data_never_shows_an_unknown_fact_of_the_study_world(tiny):
             assert question.question not in text
 
 
+def test_reading_lessons_train_only_the_copied_part(tiny):
+    from searchgym.trainers.study.demos import reading_examples, reading_seeds, shadow_seeds
+
+    assert set(reading_seeds(0, 5)).isdisjoint(shadow_seeds(0, 5) + shadow_seeds(1, 5))
+    world = generate_world(9, **SMALL_WORLD)
+    tokenizer = tiny[1]
+    lessons = reading_examples(world, tokenizer)
+    assert len(lessons) == 2 * sum(q.hops == 1 for q in world.questions)
+    for lesson in lessons[:20]:
+        text = tokenizer.decode(lesson.token_ids)
+        trained = tokenizer.decode([t for t, m in zip(lesson.token_ids, lesson.loss_mask, strict=True) if m])
+        context = text[: len(text) - len(trained)]
+        assert context.endswith(("Search:", "Answer:"))
+        copied = trained.removesuffix("<|im_end|>").strip()
+        name = copied.split(" born")[0].split(" city")[0].split(" capital")[0]
+        name = name.split(" founder")[0].split(" founded")[0].split(" headquarters")[0]
+        assert name and name in context  # the trained part copies a name that the context holds
+
+
 def _smoke_config(tmp_path, **changes):
     data = {
         "output_dir": str(tmp_path / "run"),
@@ -154,6 +173,8 @@ def _smoke_config(tmp_path, **changes):
             "epochs": 1,
             "shadow_worlds": 1,
             "batch_size": 16,
+            "reading_worlds": 1,
+            "reading_epochs": 1,
         },
         "eval": {"enabled": True, "max_questions": 6},
     }
@@ -171,6 +192,7 @@ def test_sft_trains_and_is_cached(tmp_path):
     path = warm_start(config, progress=False)
     report = json.loads((path / "searchgym_sft.json").read_text())
     assert report["examples"]["statement"] > 0 and report["examples"]["search"] > 0
+    assert report["examples"]["reading"] > 0 and len(report["reading_epoch_losses"]) == 1
     before = load_file(model_source(config.model) / "model.safetensors")
     after = load_file(path / "model.safetensors")
     assert any(not torch.equal(before[k], after[k]) for k in before)

@@ -394,8 +394,12 @@ class SFTConfig:
         instructions: Prompt instructions per protocol for the demonstrations (default:
             ``env.kwargs.instructions`` for the env's own protocol, the protocol's own text
             for the others).
+        reading_worlds: Worlds of their own for a first, short-text stage of copying
+            lessons (copy a question's subject into a query, an answer out of a passage);
+            0 skips it. See :func:`searchgym.trainers.study.demos.reading_examples`.
+        reading_epochs: Passes over the reading lessons.
         epochs: Passes over the examples.
-        lr: Peak AdamW learning rate (short warm-up, cosine decay).
+        lr: Peak AdamW learning rate (short warm-up, cosine decay), for both stages.
         batch_size: Examples per optimizer step.
     """
 
@@ -406,6 +410,8 @@ class SFTConfig:
     shadow_worlds: int = 2
     protocols: list[str] = field(default_factory=lambda: ["search_r1"])
     instructions: dict[str, str] = field(default_factory=dict)
+    reading_worlds: int = 0
+    reading_epochs: int = 2
     epochs: int = 8
     lr: float = 2e-3
     batch_size: int = 32
@@ -415,6 +421,8 @@ class SFTConfig:
         _finite("search_prob", self.search_prob, low=0.0, high=1.0)
         _positive_int("shadow_worlds", self.shadow_worlds, 0)
         check("protocols", self.protocols, bool(self.protocols), "a non-empty list of protocol names")
+        _positive_int("reading_worlds", self.reading_worlds, 0)
+        _positive_int("reading_epochs", self.reading_epochs)
         _positive_int("epochs", self.epochs)
         _finite("lr", self.lr, low=0.0)
         _positive_int("batch_size", self.batch_size)

@@ -10,6 +10,7 @@ returns at once. Builds go to a temporary folder renamed into place.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -26,8 +27,17 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from ...envs.synthetic import generate_world
 from ..config import SFTConfig, TrainConfig
-from .demos import Example, demo_env, demonstrations, shadow_seeds, statements
+from .demos import (
+    Example,
+    demo_env,
+    demonstrations,
+    reading_examples,
+    reading_seeds,
+    shadow_seeds,
+    statements,
+)
 
 __all__ = ["warm_start", "sft_examples", "train_sft", "sft_key"]
 
@@ -81,6 +91,14 @@ def sft_examples(config: TrainConfig, tokenizer: Any) -> list[Example]:
             examples += statements(env, tokenizer, sft.fact_repeats, sft.search_prob, rng, passages=first)
             examples += demonstrations(env, tokenizer, search_prob=sft.search_prob, rng=rng, known_only=False)
     rng.shuffle(examples)
+    return examples
+
+
+def reading_stage(config: TrainConfig, tokenizer: Any) -> list[Example]:
+    """The copying lessons of ``sft.reading_worlds`` worlds of their own (empty when 0)."""
+    examples: list[Example] = []
+    for seed in reading_seeds(config.seed, config.sft.reading_worlds):
+        examples += reading_examples(generate_world(seed), tokenizer)
     return examples
 
 
@@ -167,8 +185,17 @@ def warm_start(config: TrainConfig, *, progress: bool = True) -> Path:
     tokenizer = load_tokenizer_for(config.model, source)
     torch.manual_seed(config.seed)
     model = load_model(config.model, source, resolve_device(config.model.device))
+    reading = reading_stage(config, tokenizer)
+    reading_losses: list[float] = []
+    if reading:
+        logger.info("SFT reading stage on %d examples", len(reading))
+        stage = dataclasses.replace(config.sft, epochs=config.sft.reading_epochs)
+        reading_losses = train_sft(
+            model, reading, stage, pad_id=tokenizer.pad_token_id, seed=config.seed, progress=progress
+        )
     examples = sft_examples(config, tokenizer)
     kinds = {k: sum(e.kind == k for e in examples) for k in ("statement", "direct", "search")}
+    kinds["reading"] = len(reading)
     logger.info("SFT on %d examples (%s)", len(examples), kinds)
     losses = train_sft(
         model, examples, config.sft, pad_id=tokenizer.pad_token_id, seed=config.seed, progress=progress
@@ -181,6 +208,7 @@ def warm_start(config: TrainConfig, *, progress: bool = True) -> Path:
         report = {
             "examples": kinds,
             "tokens": sum(len(e.token_ids) for e in examples),
+            "reading_epoch_losses": reading_losses,
             "epoch_losses": losses,
             "seconds": time.perf_counter() - start,
         }
