@@ -87,10 +87,10 @@ def reading_examples(world: SyntheticWorld, tokenizer: Any) -> list[Example]:
     ``Question: <q> Search: <query>`` (copy the subject into a query) and ``Passage: <p>
     Question: <q> Answer: <object>`` (copy the answer out of a passage); only the part
     after ``Search:``/``Answer:`` is trained. A tiny model learns these copying skills
-    several times faster on such short texts than inside whole episodes, and the protocol
-    stage then carries them over: in a measured run, copying held-out names into queries
-    reached 76% here and 58% in the chat format after 200 more steps, against 6% after the
-    same compute on episodes alone.
+    far faster on such short texts than inside whole episodes, and the protocol stage then
+    carries them over. Measured on the 128x4 tiny model, copying held-out names into
+    queries in the chat format: 54% after 6 minutes of episodes alone (4 epochs of 19,200),
+    58% after 2.7 minutes of these lessons plus 200 steps of episodes.
     """
     out = []
     for question, chain in zip(world.questions, world.chains, strict=True):
