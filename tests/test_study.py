@@ -216,6 +216,7 @@ def test_pipeline_smoke_warm_start_grpo_and_held_out_table(tmp_path, capsys):
     assert result["episodes"] == 6
     assert set(result["splits"]) <= {"known", "unknown", "1-hop", "2-hop"}
     assert result["settings"]["action_tokens"] > 0
+    assert set(result["settings"]["skills"]) == {"direct_em_known", "query_names_subject", "em_after_search"}
     saved = (tmp_path / "run" / "config.yaml").read_text()
     assert "sft-" in saved  # GRPO started from the warm start
 
@@ -308,3 +309,33 @@ def test_shipped_study_configs_load():
     assert len(study["arms"]) == 9 and study["seeds"] == [0, 1, 2]
     arm = load_config(root / "lightsearcher.yaml")
     assert arm.sft.enabled and arm.eval.enabled and arm.memory.kind == "experience"
+
+
+def test_skills_read_recall_and_copying_from_real_episodes():
+    from searchgym.trainers.grpo.rollout import Episode
+    from searchgym.trainers.study.demos import write_demo_actions
+    from searchgym.trainers.study.evaluation import skills
+
+    env = SyntheticFactsEnv(world_seed=4, world_kwargs=SMALL_WORLD, max_turns=3)
+    world = env.world
+
+    def run(index, actions):
+        env.reset(options={"index": index})
+        for action in actions:
+            _, reward, terminated, truncated, info = env.step(action)
+            if terminated or truncated:
+                return Episode(
+                    question_index=index, group=0, reward=reward, info=info, trajectory=env.trajectory
+                )
+        raise AssertionError("the episode did not end")
+
+    one_hop = [i for i, q in enumerate(env.questions) if q.hops == 1]
+    known = next(i for i in one_hop if env.questions[i].known)
+    unknown = next(i for i in one_hop if not env.questions[i].known)
+    chain = world.chain(env.questions[unknown].id)
+    right = run(known, write_demo_actions("search_r1", world.chain(env.questions[known].id), search=False))
+    wrong = run(known, ["<answer> nobody </answer>"])
+    searched = run(unknown, write_demo_actions("search_r1", chain, search=True))
+    off_topic = run(unknown, ["<search> something else </search>", "<answer> x </answer>"])
+    figures = skills([right, wrong, searched, off_topic], world)
+    assert figures == {"direct_em_known": 0.5, "query_names_subject": 0.5, "em_after_search": 0.5}

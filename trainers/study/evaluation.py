@@ -4,7 +4,8 @@ Episodes run through :class:`~searchgym.trainers.grpo.rollout.RolloutCollector` 
 prompt, feedback and tokenisation as training; greedy decoding by default), one episode
 per question, and are scored with :func:`~searchgym.policies.evaluation.summarise`: EM, F1,
 ST, SD, SR overall and per split (known/unknown, 1-hop/2-hop). The result's ``settings``
-adds the mean sampled tokens per episode (``action_tokens``).
+adds the mean sampled tokens per episode (``action_tokens``) and, on SyntheticFacts, the
+two skills a warm start must give the study (:func:`skills`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from ..grpo.envs import build_reward, env_factory
 from ..grpo.generation import SamplingSettings
 from ..grpo.rollout import Episode, RolloutCollector
 
-__all__ = ["evaluate_model", "eval_env_config"]
+__all__ = ["evaluate_model", "eval_env_config", "skills"]
 
 
 def eval_env_config(config: TrainConfig) -> EnvConfig:
@@ -41,6 +42,40 @@ def _record(episode: Episode) -> EpisodeRecord:
         known=info.get("known"),
         hops=info.get("hops"),
     )
+
+
+def skills(episodes: list[Episode], world: Any) -> dict[str, float | None]:
+    """What a SyntheticFacts policy can do, from finished episodes (None where no episode counts).
+
+    * ``direct_em_known``: EM of known one-hop questions answered without a search
+      (recall from the weights);
+    * ``query_names_subject``: share of first searches whose query holds the first hop's
+      subject (copying from the question);
+    * ``em_after_search``: EM of one-hop questions answered after a search (copying from
+      the passage; the retriever's noise caps it).
+    """
+    direct, queries, searched = [], [], []
+    for episode in episodes:
+        info, trajectory = episode.info, episode.trajectory
+        if trajectory is None:
+            continue
+        question = trajectory.question
+        chain = world.chain(question.id)
+        if info["num_searches"]:
+            queries.append(float(chain[0].subject in (info["queries"][0] or "")))
+            if question.hops == 1:
+                searched.append(float(info["em"]))
+        elif question.known and question.hops == 1:
+            direct.append(float(info["em"]))
+
+    def mean(values: list[float]) -> float | None:
+        return sum(values) / len(values) if values else None
+
+    return {
+        "direct_em_known": mean(direct),
+        "query_names_subject": mean(queries),
+        "em_after_search": mean(searched),
+    }
 
 
 def evaluate_model(
@@ -85,4 +120,7 @@ def evaluate_model(
     finally:
         collector.close()
     result.settings["action_tokens"] = sum(e.action_tokens for e in episodes) / len(episodes)
+    world = getattr(probe, "world", None)
+    if world is not None:
+        result.settings["skills"] = skills(episodes, world)
     return result

@@ -8,7 +8,8 @@ share its warm start (the SFT cache). A run whose ``eval.json`` exists is not ru
 so an interrupted study picks up where it stopped.
 
 Outputs in ``output_dir``: ``results.json`` (every run, and mean and std per arm),
-``results.md`` (the table, mean ± std over seeds) and ``frontier.png`` (EM against mean
+``results.md`` (the table, mean ± std over seeds; "Recall" and "Copy" are the warm-start
+skills of :func:`~searchgym.trainers.study.evaluation.skills`) and ``frontier.png`` (EM against mean
 searches per question, per arm, with std error bars: the papers' trade-off plot).
 """
 
@@ -42,6 +43,8 @@ COLUMNS = (
     ("EM known", ("splits", "known", "em"), 100),
     ("EM unknown", ("splits", "unknown", "em"), 100),
     ("EM 2-hop", ("splits", "2-hop", "em"), 100),
+    ("Recall", ("settings", "skills", "direct_em_known"), 100),
+    ("Copy", ("settings", "skills", "query_names_subject"), 100),
     ("Tokens", ("settings", "action_tokens"), 1),
     ("Eval s", ("wall_time_s",), 1),
 )
@@ -143,7 +146,7 @@ def _get(result: Mapping[str, Any], path: tuple[str, ...]) -> float | None:
         if not isinstance(value, Mapping) or key not in value:
             return None
         value = value[key]
-    return float(value)
+    return None if value is None else float(value)
 
 
 def aggregate(runs: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
