@@ -201,6 +201,14 @@ def test_sft_trains_and_is_cached(tmp_path):
     assert (path / "searchgym_sft.json").stat().st_mtime == mtime
 
 
+def test_warm_start_needs_the_synthetic_world(tmp_path):
+    from searchgym.trainers.study.sft import warm_start
+
+    config = _smoke_config(tmp_path, env={"id": "searchgym/HotpotQA-v0", "kwargs": {}})
+    with pytest.raises(InvalidArgumentError, match="SyntheticFacts"):
+        warm_start(config, progress=False)
+
+
 def test_pipeline_smoke_warm_start_grpo_and_held_out_table(tmp_path, capsys):
     """The CI smoke test of the study pipeline: it runs, parameters change, a table comes out."""
     from searchgym.cli import main

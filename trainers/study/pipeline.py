@@ -63,13 +63,14 @@ def run_pipeline(config: TrainConfig, *, progress: bool = True, name: str | None
                 name=name or Path(config.output_dir).name,
                 memory=trainer.memory,
             )
-            _write_json(Path(config.output_dir) / "eval.json", evaluation.to_dict())
+            write_json(Path(config.output_dir) / "eval.json", evaluation.to_dict())
     finally:
         trainer.close()
     return PipelineResult(state, start_model, evaluation)
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write ``data`` as JSON atomically (a temporary file renamed into place)."""
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     tmp.replace(path)

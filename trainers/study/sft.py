@@ -27,6 +27,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from ...envs.errors import InvalidArgumentError
 from ...envs.synthetic import generate_world
 from ..config import SFTConfig, TrainConfig
 from .demos import (
@@ -177,6 +178,11 @@ def warm_start(config: TrainConfig, *, progress: bool = True) -> Path:
     """
     from ..grpo.model import load_model, load_tokenizer_for, model_source, resolve_device
 
+    if config.env.id != "searchgym/SyntheticFacts-v0":
+        raise InvalidArgumentError(
+            f"sft.enabled needs env.id searchgym/SyntheticFacts-v0 (its demonstrations are written from the "
+            f"generated world), got {config.env.id!r}. Warm-start other models before training instead."
+        )
     source = model_source(config.model)
     target = Path(config.sft.dir) / f"sft-{sft_key(config, source)}"
     if (target / _DONE).is_file():

@@ -111,7 +111,7 @@ def _run_config(study: Mapping[str, Any], arm: str, seed: int) -> TrainConfig:
 
 def run_study(study: Mapping[str, Any], *, progress: bool = True) -> dict[str, Any]:
     """Run (or pick up) every arm for every seed; write and return the results."""
-    from .pipeline import run_pipeline
+    from .pipeline import run_pipeline, write_json
 
     runs: list[dict[str, Any]] = []
     for seed in study["seeds"]:
@@ -127,7 +127,7 @@ def run_study(study: Mapping[str, Any], *, progress: bool = True) -> dict[str, A
                 result = pipeline.evaluation.to_dict()
                 train_s = sum(r["train"]["step_s"] for r in pipeline.state.history)
                 result["settings"]["train_s"] = train_s
-                done.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+                write_json(done, result)
             runs.append({"arm": arm, "seed": seed, "result": result})
     summary = aggregate(runs)
     out = Path(study["output_dir"])
