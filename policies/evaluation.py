@@ -32,6 +32,22 @@ class EpisodeRecord:
     known: bool | None = None
     hops: int | None = None
 
+    @classmethod
+    def from_info(cls, info: dict[str, Any], reward: float) -> EpisodeRecord:
+        """The record of an episode from the env's last ``info`` and its terminal reward."""
+        return cls(
+            question_id=str(info.get("question_id", "")),
+            em=float(info["em"]),
+            f1=float(info["f1"]),
+            cover_em=float(info["cover_em"]),
+            num_searches=int(info["num_searches"]),
+            format_ok=bool(info["format_ok"]),
+            action_chars=int(info["action_chars"]),
+            reward=float(reward),
+            known=info.get("known"),
+            hops=info.get("hops"),
+        )
+
 
 @dataclass
 class EvalResult:
@@ -179,18 +195,7 @@ def _run_batch(
             observation, reward, terminated, truncated, info = envs[i].step(action)
             contexts[i] += action + observation
             if terminated or truncated:
-                finals[i] = EpisodeRecord(
-                    question_id=info["question_id"],
-                    em=info["em"],
-                    f1=info["f1"],
-                    cover_em=info["cover_em"],
-                    num_searches=info["num_searches"],
-                    format_ok=info["format_ok"],
-                    action_chars=info["action_chars"],
-                    reward=float(reward),
-                    known=info.get("known"),
-                    hops=info.get("hops"),
-                )
+                finals[i] = EpisodeRecord.from_info(info, float(reward))
             else:
                 still.append(i)
         active = still

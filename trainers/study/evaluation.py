@@ -28,22 +28,6 @@ def eval_env_config(config: TrainConfig) -> EnvConfig:
     return EnvConfig(id=config.env.id, kwargs={**config.env.kwargs, **config.eval.env_kwargs})
 
 
-def _record(episode: Episode) -> EpisodeRecord:
-    info = episode.info
-    return EpisodeRecord(
-        question_id=str(info.get("question_id", "")),
-        em=float(info["em"]),
-        f1=float(info["f1"]),
-        cover_em=float(info["cover_em"]),
-        num_searches=int(info["num_searches"]),
-        format_ok=bool(info["format_ok"]),
-        action_chars=int(info["action_chars"]),
-        reward=episode.reward,
-        known=info.get("known"),
-        hops=info.get("hops"),
-    )
-
-
 def skills(episodes: list[Episode], world: Any) -> dict[str, float | None]:
     """What a SyntheticFacts policy can do, from finished episodes (None where no episode counts).
 
@@ -116,7 +100,9 @@ def evaluate_model(
         count = min(total, config.eval.max_questions) if config.eval.max_questions else total
         start = time.perf_counter()
         episodes = collector.collect(list(range(count)), 1, seed=config.seed)
-        result = summarise(name, [_record(e) for e in episodes], time.perf_counter() - start)
+        result = summarise(
+            name, [EpisodeRecord.from_info(e.info, e.reward) for e in episodes], time.perf_counter() - start
+        )
     finally:
         collector.close()
     result.settings["action_tokens"] = sum(e.action_tokens for e in episodes) / len(episodes)
