@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ...memory.jsonl_format import write_atomically
 from ...policies.evaluation import EvalResult
 from ..config import TrainConfig
 from ..grpo.checkpoint import TrainerState
@@ -70,7 +71,5 @@ def run_pipeline(config: TrainConfig, *, progress: bool = True, name: str | None
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Write ``data`` as JSON atomically (a temporary file renamed into place)."""
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    """Write ``data`` as JSON with :func:`~searchgym.memory.jsonl_format.write_atomically`."""
+    write_atomically(path, (json.dumps(data, indent=2) + "\n").encode("utf-8"))
