@@ -13,6 +13,7 @@ of one query.
 Usage::
 
     python benchmarks/server.py --out server_bm25.json
+    python benchmarks/server.py --workers 2            # two server processes on the port (serve --workers)
     python benchmarks/server.py --backend dense --corpus-limit 3000   # when dense is installed
 """
 
@@ -122,6 +123,8 @@ def start_server(index_dir: Path, args: argparse.Namespace, batching: bool) -> t
     ]
     if not batching:
         command.append("--no-batching")
+    if args.workers > 1:
+        command += ["--workers", str(args.workers)]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     line = proc.stdout.readline()
@@ -174,6 +177,19 @@ def load(
     return total * per_request / elapsed, [x for xs in latencies for x in xs], client.error_count
 
 
+def server_totals(url: str, workers: int) -> dict[str, int]:
+    """Query and batch counts summed over the server's workers (each new connection may reach
+    another worker, so ask until every worker has answered)."""
+    probe, seen = HTTPRetriever(url), {}
+    for _ in range(200):
+        stats = probe.server_stats()
+        probe.close()  # an idle connection would count as a batch-mate still to come
+        seen[stats.get("pid")] = stats
+        if len(seen) >= workers:
+            break
+    return {key: sum(s[key] for s in seen.values()) for key in ("queries", "batches")}
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -183,16 +199,13 @@ def measure(
     url: str, queries: list[str], args: argparse.Namespace, batching: bool, clients: int, per_request: int
 ) -> Run:
     """One load level, repeated ``args.repeats`` times; the repeat with the median throughput is kept."""
-    probe = HTTPRetriever(url)
     total = max(1, args.requests // per_request)
     load(url, queries, clients, min(200, total), args.k, per_request)  # warm up connections and caches
     trials: list[Run] = []
     for _ in range(args.repeats):
-        before = probe.server_stats()
-        probe.close()  # an idle connection would count as a batch-mate still to come
+        before = server_totals(url, args.workers)
         qps, latencies, errors = load(url, queries, clients, total, args.k, per_request)
-        after = probe.server_stats()
-        probe.close()
+        after = server_totals(url, args.workers)
         trials.append(
             Run(
                 batching=batching,
@@ -222,6 +235,7 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=3)
     parser.add_argument("--max-batch-size", type=int, default=64)
     parser.add_argument("--max-wait-ms", type=float, default=5.0)
+    parser.add_argument("--workers", type=int, default=1, help="server processes (serve --workers)")
     parser.add_argument("--repeats", type=int, default=3, help="repeats of every measurement, median kept")
     parser.add_argument("--out", type=Path, help="write the figures as JSON")
     args = parser.parse_args()
@@ -278,6 +292,7 @@ def main() -> None:
             "k": args.k,
             "max_batch_size": args.max_batch_size,
             "max_wait_ms": args.max_wait_ms,
+            "workers": args.workers,
             "in_process_batched_qps": batched,
             "in_process_single_qps": single,
             "runs": [asdict(r) for r in runs],

@@ -539,3 +539,119 @@ def test_shared_corpus_round_trip(shared_data: Path, tmp_path_factory):
         status, body = Conn(srv.port).post({"queries": questions, "topk": 5, "return_scores": True})
     assert status == 200
     assert parse_response(json.dumps(body).encode(), len(questions)) == retriever.search(questions, 5)
+
+
+def _serve_cli(index: Path, *extra: str) -> tuple[subprocess.Popen, int]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "searchgym", "serve", "--index", str(index), "--port", "0", *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    line = proc.stdout.readline()
+    match = re.search(r"listening on http://127\.0\.0\.1:(\d+) \(bm25, 3 passages.*, 2 workers\)", line)
+    if not match:
+        proc.kill()
+        pytest.fail(f"no listening line: {line!r} {proc.stderr.read()!r}")
+    return proc, int(match.group(1))
+
+
+def _worker_pids(port: int, want: int) -> set[int]:
+    pids: set[int] = set()
+    for _ in range(200):  # every new connection goes to one of the workers
+        c = Conn(port)
+        try:
+            pids.add(c.get("/stats")[1]["pid"])
+        except OSError:  # queued on a worker that was just killed: reset, as a client retry would see
+            pass
+        finally:
+            c.close()
+        if len(pids) >= want:
+            break
+    return pids
+
+
+def test_cli_workers_share_one_port_restart_a_dead_worker_and_stop_together(tmp_path, small):
+    small.save(tmp_path / "idx")
+    proc, port = _serve_cli(tmp_path / "idx", "--workers", "2")
+    try:
+        pids = _worker_pids(port, 2)
+        assert len(pids) == 2 and proc.pid not in pids
+        for _ in range(6):  # whichever worker answers, the answer is the index's
+            c = Conn(port)
+            assert c.post({"queries": ["berlin"], "topk": 1})[1] == {
+                "result": [[{"id": "d2", "contents": '"Berlin"\ncapital of Germany'}]]
+            }
+            c.close()
+        dead = sorted(pids)[0]
+        os.kill(dead, signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            now = _worker_pids(port, 2)
+            if len(now) == 2 and dead not in now:
+                break
+            time.sleep(0.5)
+        assert len(now) == 2 and dead not in now, now
+        assert "exited with code -9; starting a new one" in _read_some(proc.stderr)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        for pid in now:  # the workers went with the parent
+            with pytest.raises(ProcessLookupError):
+                for _ in range(100):
+                    os.kill(pid, 0)
+                    time.sleep(0.1)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _read_some(stream) -> str:
+    os.set_blocking(stream.fileno(), False)
+    return stream.read() or ""
+
+
+def test_cli_workers_report_a_worker_that_cannot_load(tmp_path):
+    (tmp_path / "idx").mkdir()  # a directory without an index
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "searchgym",
+            "serve",
+            "--index",
+            str(tmp_path / "idx"),
+            "--workers",
+            "2",
+            "--port",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert "DataFileError" in result.stderr and "listening" not in result.stdout
+
+
+def test_cli_workers_and_replicas_do_not_mix(tmp_path, small):
+    small.save(tmp_path / "idx")
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "searchgym",
+            "serve",
+            "--index",
+            str(tmp_path / "idx"),
+            "--workers",
+            "2",
+            "--replicas",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2 and "do not mix" in result.stderr

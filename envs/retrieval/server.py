@@ -48,6 +48,8 @@ class RetrievalServer:
         retriever: What to serve.
         config: Host, port, batching and caps.
         backend: Name reported by ``/health`` (default: ``retriever.name``).
+        reuse_port: Bind with ``SO_REUSEPORT``, so that several server processes share
+            one port and the kernel spreads connections over them (``--workers``).
 
     Example::
 
@@ -56,12 +58,18 @@ class RetrievalServer:
     """
 
     def __init__(
-        self, retriever: Retriever, config: ServerConfig | None = None, *, backend: str | None = None
+        self,
+        retriever: Retriever,
+        config: ServerConfig | None = None,
+        *,
+        backend: str | None = None,
+        reuse_port: bool = False,
     ):
         self.service = RetrievalService(retriever, config, backend=backend)
         """The routes' answers and counters."""
         self.port: int | None = None
         """The bound port, once started."""
+        self._reuse_port = reuse_port
         self._runner: web.AppRunner | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_event: asyncio.Event | None = None
@@ -142,7 +150,14 @@ class RetrievalServer:
         await runner.setup()
         self._runner = runner
         self.service.open(peers=lambda: len(runner.server.connections) if runner.server is not None else 0)
-        site = web.TCPSite(runner, config.host, config.port, backlog=1024, reuse_address=True)
+        site = web.TCPSite(
+            runner,
+            config.host,
+            config.port,
+            backlog=1024,
+            reuse_address=True,
+            reuse_port=self._reuse_port or None,
+        )
         try:
             await site.start()
         except OSError as exc:

@@ -188,10 +188,11 @@ class RetrievalService:
         return {"status": "ok", "backend": self.backend, "num_docs": self.num_docs()}
 
     def stats_payload(self) -> dict[str, Any]:
-        """The answer to ``GET /stats``: the counters and the batching settings."""
+        """The answer to ``GET /stats``: the counters, the batching settings and the server's pid."""
         config = self.config
         return {
             **self.stats.to_dict(),
+            "pid": os.getpid(),
             "batching": config.batching,
             "max_batch_size": config.max_batch_size,
             "max_wait_ms": config.max_wait_ms,

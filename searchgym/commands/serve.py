@@ -56,6 +56,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--port", type=_port, default=8000, help="TCP port; 0 picks a free one (default: %(default)s)"
     )
     parser.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=1,
+        help="server processes sharing the port (SO_REUSEPORT), each loading the index; more than one "
+        "lets a cheap retriever such as BM25 use more cores (default: %(default)s)",
+    )
+    parser.add_argument(
         "--replicas",
         type=_positive_int,
         help="serve N replicas with Ray Serve (default: one process, no Ray)",
@@ -144,6 +151,8 @@ def run(args: argparse.Namespace) -> int:
             "who can reach this port can query it.",
             file=sys.stderr,
         )
+    if args.replicas is not None and args.workers > 1:
+        raise SearchGymError("--workers and --replicas do not mix: Ray Serve runs the replicas' processes.")
     if args.replicas is not None:
         from searchgym.trainers.ray_serve import RayServeConfig, serve_with_ray
 
@@ -170,16 +179,27 @@ def run(args: argparse.Namespace) -> int:
         ) from exc
     from searchgym.envs.retrieval.service import ServerConfig, listening_message, load_index
 
+    batching = "off" if args.no_batching else f"max {args.max_batch_size} queries / {args.max_wait_ms:g} ms"
+
+    def announce(url: str, backend: str, num_docs: int | None) -> None:
+        passages = "passages: unknown" if num_docs is None else f"{num_docs} passages"
+        workers = f", {args.workers} workers" if args.workers > 1 else ""
+        print(listening_message(url, f"{backend}, {passages}, batching {batching}{workers}"), flush=True)
+
+    if args.workers > 1:
+        from searchgym.envs.retrieval.server_pool import serve_workers
+
+        load_options = {**options, "corpus_path": args.corpus} if args.corpus else options
+        serve_workers(
+            args.index,
+            ServerConfig(**settings),
+            args.workers,
+            backend=args.backend,
+            load_options=load_options,
+            on_ready=announce,
+        )
+        return 0
     retriever = load_index(args.index, args.backend, corpus_path=args.corpus, **options)
     server = RetrievalServer(retriever, ServerConfig(**settings))
-
-    def ready(srv: RetrievalServer) -> None:
-        num_docs = srv.service.num_docs()
-        passages = "passages: unknown" if num_docs is None else f"{num_docs} passages"
-        batching = (
-            "off" if args.no_batching else f"max {args.max_batch_size} queries / {args.max_wait_ms:g} ms"
-        )
-        print(listening_message(srv.url, f"{srv.backend}, {passages}, batching {batching}"), flush=True)
-
-    server.serve_forever(on_ready=ready)
+    server.serve_forever(on_ready=lambda srv: announce(srv.url, srv.backend, srv.service.num_docs()))
     return 0
