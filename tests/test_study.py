@@ -98,12 +98,13 @@ def test_demonstrations_are_well_formed_episodes_with_masked_env_text(tiny, prot
 def test_warm_start_data_never_shows_an_unknown_fact_of_the_study_world(tiny):
     import random
 
-    from searchgym.trainers.study.demos import demo_env, demonstrations, statements
+    from searchgym.trainers.study.demos import demo_env, demonstrations, recall_lessons, statements
 
     kwargs = {"world_kwargs": SMALL_WORLD, "max_turns": 3, "instructions": BRIEF}
     env = demo_env(5, kwargs, split="train")
     tokenizer = tiny[1]
     examples = statements(env, tokenizer, 1.0, 0.5, random.Random(0))
+    examples += recall_lessons(env.world, tokenizer, 2)
     examples += demonstrations(env, tokenizer, search_prob=0.5, rng=random.Random(0), known_only=True)
     text = "\n".join(tokenizer.decode(e.token_ids) for e in examples)
     trained = "\n".join(
@@ -175,6 +176,7 @@ def _smoke_config(tmp_path, **changes):
             "batch_size": 16,
             "reading_worlds": 1,
             "reading_epochs": 1,
+            "recall_repeats": 2,
         },
         "eval": {"enabled": True, "max_questions": 6},
     }
@@ -191,7 +193,8 @@ def test_sft_trains_and_is_cached(tmp_path):
     config = _smoke_config(tmp_path)
     path = warm_start(config, progress=False)
     report = json.loads((path / "searchgym_sft.json").read_text())
-    assert report["examples"]["statement"] > 0 and report["examples"]["search"] > 0
+    assert report["examples"]["recall"] > 0 and report["examples"]["direct"] > 0
+    assert report["examples"]["search"] > 0 and report["examples"]["statement"] == 0  # passages off
     assert report["examples"]["reading"] > 0 and len(report["reading_epoch_losses"]) == 1
     before = load_file(model_source(config.model) / "model.safetensors")
     after = load_file(path / "model.safetensors")
@@ -199,6 +202,35 @@ def test_sft_trains_and_is_cached(tmp_path):
     mtime = (path / "searchgym_sft.json").stat().st_mtime
     assert warm_start(config, progress=False) == path
     assert (path / "searchgym_sft.json").stat().st_mtime == mtime
+
+
+def test_recall_lessons_repeat_every_phrasing_of_known_facts_only(tiny):
+    from searchgym.trainers.study.demos import recall_lessons
+
+    world, tokenizer = generate_world(9, **SMALL_WORLD), tiny[1]
+    lessons = recall_lessons(world, tokenizer, 3)
+    known = [f for f in world.facts if f.known]
+    assert len(lessons) == 3 * 2 * len(known)  # every relation has two phrasings
+    answers = {
+        tokenizer.decode([t for t, m in zip(e.token_ids, e.loss_mask, strict=True) if m]) for e in lessons
+    }
+    assert answers == {f" {f.object}<|im_end|>" for f in known}
+
+
+def test_protocol_stage_shares_its_episodes_between_protocols(tmp_path, tiny):
+    from searchgym.trainers.study.sft import sft_examples
+
+    def formats(protocols):
+        config = _smoke_config(tmp_path, sft={"enabled": True, "shadow_worlds": 2, "protocols": protocols})
+        examples = sft_examples(config, tiny[1])
+        trained = [
+            tiny[1].decode([t for t, m in zip(e.token_ids, e.loss_mask, strict=True) if m]) for e in examples
+        ]
+        return len(examples), sum("boxed" in t for t in trained if "<answer>" in t)
+
+    (one, sem_in_one), (two, sem_in_two) = formats(["search_r1"]), formats(["search_r1", "sem"])
+    assert sem_in_one == 0 and sem_in_two > 0
+    assert abs(two - one) < 0.25 * one  # a second protocol costs about no more examples
 
 
 def test_warm_start_needs_the_synthetic_world(tmp_path):
@@ -310,13 +342,15 @@ def test_shipped_study_configs_load():
     from pathlib import Path
 
     from searchgym.trainers.config import load_config
-    from searchgym.trainers.study.study import load_study
+    from searchgym.trainers.study.study import load_study, merge
 
     root = Path(__file__).resolve().parents[1] / "configs" / "synthetic"
     study = load_study(root / "study.yaml")
     assert len(study["arms"]) == 9 and study["seeds"] == [0, 1, 2]
     arm = load_config(root / "lightsearcher.yaml")
     assert arm.sft.enabled and arm.eval.enabled and arm.memory.kind == "experience"
+    # the one-arm config is the study's lightsearcher arm, seed 0
+    assert arm == TrainConfig.from_dict(merge(study["base"], {**study["arms"]["lightsearcher"], "seed": 0}))
 
 
 def test_skills_read_recall_and_copying_from_real_episodes():

@@ -378,46 +378,61 @@ class WandbConfig:
 class SFTConfig:
     """Supervised warm start before GRPO (the CPU study; :mod:`searchgym.trainers.study.sft`).
 
-    Needs a SyntheticFacts env. The policy is first trained on the known facts as
-    statements and on scripted demonstrations (written on the study world's known training
-    questions and on shadow worlds), then GRPO starts from the result.
+    Needs a SyntheticFacts env. Two stages: short copying lessons on worlds of their own
+    (``reading_worlds``), then the protocol stage: the study world's known facts (short
+    question-answer lessons and episodes in the protocol's format) mixed with scripted
+    demonstrations on shadow worlds. GRPO starts from the result.
 
     Attributes:
         enabled: Run the warm start (cached: a second run with the same settings reuses it).
         dir: Cache folder of warm-started models.
-        fact_repeats: How often each known fact's statement is shown (a float: 2.5 shows
-            each 2 or 3 times). The knob for how well known facts are memorised.
+        recall_repeats: How often each phrasing of each known fact is shown as a short
+            ``Question: … Answer: <name>`` lesson (an int). The knob for how well known
+            facts are memorised: on the study world, 40 gives about 70% correct direct
+            answers (README).
+        fact_repeats: How often each phrasing of each known fact is shown as an episode in
+            the protocol's format, searching or answering by a coin flip (a float: 2.5 shows
+            it 2 or 3 times). Carries the memorised facts over to the protocol's format.
+        passages: Also show each known fact's passage as plain text, ``fact_repeats``
+            times (off by default: measured, it does not help the model answer).
         search_prob: Share of demonstrations that search, whatever the fact's known flag.
-        shadow_worlds: Worlds of other seeds whose questions give the search demonstrations.
-        protocols: Protocols to write demonstrations in (e.g. ``[search_r1, sem]`` for one
-            warm start shared by arms of both protocols).
+        shadow_worlds: Worlds of other seeds whose questions give the demonstrations of
+            facts the model does not know; each question is shown once, so the model learns
+            to copy names instead of memorising them.
+        protocols: Protocols to write episodes in (e.g. ``[search_r1, sem]`` for one warm
+            start shared by arms of both). Known-fact episodes are split evenly over them
+            and shadow worlds take them in turn, so more protocols cost no more time.
         instructions: Prompt instructions per protocol for the demonstrations (default:
             ``env.kwargs.instructions`` for the env's own protocol, the protocol's own text
             for the others).
-        reading_worlds: Worlds of their own for a first, short-text stage of copying
-            lessons (copy a question's subject into a query, an answer out of a passage);
-            0 skips it. See :func:`searchgym.trainers.study.demos.reading_examples`.
+        reading_worlds: Worlds of their own for the first stage of copying lessons (copy
+            a question's subject into a query, an answer out of a passage); 0 skips it.
+            See :func:`searchgym.trainers.study.demos.reading_examples`.
         reading_epochs: Passes over the reading lessons.
-        epochs: Passes over the examples.
+        epochs: Passes over the protocol stage.
         lr: Peak AdamW learning rate (short warm-up, cosine decay), for both stages.
         batch_size: Examples per optimizer step.
     """
 
     enabled: bool = False
     dir: str = "runs/sft"
+    recall_repeats: int = 0
     fact_repeats: float = 3.0
+    passages: bool = False
     search_prob: float = 0.5
     shadow_worlds: int = 2
     protocols: list[str] = field(default_factory=lambda: ["search_r1"])
     instructions: dict[str, str] = field(default_factory=dict)
     reading_worlds: int = 0
-    reading_epochs: int = 2
-    epochs: int = 8
-    lr: float = 2e-3
+    reading_epochs: int = 1
+    epochs: int = 1
+    lr: float = 3e-3
     batch_size: int = 32
 
     def __post_init__(self) -> None:
+        _positive_int("recall_repeats", self.recall_repeats, 0)
         _finite("fact_repeats", self.fact_repeats, low=0.0)
+        check("passages", self.passages, isinstance(self.passages, bool), "true or false")
         _finite("search_prob", self.search_prob, low=0.0, high=1.0)
         _positive_int("shadow_worlds", self.shadow_worlds, 0)
         check("protocols", self.protocols, bool(self.protocols), "a non-empty list of protocol names")

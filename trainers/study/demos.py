@@ -2,19 +2,22 @@
 
 Two kinds of example, both as token ids with a loss mask:
 
-* **statements**: every *known* fact, shown ``fact_repeats`` times (a float: ``2.5``
-  shows each fact 2 or 3 times, at random). Each showing is the fact's passage as plain
-  text plus one episode per phrasing of its one-hop question (each relation has two),
-  searching or answering at once by a coin flip with ``search_prob``. This is the knob
-  that sets how well the warm-started model has memorised the known facts. Passages alone
-  are not enough: a tiny model learns to complete them (99% after 8 epochs) yet answers
-  none of the questions about them (0% direct accuracy, measured), the
-  knowledge-extraction failure of small LMs; questions in the protocol's format carry the
-  knowledge to where the policy needs it.
+* **recall lessons** (:func:`recall_lessons`): every *known* fact as short question-answer
+  pairs, many times over. This is the knob that sets how well the warm-started model has
+  memorised the known facts.
+* **statements**: every *known* fact as one episode per phrasing of its one-hop question
+  (each relation has two), shown ``fact_repeats`` times (a float: ``2.5`` shows each 2 or
+  3 times, at random), searching or answering at once by a coin flip with
+  ``search_prob``; optionally with the fact's passage as plain text. Passages alone are
+  not enough: a tiny model learns to complete them (99% after 8 epochs) yet answers none
+  of the questions about them (0% direct accuracy, measured), the knowledge-extraction
+  failure of small LMs; questions carry the knowledge to where the policy needs it.
 * **demonstrations**: whole episodes of other questions (two-hop ones, and every question
   of a shadow world), searching every hop or answering at once by the same coin flip,
   whatever the question's known flag, so the warm-started policy is capable but searches
   indiscriminately.
+* **reading lessons** (:func:`reading_examples`): short copying lessons on worlds of
+  their own, the first stage of the warm start.
 
 Every example is an episode run through a real env, so observations are what the env
 returns.
@@ -52,6 +55,7 @@ __all__ = [
     "statements",
     "demonstrations",
     "reading_examples",
+    "recall_lessons",
     "write_demo_actions",
     "shadow_seeds",
     "reading_seeds",
@@ -106,6 +110,28 @@ def reading_examples(world: SyntheticWorld, tokenizer: Any) -> list[Example]:
             head = _encode(tokenizer, context)
             tail = _encode(tokenizer, target) + [tokenizer.eos_token_id]
             out.append(Example(tuple(head + tail), (0,) * len(head) + (1,) * len(tail), "reading"))
+    return out
+
+
+def recall_lessons(world: SyntheticWorld, tokenizer: Any, repeats: int) -> list[Example]:
+    """Short ``Question: <q> Answer: <object>`` lessons, ``repeats`` per phrasing of every
+    *known* fact of ``world``; only the answer is trained.
+
+    The memorisation knob of the study: a tiny model stores a fact far faster from these
+    than from episodes (measured on world 0, 128x4 model: direct answers to held-out known
+    questions 21% after 20 episodes per phrasing, 71% with 40 of these lessons added),
+    and the episodes carry the stored facts over into the protocol's format.
+    """
+    out = []
+    for fact in world.facts:
+        if not fact.known:
+            continue
+        relation = RELATIONS[fact.relation]
+        tail = _encode(tokenizer, f" {fact.object}") + [tokenizer.eos_token_id]
+        for variant in range(len(relation.questions)):
+            head = _encode(tokenizer, f"Question: {relation.question_text(fact.subject, variant)} Answer:")
+            lesson = Example(tuple(head + tail), (0,) * len(head) + (1,) * len(tail), "recall")
+            out += [lesson] * repeats
     return out
 
 

@@ -1,8 +1,8 @@
 """Supervised warm start (SFT) of the study's tiny policy, cached per seed and settings.
 
-:func:`warm_start` writes the statements and demonstrations of :mod:`.demos`, trains the
-model on them with a plain masked cross-entropy (AdamW, shuffled mini-batches), and saves
-the result as a ``save_pretrained`` folder that a GRPO run starts from. The folder is
+:func:`warm_start` writes the lessons, statements and demonstrations of :mod:`.demos`
+(a stage of short copying lessons, then the protocol stage), trains the model on them with
+a plain masked cross-entropy (AdamW, shuffled mini-batches), and saves the result as a ``save_pretrained`` folder that a GRPO run starts from. The folder is
 named by a hash of everything that shapes it (the start model, the env settings, the SFT
 settings, the seed), so every arm of a seed shares one warm start and a second call
 returns at once. Builds go to a temporary folder renamed into place.
@@ -36,6 +36,7 @@ from .demos import (
     demonstrations,
     reading_examples,
     reading_seeds,
+    recall_lessons,
     shadow_seeds,
     statements,
 )
@@ -64,33 +65,43 @@ def sft_key(config: TrainConfig, source: Path) -> str:
         "env": _env_settings(config),
         "sft": {k: v for k, v in vars(sft).items() if k not in ("enabled", "dir")},
         "seed": config.seed,
-        "version": 3,
+        "version": 4,
     }
     return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def sft_examples(config: TrainConfig, tokenizer: Any) -> list[Example]:
-    """The warm-start examples of ``config`` (statements and demonstrations, shuffled)."""
+    """The protocol stage's examples of ``config``, shuffled: recall lessons and episodes of
+    the study world's known facts, and demonstrations on shadow worlds.
+
+    Known-fact episodes are split evenly over ``sft.protocols`` and shadow worlds take the
+    protocols in turn, so a warm start shared by arms of two protocols costs no more than
+    one for a single protocol.
+    """
     sft, rng = config.sft, random.Random(f"sft/{config.seed}")
     env_kwargs = _env_settings(config)
     world_seed = int(env_kwargs.get("world_seed", 0))
-    examples: list[Example] = []
     own = config.env.kwargs.get("protocol", "search_r1")
-    for protocol in sft.protocols:
-        kwargs = {**env_kwargs, "protocol": protocol}
-        kwargs["instructions"] = sft.instructions.get(
-            protocol, env_kwargs.get("instructions") if protocol == own else None
-        )
-        study_env = demo_env(world_seed, kwargs, split="train")
-        first = protocol == sft.protocols[0]  # passages are shown once, whatever the protocols
-        examples += statements(study_env, tokenizer, sft.fact_repeats, sft.search_prob, rng, passages=first)
+
+    def protocol_kwargs(protocol: str) -> dict[str, Any]:
+        default = env_kwargs.get("instructions") if protocol == own else None
+        return {**env_kwargs, "protocol": protocol, "instructions": sft.instructions.get(protocol, default)}
+
+    protocols = list(sft.protocols)
+    examples: list[Example] = []
+    for protocol in protocols:
+        study_env = demo_env(world_seed, protocol_kwargs(protocol), split="train")
+        if protocol == protocols[0]:
+            examples += recall_lessons(study_env.world, tokenizer, sft.recall_repeats)
+        share = sft.fact_repeats / len(protocols)
+        passages = sft.passages and protocol == protocols[0]
+        examples += statements(study_env, tokenizer, share, sft.search_prob, rng, passages=passages)
         examples += demonstrations(
             study_env, tokenizer, search_prob=sft.search_prob, rng=rng, known_only=True, min_hops=2
         )
-        for shadow in shadow_seeds(config.seed, sft.shadow_worlds):
-            env = demo_env(shadow, kwargs, split="all")
-            examples += statements(env, tokenizer, sft.fact_repeats, sft.search_prob, rng, passages=first)
-            examples += demonstrations(env, tokenizer, search_prob=sft.search_prob, rng=rng, known_only=False)
+    for k, shadow in enumerate(shadow_seeds(config.seed, sft.shadow_worlds)):
+        env = demo_env(shadow, protocol_kwargs(protocols[k % len(protocols)]), split="all")
+        examples += demonstrations(env, tokenizer, search_prob=sft.search_prob, rng=rng, known_only=False)
     rng.shuffle(examples)
     return examples
 
@@ -200,7 +211,7 @@ def warm_start(config: TrainConfig, *, progress: bool = True) -> Path:
             model, reading, stage, pad_id=tokenizer.pad_token_id, seed=config.seed, progress=progress
         )
     examples = sft_examples(config, tokenizer)
-    kinds = {k: sum(e.kind == k for e in examples) for k in ("statement", "direct", "search")}
+    kinds = {k: sum(e.kind == k for e in examples) for k in ("recall", "statement", "direct", "search")}
     kinds["reading"] = len(reading)
     logger.info("SFT on %d examples (%s)", len(examples), kinds)
     losses = train_sft(
