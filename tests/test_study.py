@@ -127,6 +127,8 @@ def test_reading_lessons_train_only_the_copied_part(tiny):
     tokenizer = tiny[1]
     lessons = reading_examples(world, tokenizer)
     assert len(lessons) == 2 * sum(q.hops == 1 for q in world.questions)
+    queries_only = reading_examples(world, tokenizer, passages=False)
+    assert queries_only == lessons[0::2]  # the query lesson of each question, without the passage one
     for lesson in lessons[:20]:
         text = tokenizer.decode(lesson.token_ids)
         trained = tokenizer.decode([t for t, m in zip(lesson.token_ids, lesson.loss_mask, strict=True) if m])
@@ -281,6 +283,8 @@ def test_greedy_sampling_is_deterministic(tiny):
     ("section", "value", "field"),
     [
         ("sft", {"fact_repeats": -1}, "fact_repeats"),
+        ("sft", {"recall_repeats": -1}, "recall_repeats"),
+        ("sft", {"passages": "yes"}, "passages"),
         ("sft", {"search_prob": 1.5}, "search_prob"),
         ("sft", {"protocols": []}, "protocols"),
         ("sft", {"epochs": 0}, "epochs"),

@@ -405,9 +405,10 @@ class SFTConfig:
         instructions: Prompt instructions per protocol for the demonstrations (default:
             ``env.kwargs.instructions`` for the env's own protocol, the protocol's own text
             for the others).
-        reading_worlds: Worlds of their own for the first stage of copying lessons (copy
-            a question's subject into a query, an answer out of a passage); 0 skips it.
-            See :func:`searchgym.trainers.study.demos.reading_examples`.
+        reading_worlds: Worlds of their own for the first stage of copying lessons: copy a
+            question's subject into a query (every world) and an answer out of a passage
+            (every second world); 0 skips it. See
+            :func:`searchgym.trainers.study.sft.reading_stage`.
         reading_epochs: Passes over the reading lessons.
         epochs: Passes over the protocol stage.
         lr: Peak AdamW learning rate (short warm-up, cosine decay), for both stages.

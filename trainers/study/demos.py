@@ -85,16 +85,16 @@ def reading_seeds(seed: int, count: int) -> list[int]:
     return [500_000 + 1000 * seed + k for k in range(count)]
 
 
-def reading_examples(world: SyntheticWorld, tokenizer: Any) -> list[Example]:
-    """Short plain-text copying lessons from ``world``, two per one-hop question.
+def reading_examples(world: SyntheticWorld, tokenizer: Any, passages: bool = True) -> list[Example]:
+    """Short plain-text copying lessons from ``world``, one or two per one-hop question.
 
-    ``Question: <q> Search: <query>`` (copy the subject into a query) and ``Passage: <p>
-    Question: <q> Answer: <object>`` (copy the answer out of a passage); only the part
-    after ``Search:``/``Answer:`` is trained. A tiny model learns these copying skills
-    far faster on such short texts than inside whole episodes, and the protocol stage then
-    carries them over. Measured on the 128x4 tiny model, copying held-out names into
-    queries in the chat format: 54% after 6 minutes of episodes alone (4 epochs of 19,200),
-    58% after 2.7 minutes of these lessons plus 200 steps of episodes.
+    ``Question: <q> Search: <query>`` (copy the subject into a query) and, when
+    ``passages``, ``Passage: <p> Question: <q> Answer: <object>`` (copy the answer out of a
+    passage); only the part after ``Search:``/``Answer:`` is trained. A tiny model learns
+    to copy from the number of distinct names it sees, and far faster on such short texts
+    than inside whole episodes; the protocol stage then carries the skill over. Measured on
+    the 128x4 tiny model with query lessons only, copying names of a held-out world: 0%
+    after 10 worlds, 6% after 30, 91% after 100 (one pass, 64 s on one thread).
     """
     out = []
     for question, chain in zip(world.questions, world.chains, strict=True):
@@ -102,11 +102,11 @@ def reading_examples(world: SyntheticWorld, tokenizer: Any) -> list[Example]:
             continue
         fact = chain[0]
         query = RELATIONS[fact.relation].query(fact.subject)
-        passage = RELATIONS[fact.relation].passage_text(fact.subject, fact.object)
-        for context, target in (
-            (f"Question: {question.question} Search:", f" {query}"),
-            (f"Passage: {passage} Question: {question.question} Answer:", f" {fact.object}"),
-        ):
+        lessons = [(f"Question: {question.question} Search:", f" {query}")]
+        if passages:
+            passage = RELATIONS[fact.relation].passage_text(fact.subject, fact.object)
+            lessons.append((f"Passage: {passage} Question: {question.question} Answer:", f" {fact.object}"))
+        for context, target in lessons:
             head = _encode(tokenizer, context)
             tail = _encode(tokenizer, target) + [tokenizer.eos_token_id]
             out.append(Example(tuple(head + tail), (0,) * len(head) + (1,) * len(tail), "reading"))

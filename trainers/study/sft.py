@@ -65,7 +65,7 @@ def sft_key(config: TrainConfig, source: Path) -> str:
         "env": _env_settings(config),
         "sft": {k: v for k, v in vars(sft).items() if k not in ("enabled", "dir")},
         "seed": config.seed,
-        "version": 4,
+        "version": 5,
     }
     return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -107,10 +107,17 @@ def sft_examples(config: TrainConfig, tokenizer: Any) -> list[Example]:
 
 
 def reading_stage(config: TrainConfig, tokenizer: Any) -> list[Example]:
-    """The copying lessons of ``sft.reading_worlds`` worlds of their own (empty when 0)."""
+    """The copying lessons of ``sft.reading_worlds`` worlds of their own (empty when 0):
+    query lessons from every world, passage lessons from every second one.
+
+    Settled by measurement (world 0, 128x4 model, then the protocol stage): 200 worlds
+    given this way (99,000 lessons) copied the subject into 97.5% of queries and the name
+    out of 81% of (noise-free) passages; 100 worlds with both kinds each (66,000) copied
+    75% into queries.
+    """
     examples: list[Example] = []
-    for seed in reading_seeds(config.seed, config.sft.reading_worlds):
-        examples += reading_examples(generate_world(seed), tokenizer)
+    for n, seed in enumerate(reading_seeds(config.seed, config.sft.reading_worlds)):
+        examples += reading_examples(generate_world(seed), tokenizer, passages=n % 2 == 0)
     return examples
 
 
