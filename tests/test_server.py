@@ -612,46 +612,21 @@ def _read_some(stream) -> str:
     return stream.read() or ""
 
 
+def _run_serve(*args: str) -> subprocess.CompletedProcess:
+    """``searchgym serve`` with ``args``, for runs expected to exit on their own."""
+    return subprocess.run(
+        [sys.executable, "-m", "searchgym", "serve", *args], capture_output=True, text=True, timeout=120
+    )
+
+
 def test_cli_workers_report_a_worker_that_cannot_load(tmp_path):
     (tmp_path / "idx").mkdir()  # a directory without an index
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "searchgym",
-            "serve",
-            "--index",
-            str(tmp_path / "idx"),
-            "--workers",
-            "2",
-            "--port",
-            "0",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = _run_serve("--index", str(tmp_path / "idx"), "--workers", "2", "--port", "0")
     assert result.returncode == 2
     assert "DataFileError" in result.stderr and "listening" not in result.stdout
 
 
 def test_cli_workers_and_replicas_do_not_mix(tmp_path, small):
     small.save(tmp_path / "idx")
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "searchgym",
-            "serve",
-            "--index",
-            str(tmp_path / "idx"),
-            "--workers",
-            "2",
-            "--replicas",
-            "2",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = _run_serve("--index", str(tmp_path / "idx"), "--workers", "2", "--replicas", "2")
     assert result.returncode == 2 and "do not mix" in result.stderr
