@@ -393,8 +393,8 @@ class SFTConfig:
         fact_repeats: How often each phrasing of each known fact is shown as an episode in
             the protocol's format, searching or answering by a coin flip (a float: 2.5 shows
             it 2 or 3 times). Carries the memorised facts over to the protocol's format.
-        passages: Also show each known fact's passage as plain text, ``fact_repeats``
-            times (off by default: measured, it does not help the model answer).
+        passages: Also show each known fact's passage as plain text, once per episode of
+            the first protocol (off by default: measured, it does not help the model answer).
         search_prob: Share of demonstrations that search, whatever the fact's known flag.
         shadow_worlds: Worlds of other seeds whose questions give the demonstrations of
             facts the model does not know; each question is shown once, so the model learns

@@ -19,8 +19,8 @@ Two kinds of example, both as token ids with a loss mask:
 * **reading lessons** (:func:`reading_examples`): short copying lessons on worlds of
   their own, the first stage of the warm start.
 
-Every example is an episode run through a real env, so observations are what the env
-returns.
+Statements and demonstrations are episodes run through a real env, so observations are
+what the env returns; the lessons are short plain texts.
 
 Following the pitfalls of the feasibility trial:
 
@@ -106,10 +106,7 @@ def reading_examples(world: SyntheticWorld, tokenizer: Any, passages: bool = Tru
         if passages:
             passage = RELATIONS[fact.relation].passage_text(fact.subject, fact.object)
             lessons.append((f"Passage: {passage} Question: {question.question} Answer:", f" {fact.object}"))
-        for context, target in lessons:
-            head = _encode(tokenizer, context)
-            tail = _encode(tokenizer, target) + [tokenizer.eos_token_id]
-            out.append(Example(tuple(head + tail), (0,) * len(head) + (1,) * len(tail), "reading"))
+        out += [_lesson(tokenizer, context, target, "reading") for context, target in lessons]
     return out
 
 
@@ -127,12 +124,17 @@ def recall_lessons(world: SyntheticWorld, tokenizer: Any, repeats: int) -> list[
         if not fact.known:
             continue
         relation = RELATIONS[fact.relation]
-        tail = _encode(tokenizer, f" {fact.object}") + [tokenizer.eos_token_id]
         for variant in range(len(relation.questions)):
-            head = _encode(tokenizer, f"Question: {relation.question_text(fact.subject, variant)} Answer:")
-            lesson = Example(tuple(head + tail), (0,) * len(head) + (1,) * len(tail), "recall")
-            out += [lesson] * repeats
+            context = f"Question: {relation.question_text(fact.subject, variant)} Answer:"
+            out += [_lesson(tokenizer, context, f" {fact.object}", "recall")] * repeats
     return out
+
+
+def _lesson(tokenizer: Any, context: str, target: str, kind: str) -> Example:
+    """A short plain-text lesson: ``context`` masked, ``target`` and an end token trained."""
+    head = _encode(tokenizer, context)
+    tail = _encode(tokenizer, target) + [tokenizer.eos_token_id]
+    return Example(tuple(head + tail), (0,) * len(head) + (1,) * len(tail), kind)
 
 
 def _repeats(rng: random.Random, fact_repeats: float) -> int:

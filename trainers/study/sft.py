@@ -2,10 +2,11 @@
 
 :func:`warm_start` writes the lessons, statements and demonstrations of :mod:`.demos`
 (a stage of short copying lessons, then the protocol stage), trains the model on them with
-a plain masked cross-entropy (AdamW, shuffled mini-batches), and saves the result as a ``save_pretrained`` folder that a GRPO run starts from. The folder is
-named by a hash of everything that shapes it (the start model, the env settings, the SFT
-settings, the seed), so every arm of a seed shares one warm start and a second call
-returns at once. Builds go to a temporary folder renamed into place.
+a plain masked cross-entropy (AdamW, shuffled mini-batches), and saves the result as a
+``save_pretrained`` folder that a GRPO run starts from. The folder is named by a hash of
+everything that shapes it (the start model, the env settings, the SFT settings, the seed),
+so every arm of a seed shares one warm start and a second call returns at once. Builds go
+to a temporary folder renamed into place.
 """
 
 from __future__ import annotations
