@@ -20,13 +20,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from ..envs.errors import InvalidArgumentError, SearchGymError
+from .cached_folder import build_once
 
 __all__ = ["build_tiny_lm", "load_tiny_lm", "load_tokenizer", "default_texts", "TINY_CHAT_TEMPLATE"]
 
@@ -149,23 +148,13 @@ def build_tiny_lm(
         "chat_template": bool(chat_template),
         "seed": seed,
     }
-    root = Path(out_dir)
-    target = root / f"tiny-lm-{_cache_key(text_list, settings)}"
-    if (target / _DONE).is_file():
-        return target
-    root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".tiny-lm-", dir=root))
-    try:
+    target = Path(out_dir) / f"tiny-lm-{_cache_key(text_list, settings)}"
+
+    def build(staging: Path) -> dict[str, Any]:
         _build(staging, text_list if text_list is not None else default_texts(), settings)
-        (staging / _DONE).write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
-        try:
-            os.replace(staging, target)
-        except OSError:  # another process finished the same build first
-            if not (target / _DONE).is_file():
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
+        return settings
+
+    return build_once(target, _DONE, build)
 
 
 def _imports() -> tuple[Any, Any, Any]:

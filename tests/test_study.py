@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import gymnasium as gym
 import pytest
@@ -122,7 +123,7 @@ def test_warm_start_data_never_shows_an_unknown_fact_of_the_study_world(tiny):
 def test_reading_lessons_train_only_the_copied_part(tiny):
     from searchgym.trainers.study.demos import reading_examples, reading_seeds, shadow_seeds
 
-    assert set(reading_seeds(0, 5)).isdisjoint(shadow_seeds(0, 5) + shadow_seeds(1, 5))
+    assert set(reading_seeds(5)).isdisjoint(shadow_seeds(0, 5) + shadow_seeds(1, 5))
     world = generate_world(9, **SMALL_WORLD)
     tokenizer = tiny[1]
     lessons = reading_examples(world, tokenizer)
@@ -178,6 +179,7 @@ def _smoke_config(tmp_path, **changes):
             "batch_size": 16,
             "reading_worlds": 1,
             "reading_epochs": 1,
+            "replay_worlds": 1,
             "recall_repeats": 2,
         },
         "eval": {"enabled": True, "max_questions": 6},
@@ -197,13 +199,58 @@ def test_sft_trains_and_is_cached(tmp_path):
     report = json.loads((path / "searchgym_sft.json").read_text())
     assert report["examples"]["recall"] > 0 and report["examples"]["direct"] > 0
     assert report["examples"]["search"] > 0 and report["examples"]["statement"] == 0  # passages off
-    assert report["examples"]["reading"] > 0 and len(report["reading_epoch_losses"]) == 1
-    before = load_file(model_source(config.model) / "model.safetensors")
+    assert report["examples"]["reading"] > 0  # rehearsed reading lessons
+    assert set(report["skills"]) == {"search_r1"}
+    assert set(report["skills"]["search_r1"]) == {"forced_copy", "forced_recall"}
+    assert all(0.0 <= v <= 1.0 for v in report["skills"]["search_r1"].values())
+    base = Path(report["base"])
+    assert base.name.startswith("read-") and base.parent == path.parent
+    assert len(json.loads((base / "searchgym_sft.json").read_text())["epoch_losses"]) == 1
+    start = load_file(model_source(config.model) / "model.safetensors")
+    read = load_file(base / "model.safetensors")
     after = load_file(path / "model.safetensors")
-    assert any(not torch.equal(before[k], after[k]) for k in before)
+    assert any(not torch.equal(start[k], read[k]) for k in start)
+    assert any(not torch.equal(read[k], after[k]) for k in start)
     mtime = (path / "searchgym_sft.json").stat().st_mtime
     assert warm_start(config, progress=False) == path
     assert (path / "searchgym_sft.json").stat().st_mtime == mtime
+    # another seed: its own protocol stage, on the same reading-stage model
+    other = warm_start(_smoke_config(tmp_path, seed=1), progress=False)
+    assert other != path
+    assert json.loads((other / "searchgym_sft.json").read_text())["base"] == report["base"]
+    assert sorted(p.name.split("-")[0] for p in path.parent.iterdir()) == ["read", "sft", "sft"]
+
+
+@pytest.mark.parametrize("protocol", ["search_r1", "sem"])
+def test_forced_probes_open_like_the_demonstrations_and_score_their_continuation(tmp_path, tiny, protocol):
+    from searchgym.trainers.study.demos import write_demo_actions
+    from searchgym.trainers.study.evaluation import forced_probes, probe_score
+
+    config = _smoke_config(tmp_path)
+    config = config.replace(env={"id": config.env.id, "kwargs": {**config.env.kwargs, "protocol": protocol}})
+    tokenizer = tiny[1]
+    probes = forced_probes(config, tokenizer)
+    env = SyntheticFactsEnv(**{**config.env.kwargs, "split": "eval"})
+    copy = [p for p in probes if p[1] == "forced_copy"]
+    recall = [p for p in probes if p[1] == "forced_recall"]
+    assert len(copy) == len(env.questions)
+    assert len(recall) == sum(q.known and q.hops == 1 for q in env.questions) > 0
+    for (ids, skill, name), question in zip(copy, env.questions, strict=True):
+        fact = env.world.chain(question.id)[0]
+        demo = write_demo_actions(protocol, [fact], search=True)[0]
+        text = tokenizer.decode(ids)
+        opening = text[text.rindex("<think>") :]
+        assert demo.startswith(opening) and question.question in text and name == fact.subject
+        assert probe_score(skill, name, demo[len(opening) :]) == 1.0  # the demonstration's own query
+        assert probe_score(skill, name, " somebody else </search>") == 0.0
+    known = [q for q in env.questions if q.known and q.hops == 1]
+    for (ids, skill, name), question in zip(recall, known, strict=True):
+        text = tokenizer.decode(ids)
+        demo = write_demo_actions(protocol, env.world.chain(question.id), search=False)[0]
+        opening = text[text.rindex("<think>") :]
+        assert demo.startswith(opening)
+        assert probe_score(skill, name, demo[len(opening) :]) == 1.0
+        assert probe_score(skill, name, f" {name} junior </answer>") == 0.0
 
 
 def test_recall_lessons_repeat_every_phrasing_of_known_facts_only(tiny):
@@ -258,7 +305,13 @@ def test_pipeline_smoke_warm_start_grpo_and_held_out_table(tmp_path, capsys):
     assert result["episodes"] == 6
     assert set(result["splits"]) <= {"known", "unknown", "1-hop", "2-hop"}
     assert result["settings"]["action_tokens"] > 0
-    assert set(result["settings"]["skills"]) == {"direct_em_known", "query_names_subject", "em_after_search"}
+    assert set(result["settings"]["skills"]) == {
+        "direct_em_known",
+        "query_names_subject",
+        "em_after_search",
+        "forced_copy",
+        "forced_recall",
+    }
     saved = (tmp_path / "run" / "config.yaml").read_text()
     assert "sft-" in saved  # GRPO started from the warm start
 

@@ -379,9 +379,10 @@ class SFTConfig:
     """Supervised warm start before GRPO (the CPU study; :mod:`searchgym.trainers.study.sft`).
 
     Needs a SyntheticFacts env. Two stages: short copying lessons on worlds of their own
-    (``reading_worlds``), then the protocol stage: the study world's known facts (short
-    question-answer lessons and episodes in the protocol's format) mixed with scripted
-    demonstrations on shadow worlds. GRPO starts from the result.
+    (``reading_worlds``, shared by every seed), then the protocol stage: the study world's
+    known facts (short question-answer lessons and episodes in the protocol's format) mixed
+    with scripted demonstrations on shadow worlds and rehearsed reading lessons
+    (``replay_worlds``). GRPO starts from the result.
 
     Attributes:
         enabled: Run the warm start (cached: a second run with the same settings reuses it).
@@ -410,6 +411,8 @@ class SFTConfig:
             (every second world); 0 skips it. See
             :func:`searchgym.trainers.study.sft.reading_stage`.
         reading_epochs: Passes over the reading lessons.
+        replay_worlds: Reading worlds whose lessons the protocol stage rehearses, so that
+            copying survives it (measured: 0 loses it, 30 keeps it; module docs).
         epochs: Passes over the protocol stage.
         lr: Peak AdamW learning rate (short warm-up, cosine decay), for both stages.
         batch_size: Examples per optimizer step.
@@ -426,6 +429,7 @@ class SFTConfig:
     instructions: dict[str, str] = field(default_factory=dict)
     reading_worlds: int = 0
     reading_epochs: int = 1
+    replay_worlds: int = 0
     epochs: int = 1
     lr: float = 3e-3
     batch_size: int = 32
@@ -439,6 +443,7 @@ class SFTConfig:
         check("protocols", self.protocols, bool(self.protocols), "a non-empty list of protocol names")
         _positive_int("reading_worlds", self.reading_worlds, 0)
         _positive_int("reading_epochs", self.reading_epochs)
+        _positive_int("replay_worlds", self.replay_worlds, 0)
         _positive_int("epochs", self.epochs)
         _finite("lr", self.lr, low=0.0)
         _positive_int("batch_size", self.batch_size)

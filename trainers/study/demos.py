@@ -59,6 +59,7 @@ __all__ = [
     "write_demo_actions",
     "shadow_seeds",
     "reading_seeds",
+    "forced_opening",
 ]
 
 _THINK_SEARCH = "I should look this up."
@@ -80,9 +81,9 @@ def shadow_seeds(seed: int, count: int) -> list[int]:
     return [100_000 + 1000 * seed + k for k in range(count)]
 
 
-def reading_seeds(seed: int, count: int) -> list[int]:
-    """World seeds of the reading stage of study seed ``seed`` (apart from the shadow worlds)."""
-    return [500_000 + 1000 * seed + k for k in range(count)]
+def reading_seeds(count: int) -> list[int]:
+    """World seeds of the reading stage, shared by every study seed (apart from the shadow worlds)."""
+    return [500_000 + k for k in range(count)]
 
 
 def reading_examples(world: SyntheticWorld, tokenizer: Any, passages: bool = True) -> list[Example]:
@@ -179,6 +180,19 @@ def statements(
 def _answer(protocol: str, answer: str, think: str) -> str:
     inner = f"\\boxed{{ {answer} }}" if protocol == "sem" else f" {answer} "
     return f"<think>{think}</think>\n<answer>{inner}</answer>"
+
+
+def forced_opening(protocol: str, search: bool) -> str:
+    """The start of a demonstration's first action, up to the query or the answer.
+
+    A probe appends it to a prompt and lets the model finish the query (``search``) or the
+    answer, to measure copying and recall whatever the policy would choose to do.
+    """
+    if not search:
+        return f"<think>{_THINK_KNOW}</think>\n<answer>" + ("\\boxed{" if protocol == "sem" else "")
+    if protocol == "sem":
+        return f"{_answer(protocol, 'unknown', _THINK_SEARCH)}\n<search>"
+    return f"<think>{_THINK_SEARCH}</think>\n<search>"
 
 
 def write_demo_actions(protocol: str, chain: Sequence[Fact], search: bool) -> list[str]:

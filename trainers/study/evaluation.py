@@ -5,7 +5,8 @@ prompt, feedback and tokenisation as training; greedy decoding by default), one 
 per question, and are scored with :func:`~searchgym.policies.evaluation.summarise`: EM, F1,
 ST, SD, SR overall and per split (known/unknown, 1-hop/2-hop). The result's ``settings``
 adds the mean sampled tokens per episode (``action_tokens``) and, on SyntheticFacts, the
-two skills a warm start must give the study (:func:`skills`).
+two skills a warm start must give the study, as the policy uses them (:func:`skills`) and
+with its first action's opening forced (:func:`forced_skills`).
 """
 
 from __future__ import annotations
@@ -13,14 +14,16 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ...envs.metrics import exact_match
 from ...policies.chat import ChatFormatter
 from ...policies.evaluation import EpisodeRecord, EvalResult, summarise
 from ..config import EnvConfig, TrainConfig
 from ..grpo.envs import build_reward, env_factory
-from ..grpo.generation import SamplingSettings
+from ..grpo.generation import SamplingSettings, sample_actions
 from ..grpo.rollout import Episode, RolloutCollector
+from .demos import demo_env, forced_opening
 
-__all__ = ["evaluate_model", "eval_env_config", "skills"]
+__all__ = ["evaluate_model", "eval_env_config", "skills", "forced_skills", "forced_probes", "probe_score"]
 
 
 def eval_env_config(config: TrainConfig) -> EnvConfig:
@@ -60,6 +63,57 @@ def skills(episodes: list[Episode], world: Any) -> dict[str, float | None]:
         "query_names_subject": mean(queries),
         "em_after_search": mean(searched),
     }
+
+
+def forced_skills(model: Any, tokenizer: Any, config: TrainConfig) -> dict[str, float]:
+    """Copying and recall with the first action's opening written for the model (greedy).
+
+    On the held-out questions of a noise-free copy of the eval env, each prompt is followed
+    by the opening of a search (or of an answer) in the demonstrations' words and the model
+    writes the rest, so both skills are measured whatever the policy would choose:
+
+    * ``forced_copy``: share of questions whose query names the first hop's subject;
+    * ``forced_recall``: EM of known one-hop questions answered at once.
+    """
+    probes = forced_probes(config, tokenizer)
+    settings = SamplingSettings(0.0, 1.0, config.rollout.generation_batch_size)
+    budgets = [config.rollout.max_new_tokens] * len(probes)
+    actions = sample_actions(
+        model, tokenizer, [p[0] for p in probes], budgets, ["</search>", "</answer>"], settings
+    )
+    scores: dict[str, list[float]] = {"forced_copy": [], "forced_recall": []}
+    for (_, skill, name), action in zip(probes, actions, strict=True):
+        scores[skill].append(probe_score(skill, name, action.text))
+    return {skill: sum(values) / max(1, len(values)) for skill, values in scores.items()}
+
+
+def forced_probes(config: TrainConfig, tokenizer: Any) -> list[tuple[list[int], str, str]]:
+    """``(context ids, skill, expected name)`` of every probe of :func:`forced_skills`."""
+    kwargs = {**config.env.kwargs, **config.eval.env_kwargs}
+    env = demo_env(int(kwargs.get("world_seed", 0)), kwargs, str(kwargs.get("split", "eval")))
+    formatter, protocol = ChatFormatter(tokenizer), env.protocol.name
+
+    def encode(text: str) -> list[int]:
+        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    probes = []
+    for index, question in enumerate(env.questions):
+        obs, _ = env.reset(options={"index": index})
+        prompt, fact = encode(formatter.prompt(obs)), env.world.chain(question.id)[0]
+        probes.append((prompt + encode(forced_opening(protocol, search=True)), "forced_copy", fact.subject))
+        if question.known and question.hops == 1:
+            probes.append(
+                (prompt + encode(forced_opening(protocol, search=False)), "forced_recall", fact.object)
+            )
+    env.close()
+    return probes
+
+
+def probe_score(skill: str, name: str, text: str) -> float:
+    """1.0 when the model's continuation ``text`` of a probe holds ``name`` as it should."""
+    if skill == "forced_copy":
+        return float(name in text.split("</search>")[0])
+    return exact_match(text.split("</answer>")[0], [name])
 
 
 def evaluate_model(
@@ -108,5 +162,5 @@ def evaluate_model(
     result.settings["action_tokens"] = sum(e.action_tokens for e in episodes) / len(episodes)
     world = getattr(probe, "world", None)
     if world is not None:
-        result.settings["skills"] = skills(episodes, world)
+        result.settings["skills"] = {**skills(episodes, world), **forced_skills(model, tokenizer, config)}
     return result
