@@ -339,6 +339,8 @@ def test_greedy_sampling_is_deterministic(tiny):
         ("sft", {"recall_repeats": -1}, "recall_repeats"),
         ("sft", {"passages": "yes"}, "passages"),
         ("sft", {"search_prob": 1.5}, "search_prob"),
+        ("sft", {"shadow_search_prob": -0.1}, "shadow_search_prob"),
+        ("sft", {"replay_worlds": -1}, "replay_worlds"),
         ("sft", {"protocols": []}, "protocols"),
         ("sft", {"epochs": 0}, "epochs"),
         ("sft", {"nope": 1}, "nope"),
@@ -438,3 +440,18 @@ def test_skills_read_recall_and_copying_from_real_episodes():
     off_topic = run(unknown, ["<search> something else </search>", "<answer> x </answer>"])
     figures = skills([right, wrong, searched, off_topic], world)
     assert figures == {"direct_em_known": 0.5, "query_names_subject": 0.5, "em_after_search": 0.5}
+
+
+def test_shadow_demonstrations_search_as_often_as_shadow_search_prob_says(tmp_path, tiny):
+    from searchgym.trainers.study.sft import sft_examples
+
+    def kinds(shadow_search_prob):
+        sft = {"enabled": True, "shadow_worlds": 2, "search_prob": 0.0, "fact_repeats": 0}
+        config = _smoke_config(tmp_path, sft={**sft, "shadow_search_prob": shadow_search_prob})
+        examples = sft_examples(config, tiny[1])
+        return sum(e.kind == "direct" for e in examples), sum(e.kind == "search" for e in examples)
+
+    (direct_never, search_never), (direct_always, search_always) = kinds(0.0), kinds(1.0)
+    assert search_never == 0  # search_prob 0 on the study world, and no shadow searches
+    assert search_always > 0 and direct_always + search_always == direct_never
+    assert kinds(None) == (direct_never, search_never)  # defaults to search_prob

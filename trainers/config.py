@@ -400,6 +400,9 @@ class SFTConfig:
         shadow_worlds: Worlds of other seeds whose questions give the demonstrations of
             facts the model does not know; each question is shown once, so the model learns
             to copy names instead of memorising them.
+        shadow_search_prob: Share of shadow demonstrations that search (default:
+            ``search_prob``). A direct answer on a shadow world is a name the model cannot
+            know, so these teach it to make names up in the protocol's format.
         protocols: Protocols to write episodes in (e.g. ``[search_r1, sem]`` for one warm
             start shared by arms of both). Known-fact episodes are split evenly over them
             and shadow worlds take them in turn, so more protocols cost no more time.
@@ -425,6 +428,7 @@ class SFTConfig:
     passages: bool = False
     search_prob: float = 0.5
     shadow_worlds: int = 2
+    shadow_search_prob: float | None = None
     protocols: list[str] = field(default_factory=lambda: ["search_r1"])
     instructions: dict[str, str] = field(default_factory=dict)
     reading_worlds: int = 0
@@ -440,6 +444,8 @@ class SFTConfig:
         check("passages", self.passages, isinstance(self.passages, bool), "true or false")
         _finite("search_prob", self.search_prob, low=0.0, high=1.0)
         _positive_int("shadow_worlds", self.shadow_worlds, 0)
+        if self.shadow_search_prob is not None:
+            _finite("shadow_search_prob", self.shadow_search_prob, low=0.0, high=1.0)
         check("protocols", self.protocols, bool(self.protocols), "a non-empty list of protocol names")
         _positive_int("reading_worlds", self.reading_worlds, 0)
         _positive_int("reading_epochs", self.reading_epochs)

@@ -120,9 +120,10 @@ def sft_examples(config: TrainConfig, tokenizer: Any) -> list[Example]:
         examples += demonstrations(
             study_env, tokenizer, search_prob=sft.search_prob, rng=rng, known_only=True, min_hops=2
         )
+    shadow_search = sft.search_prob if sft.shadow_search_prob is None else sft.shadow_search_prob
     for k, shadow in enumerate(shadow_seeds(config.seed, sft.shadow_worlds)):
         env = demo_env(shadow, protocol_kwargs(protocols[k % len(protocols)]), split="all")
-        examples += demonstrations(env, tokenizer, search_prob=sft.search_prob, rng=rng, known_only=False)
+        examples += demonstrations(env, tokenizer, search_prob=shadow_search, rng=rng, known_only=False)
     examples += reading_lessons(sft.replay_worlds, tokenizer)
     rng.shuffle(examples)
     return examples
