@@ -455,3 +455,27 @@ def test_shadow_demonstrations_search_as_often_as_shadow_search_prob_says(tmp_pa
     assert search_never == 0  # search_prob 0 on the study world, and no shadow searches
     assert search_always > 0 and direct_always + search_always == direct_never
     assert kinds(None) == (direct_never, search_never)  # defaults to search_prob
+
+
+def test_sem_demonstrations_show_needless_searches_to_the_sem_reward():
+    from searchgym.trainers.study.demos import write_demo_actions
+
+    env = SyntheticFactsEnv(world_seed=3, world_kwargs=SMALL_WORLD, protocol="sem", reward="sem", max_turns=3)
+    index = next(i for i, q in enumerate(env.questions) if q.hops == 1)
+    chain = env.world.chain(env.questions[index].id)
+
+    def reward(actions):
+        env.reset(options={"index": index})
+        for action in actions:
+            _, value, terminated, truncated, info = env.step(action)
+            assert info["format_ok"]
+            if terminated or truncated:
+                return value
+        raise AssertionError("the episode did not end")
+
+    known = write_demo_actions("sem", chain, search=True, known=True)
+    unknown = write_demo_actions("sem", chain, search=True, known=False)
+    assert chain[-1].object in known[0] and "unknown" in unknown[0]
+    assert reward(known) == 0.0  # a right first answer, then a search: SEM scores it 0
+    assert reward(unknown) == 1.0  # a wrong first answer repaired by the search
+    assert reward(write_demo_actions("sem", chain, search=False)) == 1.0

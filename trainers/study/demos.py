@@ -172,7 +172,7 @@ def statements(
                     "golden_answers": [fact.object],
                     "id": doc.id,
                 }
-                actions = write_demo_actions(protocol, (fact,), search=rng.random() < search_prob)
+                actions = write_demo_actions(protocol, (fact,), rng.random() < search_prob, known=True)
                 example = _episode(env, question, actions, tokenizer, formatter)
                 if example is not None:
                     out.append(example)
@@ -197,12 +197,16 @@ def forced_opening(protocol: str, search: bool) -> str:
     return f"<think>{_THINK_SEARCH}</think>\n<search>"
 
 
-def write_demo_actions(protocol: str, chain: Sequence[Fact], search: bool) -> list[str]:
+def write_demo_actions(protocol: str, chain: Sequence[Fact], search: bool, known: bool = False) -> list[str]:
     """The scripted actions of one demonstration (the answer is the chain's last object).
 
     ``search_r1`` searches every hop, one query per turn. ``sem`` allows one search: its
-    first turn gives a first answer ("unknown"), then searches the first unknown hop of the
-    chain (the first hop if all are known); the second turn answers.
+    first turn gives a first answer, then searches the first unknown hop of the chain (the
+    first hop if all are known); the second turn answers. The first answer is the right
+    one when the model was shown the fact (``known``: a needless search, which SEM's
+    reward scores 0), else "unknown" (a wrong first answer, which SEM lets a search
+    repair). Writing "unknown" for known facts too would hide every needless search from
+    SEM's reward.
     """
     answer = chain[-1].object
     if not search:
@@ -210,7 +214,8 @@ def write_demo_actions(protocol: str, chain: Sequence[Fact], search: bool) -> li
     if protocol == "sem":
         hop = next((f for f in chain if not f.known), chain[0])
         query = RELATIONS[hop.relation].query(hop.subject)
-        first = f"{_answer(protocol, 'unknown', _THINK_SEARCH)}\n<search> {query} </search>"
+        first_answer = answer if known else "unknown"
+        first = f"{_answer(protocol, first_answer, _THINK_SEARCH)}\n<search> {query} </search>"
         return [first, _answer(protocol, answer, _THINK_READ)]
     actions = [
         f"<think>{_THINK_SEARCH}</think>\n<search> {RELATIONS[f.relation].query(f.subject)} </search>"
@@ -276,7 +281,8 @@ def demonstrations(
         if (known_only and not question.known) or (question.hops or 1) < min_hops:
             continue
         chain = env.world.chain(question.id)
-        actions = write_demo_actions(protocol, chain, search=rng.random() < search_prob)
+        # only the study world's known facts are ever shown to the model
+        actions = write_demo_actions(protocol, chain, rng.random() < search_prob, known=known_only)
         example = _episode(env, index, actions, tokenizer, formatter)
         if example is not None:
             yield example
