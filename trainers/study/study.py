@@ -8,8 +8,8 @@ share its warm start (the SFT cache). A run whose ``eval.json`` exists is not ru
 so an interrupted study picks up where it stopped.
 
 Outputs in ``output_dir``: ``results.json`` (every run, and mean and std per arm),
-``results.md`` (the table, mean ± std over seeds; "Recall" and "Copy" are the warm-start
-skills of :func:`~searchgym.trainers.study.evaluation.skills`) and ``frontier.png`` (EM against mean
+``results.md`` (the table, mean ± std over seeds; "Recall" and "Copy" are the skills of
+:func:`~searchgym.trainers.study.evaluation.forced_skills` after RL) and ``frontier.png`` (EM against mean
 searches per question, per arm, with std error bars: the papers' trade-off plot).
 """
 
@@ -43,8 +43,8 @@ COLUMNS = (
     ("EM known", ("splits", "known", "em"), 100),
     ("EM unknown", ("splits", "unknown", "em"), 100),
     ("EM 2-hop", ("splits", "2-hop", "em"), 100),
-    ("Recall", ("settings", "skills", "direct_em_known"), 100),
-    ("Copy", ("settings", "skills", "query_names_subject"), 100),
+    ("Recall", ("settings", "skills", "forced_recall"), 100),
+    ("Copy", ("settings", "skills", "forced_copy"), 100),
     ("Tokens", ("settings", "action_tokens"), 1),
     ("Eval s", ("wall_time_s",), 1),
 )
