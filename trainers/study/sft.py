@@ -11,8 +11,8 @@ from:
    demonstrations on shadow worlds, with some reading lessons rehearsed. Without the
    rehearsal the first hundred batches (loss 14 on the unseen chat format) wiped out the
    copying skill and it did not come back (measured on seed 0: copying into queries 93%
-   before the stage, 0% after 100 batches and at the end); with 30 worlds rehearsed it
-   came back to 98%.
+   before the stage, 0% after 100 batches and still at batch 700); with 30 worlds
+   rehearsed it came back to 98%.
 
 Each folder is named by a hash of everything that shapes it (the start model, the env
 settings, the SFT settings, the seed), so every arm of a seed shares one warm start and a
