@@ -412,7 +412,7 @@ class SFTConfig:
         reading_worlds: Worlds of their own for the first stage of copying lessons: copy a
             question's subject into a query (every world) and an answer out of a passage
             (every second world); 0 skips it. See
-            :func:`searchgym.trainers.study.sft.reading_stage`.
+            :func:`searchgym.trainers.study.sft.reading_lessons`.
         reading_epochs: Passes over the reading lessons.
         replay_worlds: Reading worlds whose lessons the protocol stage rehearses, so that
             copying survives it (measured: 0 loses it, 30 keeps it; module docs).
