@@ -13,6 +13,11 @@ arguments give an equal world, and different seeds give worlds whose names rarel
 Independent sub-generators are used per stage (names, structure, known flags, questions),
 so changing ``known_fraction`` keeps the facts and raising it only adds known facts, and
 changing ``two_hop_fraction`` or ``num_questions`` keeps the facts and their flags.
+
+``known_by`` sets what a flag is drawn for: each fact (default), or each subject, so that
+all facts about an entity are known or none are, as a language model knows popular
+entities and not obscure ones. A tiny model can only learn to tell the second kind apart
+(see :func:`generate_world`).
 """
 
 from __future__ import annotations
@@ -356,12 +361,16 @@ def _build_world(
     known_fraction: float,
     two_hop_fraction: float,
     cap: int | None,
+    known_by: str = "fact",
 ) -> SyntheticWorld:
     names = make_names(seed, dict(zip(KINDS, counts, strict=True)))
     known_rng = random.Random(f"synthetic-facts/{seed}/known")
-    facts = tuple(
-        Fact(s, rel, o, known_rng.random() < known_fraction) for s, rel, o in _make_triples(seed, names)
-    )
+    triples = _make_triples(seed, names)
+    if known_by == "subject":
+        subject_known = {name: known_rng.random() < known_fraction for kind in KINDS for name in names[kind]}
+        facts = tuple(Fact(s, rel, o, subject_known[s]) for s, rel, o in triples)
+    else:
+        facts = tuple(Fact(s, rel, o, known_rng.random() < known_fraction) for s, rel, o in triples)
     docs = tuple(
         Doc(
             id=f"sf{seed}-p{n}", title=f.subject, text=RELATIONS[f.relation].passage_text(f.subject, f.object)
@@ -400,6 +409,8 @@ def _build_world(
     return SyntheticWorld(seed, entities, facts, docs, questions, tuple(chain for _, chain in picked))
 
 
+KNOWN_BY = ("fact", "subject")
+
 _cached_world = functools.lru_cache(maxsize=32)(_build_world)
 
 
@@ -435,6 +446,7 @@ def generate_world(
     known_fraction: float = 0.5,
     two_hop_fraction: float = 0.3,
     num_questions: int | None = None,
+    known_by: str = "fact",
 ) -> SyntheticWorld:
     """Generate (or fetch from the cache) the SyntheticFacts world of ``seed``.
 
@@ -448,7 +460,17 @@ def generate_world(
             country has a capital.
         num_countries: Countries, each with a capital among its cities.
         num_companies: Companies, each with a founder, a founding year and headquarters.
-        known_fraction: Chance that a fact belongs to the known (memorisable) subset.
+        known_fraction: Chance that a fact (or a subject, see ``known_by``) belongs to the
+            known (memorisable) subset.
+        known_by: ``"fact"`` (default): a flag drawn per fact, so one entity may have
+            known and unknown facts. ``"subject"``: one flag per entity, shared by all its
+            facts. Measured on the warm-started 128x4 tiny model of the CPU study (world
+            0), taught for 300 steps only to choose between searching (unknown) and
+            answering (known) on training questions: on held-out questions about
+            never-shown entities it searched 86% of the time, about fully known ones 43%;
+            taught per fact, it searched on 79% of unknown and 62% of known held-out facts
+            (40% and 31% fifty steps earlier). Whether it holds one fact of an entity it
+            knows is barely visible to it; whether it knows the entity is.
         two_hop_fraction: Share of two-hop questions among the questions.
         num_questions: Upper bound on the number of questions; None keeps the most the mix
             allows (every fact as a one-hop question when two-hop candidates suffice).
@@ -477,4 +499,8 @@ def generate_world(
     known = _check_fraction("known_fraction", known_fraction)
     two_hop = _check_fraction("two_hop_fraction", two_hop_fraction)
     cap = None if num_questions is None else _check_int("num_questions", num_questions, 1)
-    return _cached_world(seed, counts, known, two_hop, cap)
+    if known_by not in KNOWN_BY:
+        raise InvalidArgumentError(
+            f"generate_world: known_by must be one of {', '.join(map(repr, KNOWN_BY))}; got {known_by!r}."
+        )
+    return _cached_world(seed, counts, known, two_hop, cap, known_by)

@@ -479,3 +479,40 @@ def test_sem_demonstrations_show_needless_searches_to_the_sem_reward():
     assert reward(known) == 0.0  # a right first answer, then a search: SEM scores it 0
     assert reward(unknown) == 1.0  # a wrong first answer repaired by the search
     assert reward(write_demo_actions("sem", chain, search=False)) == 1.0
+
+
+def test_sft_weighs_every_trained_token_alike_across_length_grouped_batches(tiny):
+    # Short examples end in " yes", long ones in " no" and a long trained tail, 1 : 3. Batches
+    # are grouped by length, so per-batch averaging would give " yes" most of the weight.
+    from searchgym.policies.tiny import load_tiny_lm
+    from searchgym.trainers.config import SFTConfig
+    from searchgym.trainers.study.demos import Example
+    from searchgym.trainers.study.sft import train_sft
+
+    path, tok = tiny
+    model = load_tiny_lm(path)[0]
+    torch.manual_seed(0)
+
+    def encode(text):
+        return list(tok(text, add_special_tokens=False)["input_ids"])
+
+    context, yes, no = encode("Question: shall we?"), encode(" yes"), encode(" no")
+    tail = encode(" because the passage says so and so on" * 3)
+
+    def example(target):
+        ids = context + target
+        return Example(tuple(ids), (0,) * len(context) + (1,) * len(target), "direct")
+
+    examples = [example(yes)] * 40 + [example(no + tail)] * 120
+    train_sft(
+        model,
+        examples,
+        SFTConfig(enabled=True, epochs=6, lr=3e-3, batch_size=8),
+        pad_id=tok.pad_token_id,
+        seed=0,
+        progress=False,
+    )
+    with torch.no_grad():
+        probs = model(torch.tensor([context])).logits[0, -1].softmax(-1)
+    share_yes = float(probs[yes[0]] / (probs[yes[0]] + probs[no[0]]))
+    assert 0.1 < share_yes < 0.45, share_yes

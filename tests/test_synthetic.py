@@ -324,3 +324,25 @@ def test_world_pickles_with_its_indexes(world):
     assert copy == world
     assert copy.chain("sf0-q7") == world.chain("sf0-q7")
     assert copy.question_by_text(world.questions[7].question) == world.questions[7]
+
+
+def test_known_by_subject_flags_every_fact_of_an_entity_alike():
+    world = generate_world(3, known_by="subject")
+    by_subject: dict[str, set[bool]] = {}
+    for fact in world.facts:
+        by_subject.setdefault(fact.subject, set()).add(fact.known)
+    assert all(len(flags) == 1 for flags in by_subject.values())
+    known_subjects = sum(flags == {True} for flags in by_subject.values())
+    assert 0.3 < known_subjects / len(by_subject) < 0.7
+    # the facts and questions are the same as per-fact flags give; only the flags differ
+    per_fact = generate_world(3)
+    assert [(f.subject, f.relation, f.object) for f in world.facts] == [
+        (f.subject, f.relation, f.object) for f in per_fact.facts
+    ]
+    assert [q.question for q in world.questions] == [q.question for q in per_fact.questions]
+    assert [f.known for f in world.facts] != [f.known for f in per_fact.facts]
+
+
+def test_known_by_rejects_unknown_names():
+    with pytest.raises(InvalidArgumentError, match="known_by must be one of 'fact', 'subject'; got 'entity'"):
+        generate_world(0, known_by="entity")

@@ -87,7 +87,7 @@ def sft_key(config: TrainConfig, source: Path) -> str:
         "instructions": protocol_instructions(config),
         "sft": {k: v for k, v in vars(sft).items() if k not in ("enabled", "dir", "instructions")},
         "seed": config.seed,
-        "version": 7,
+        "version": 8,
     }
     return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -160,8 +160,18 @@ def _batches(examples: Sequence[Example], size: int, rng: random.Random) -> list
 def train_sft(
     model: Any, examples: Sequence[Example], sft: SFTConfig, *, pad_id: int, seed: int, progress: bool = True
 ) -> list[float]:
-    """Train ``model`` in place on ``examples``; returns the mean loss of each epoch."""
+    """Train ``model`` in place on ``examples``; returns the mean loss of each epoch.
+
+    Every trained token weighs the same, whatever its batch: the summed loss is divided by
+    a constant, the trained tokens of an average batch. Batches are grouped by length, so
+    dividing by each batch's own tokens would weigh a short example's tokens (a direct
+    answer) more than a long one's (a search episode). Measured on the study's warm start:
+    that way it chose to search on 54% of the questions of every split alike, even on a
+    shadow world whose every demonstration searched (41% when sampled); with equal weights,
+    on 77% of every split, the share of search demonstrations.
+    """
     rng = random.Random(f"sft-batches/{seed}")
+    tokens_per_batch = sum(sum(e.loss_mask) for e in examples) / max(1, len(examples)) * sft.batch_size
     optimizer = torch.optim.AdamW(model.parameters(), lr=sft.lr, weight_decay=0.0)
     batches_per_epoch = math.ceil(len(examples) / sft.batch_size)
     total = sft.epochs * batches_per_epoch
@@ -190,13 +200,13 @@ def train_sft(
                     logits.reshape(-1, logits.shape[-1]).float(), ids[:, 1:].reshape(-1), reduction="none"
                 ).view_as(target_mask)
                 tokens = target_mask.sum().clamp(min=1.0)
-                loss = (nll * target_mask).sum() / tokens
+                loss = (nll * target_mask).sum() / tokens_per_batch
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
                 optimizer.step()
                 schedule.step()
-                epoch_loss += float(loss.detach()) * float(tokens)
+                epoch_loss += float(loss.detach()) * tokens_per_batch
                 epoch_tokens += float(tokens)
                 bar.update(1)
             losses.append(epoch_loss / max(epoch_tokens, 1.0))
@@ -230,7 +240,7 @@ def reading_model(config: TrainConfig, *, progress: bool = True) -> Path:
     settings = {
         "source": source.name,
         "reading": [sft.reading_worlds, sft.reading_epochs, sft.lr, sft.batch_size],
-        "version": 1,
+        "version": 2,
     }
     key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
 
