@@ -16,8 +16,8 @@ changing ``two_hop_fraction`` or ``num_questions`` keeps the facts and their fla
 
 ``known_by`` sets what a flag is drawn for: each fact (default), or each subject, so that
 all facts about an entity are known or none are, as a language model knows popular
-entities and not obscure ones. A tiny model can only learn to tell the second kind apart
-(see :func:`generate_world`).
+entities and not obscure ones. A tiny model learns to tell the second kind apart far
+more easily (see :func:`generate_world`).
 """
 
 from __future__ import annotations
