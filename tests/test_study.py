@@ -282,6 +282,32 @@ def test_protocol_stage_shares_its_episodes_between_protocols(tmp_path, tiny):
     assert abs(two - one) < 0.25 * one  # a second protocol costs about no more examples
 
 
+def test_memory_share_writes_episodes_with_the_memory_arms_prompt_layout(tmp_path, tiny):
+    from searchgym.trainers.study.sft import sft_examples
+
+    tokenizer = tiny[1]
+
+    def episodes(share):
+        config = _smoke_config(tmp_path, sft={"enabled": True, "shadow_worlds": 2, "memory_share": share})
+        out = [e for e in sft_examples(config, tokenizer) if e.kind in ("direct", "search")]
+        return out, [tokenizer.decode(e.token_ids) for e in out]
+
+    plain, plain_text = episodes(0.0)
+    mixed, mixed_text = episodes(0.5)
+    assert not any("<experience>" in t for t in plain_text)
+    wrapped = [(e, t) for e, t in zip(mixed, mixed_text, strict=True) if "<experience>" in t]
+    assert 0.3 < len(wrapped) / len(mixed) < 0.7
+    assert {e.kind for e, _ in wrapped} == {"direct", "search"}  # the bank never decides the action
+    assert all("<example>\nAn earlier episode that scored" in t for _, t in wrapped)
+    assert len({t.split("<experience>")[1].split("</experience>")[0] for _, t in wrapped}) > 1  # banks vary
+    for example, text in wrapped:  # the memory's text is prompt: never trained
+        trained = tokenizer.decode(
+            [t for t, m in zip(example.token_ids, example.loss_mask, strict=True) if m]
+        )
+        assert "<experience>" not in trained and "earlier episode" not in trained
+        assert text.index("</example>") < text.index("Question:", text.index("</example>"))
+
+
 def test_warm_start_needs_the_synthetic_world(tmp_path):
     from searchgym.trainers.study.sft import warm_start
 
@@ -341,6 +367,7 @@ def test_greedy_sampling_is_deterministic(tiny):
         ("sft", {"search_prob": 1.5}, "search_prob"),
         ("sft", {"shadow_search_prob": -0.1}, "shadow_search_prob"),
         ("sft", {"replay_worlds": -1}, "replay_worlds"),
+        ("sft", {"memory_share": 2}, "memory_share"),
         ("sft", {"protocols": []}, "protocols"),
         ("sft", {"epochs": 0}, "epochs"),
         ("sft", {"nope": 1}, "nope"),
@@ -381,6 +408,11 @@ def test_study_runs_every_arm_and_writes_table_json_and_plot(tmp_path, capsys):
     mtime = (out / "f1" / "seed0" / "eval.json").stat().st_mtime
     assert main(["study", "--config", str(path), "--no-progress", "--arms", "f1"]) == 0
     assert (out / "f1" / "seed0" / "eval.json").stat().st_mtime == mtime
+    # ... unless its settings changed since: then it runs again
+    study["arms"]["f1"]["algo"] = {"lr": 1e-4}
+    path.write_text(yaml.safe_dump(study))
+    assert main(["study", "--config", str(path), "--no-progress", "--arms", "f1"]) == 0
+    assert (out / "f1" / "seed0" / "eval.json").stat().st_mtime > mtime
 
 
 def test_study_file_errors_name_the_arm(tmp_path):

@@ -403,6 +403,10 @@ class SFTConfig:
         shadow_search_prob: Share of shadow demonstrations that search (default:
             ``search_prob``). A direct answer on a shadow world is a name the model cannot
             know, so these teach it to make names up in the protocol's format.
+        memory_share: Share of the protocol-stage episodes (known facts and shadow worlds
+            alike) written behind an :class:`~searchgym.memory.ExperienceWrapper`, so that
+            their prompts hold an experience bank and a few-shot example as the memory arms'
+            do (:mod:`searchgym.trainers.study.memory_demos`); 0 (default) writes none.
         protocols: Protocols to write episodes in (e.g. ``[search_r1, sem]`` for one warm
             start shared by arms of both). Known-fact episodes are split evenly over them
             and shadow worlds take them in turn, so more protocols cost no more time.
@@ -429,6 +433,7 @@ class SFTConfig:
     search_prob: float = 0.5
     shadow_worlds: int = 2
     shadow_search_prob: float | None = None
+    memory_share: float = 0.0
     protocols: list[str] = field(default_factory=lambda: ["search_r1"])
     instructions: dict[str, str] = field(default_factory=dict)
     reading_worlds: int = 0
@@ -446,6 +451,7 @@ class SFTConfig:
         _positive_int("shadow_worlds", self.shadow_worlds, 0)
         if self.shadow_search_prob is not None:
             _finite("shadow_search_prob", self.shadow_search_prob, low=0.0, high=1.0)
+        _finite("memory_share", self.memory_share, low=0.0, high=1.0)
         check("protocols", self.protocols, bool(self.protocols), "a non-empty list of protocol names")
         _positive_int("reading_worlds", self.reading_worlds, 0)
         _positive_int("reading_epochs", self.reading_epochs)

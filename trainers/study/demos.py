@@ -152,9 +152,12 @@ def statements(
     search_prob: float,
     rng: random.Random,
     passages: bool = True,
+    memory: Any = None,
+    memory_share: float = 0.0,
 ) -> list[Example]:
     """Each known fact as a passage (unless ``passages`` is off) and as one episode per
-    phrasing of its question, ``fact_repeats`` times on average."""
+    phrasing of its question, ``fact_repeats`` times on average; a ``memory_share`` of the
+    episodes behind ``memory``'s wrapper (a :class:`~.memory_demos.ScriptedMemory`)."""
     world, formatter = env.world, ChatFormatter(tokenizer)
     protocol = env.protocol.name
     out = []
@@ -173,10 +176,16 @@ def statements(
                     "id": doc.id,
                 }
                 actions = write_demo_actions(protocol, (fact,), rng.random() < search_prob, known=True)
-                example = _episode(env, question, actions, tokenizer, formatter)
+                run_env = _episode_env(env, memory, memory_share, rng)
+                example = _episode(run_env, question, actions, tokenizer, formatter)
                 if example is not None:
                     out.append(example)
     return out
+
+
+def _episode_env(env: SyntheticFactsEnv, memory: Any, share: float, rng: random.Random) -> Any:
+    """``memory``'s wrapper of ``env`` for a ``share`` of the episodes (by a coin flip), else ``env``."""
+    return memory.wrapped(env) if memory is not None and rng.random() < share else env
 
 
 def _answer(protocol: str, answer: str, think: str) -> str:
@@ -268,9 +277,11 @@ def demonstrations(
     rng: random.Random,
     known_only: bool,
     min_hops: int = 1,
+    memory: Any = None,
+    memory_share: float = 0.0,
 ) -> Iterator[Example]:
     """One demonstration per question of ``env`` with at least ``min_hops`` hops (only its
-    known ones when ``known_only``).
+    known ones when ``known_only``); a ``memory_share`` of them behind ``memory``'s wrapper.
 
     The env sets the protocol, instructions, retriever and top-k; its world must be the
     one the questions come from.
@@ -283,7 +294,7 @@ def demonstrations(
         chain = env.world.chain(question.id)
         # only the study world's known facts are ever shown to the model
         actions = write_demo_actions(protocol, chain, rng.random() < search_prob, known=known_only)
-        example = _episode(env, index, actions, tokenizer, formatter)
+        example = _episode(_episode_env(env, memory, memory_share, rng), index, actions, tokenizer, formatter)
         if example is not None:
             yield example
 

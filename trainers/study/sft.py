@@ -49,6 +49,7 @@ from .demos import (
     shadow_seeds,
     statements,
 )
+from .memory_demos import ScriptedMemory
 
 __all__ = ["warm_start", "reading_model", "reading_lessons", "sft_examples", "train_sft", "sft_key"]
 
@@ -99,7 +100,9 @@ def sft_examples(config: TrainConfig, tokenizer: Any) -> list[Example]:
 
     Known-fact episodes are split evenly over ``sft.protocols`` and shadow worlds take the
     protocols in turn, so a warm start shared by arms of two protocols costs no more than
-    one for a single protocol.
+    one for a single protocol. A ``sft.memory_share`` of the episodes carry the experience
+    and few-shot parts of the memory arms' prompts, from a :class:`.memory_demos.ScriptedMemory`
+    on one more shadow world (never one whose questions are demonstrated).
     """
     sft, rng = config.sft, random.Random(f"sft/{config.seed}")
     env_kwargs, instructions = _env_settings(config), protocol_instructions(config)
@@ -109,21 +112,54 @@ def sft_examples(config: TrainConfig, tokenizer: Any) -> list[Example]:
         return {**env_kwargs, "protocol": protocol, "instructions": instructions[protocol]}
 
     protocols = list(sft.protocols)
+    memory_seed = shadow_seeds(config.seed, sft.shadow_worlds + 1)[-1]
+    memories = {
+        p: ScriptedMemory(demo_env(memory_seed, protocol_kwargs(p), split="all"), rng)
+        if sft.memory_share
+        else None
+        for p in protocols
+    }
     examples: list[Example] = []
     for protocol in protocols:
+        memory, memory_share = memories[protocol], sft.memory_share
         study_env = demo_env(world_seed, protocol_kwargs(protocol), split="train")
         if protocol == protocols[0]:
             examples += recall_lessons(study_env.world, tokenizer, sft.recall_repeats)
         share = sft.fact_repeats / len(protocols)
         passages = sft.passages and protocol == protocols[0]
-        examples += statements(study_env, tokenizer, share, sft.search_prob, rng, passages=passages)
+        examples += statements(
+            study_env,
+            tokenizer,
+            share,
+            sft.search_prob,
+            rng,
+            passages=passages,
+            memory=memory,
+            memory_share=memory_share,
+        )
         examples += demonstrations(
-            study_env, tokenizer, search_prob=sft.search_prob, rng=rng, known_only=True, min_hops=2
+            study_env,
+            tokenizer,
+            search_prob=sft.search_prob,
+            rng=rng,
+            known_only=True,
+            min_hops=2,
+            memory=memory,
+            memory_share=memory_share,
         )
     shadow_search = sft.search_prob if sft.shadow_search_prob is None else sft.shadow_search_prob
     for k, shadow in enumerate(shadow_seeds(config.seed, sft.shadow_worlds)):
-        env = demo_env(shadow, protocol_kwargs(protocols[k % len(protocols)]), split="all")
-        examples += demonstrations(env, tokenizer, search_prob=shadow_search, rng=rng, known_only=False)
+        protocol = protocols[k % len(protocols)]
+        env = demo_env(shadow, protocol_kwargs(protocol), split="all")
+        examples += demonstrations(
+            env,
+            tokenizer,
+            search_prob=shadow_search,
+            rng=rng,
+            known_only=False,
+            memory=memories[protocol],
+            memory_share=sft.memory_share,
+        )
     examples += reading_lessons(sft.replay_worlds, tokenizer)
     rng.shuffle(examples)
     return examples

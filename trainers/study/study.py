@@ -4,8 +4,10 @@ A study file holds a ``base`` run (a :class:`~searchgym.trainers.config.TrainCon
 mapping, with ``sft`` and ``eval`` on) and ``arms``: each arm is a mapping of changes merged
 into the base (nested mappings merge key by key; anything else replaces). Every arm runs
 once per seed with ``seed`` set, in ``{output_dir}/{arm}/seed{seed}``; all arms of a seed
-share its warm start (the SFT cache). A run whose ``eval.json`` exists is not run again,
-so an interrupted study picks up where it stopped.
+share its warm start (the SFT cache). A run whose ``eval.json`` exists and was written
+with the same settings (a hash of the run's config, stored in it) is not run again, so an
+interrupted study picks up where it stopped; after a change to the study file the changed
+arms run again. Code changes are not seen: delete ``output_dir`` after one.
 
 Outputs in ``output_dir``: ``results.json`` (every run, and mean and std per arm),
 ``results.md`` (the table, mean ± std over seeds; "Recall" and "Copy" are the skills of
@@ -16,6 +18,7 @@ searches per question, per arm, with std error bars: the papers' trade-off plot)
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import logging
 import math
@@ -109,6 +112,26 @@ def _run_config(study: Mapping[str, Any], arm: str, seed: int) -> TrainConfig:
     return TrainConfig.from_dict(data)
 
 
+def config_key(config: TrainConfig) -> str:
+    """A hash of a run's settings, stored in its ``eval.json``."""
+    return hashlib.sha256(json.dumps(config.to_dict(), sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _finished(path: Path, key: str) -> dict[str, Any] | None:
+    """The result in ``path`` if it was written with settings ``key``, else None."""
+    try:
+        result = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        logger.warning("study: %s is unreadable (%s); running it again.", path, exc)
+        return None
+    if not isinstance(result, dict) or result.get("settings", {}).get("config_key") != key:
+        logger.info("study: %s was written with other settings; running it again.", path)
+        return None
+    return result
+
+
 def run_study(study: Mapping[str, Any], *, progress: bool = True) -> dict[str, Any]:
     """Run (or pick up) every arm for every seed; write and return the results."""
     from .pipeline import run_pipeline, write_json
@@ -117,16 +140,16 @@ def run_study(study: Mapping[str, Any], *, progress: bool = True) -> dict[str, A
     for seed in study["seeds"]:
         for arm in study["arms"]:
             config = _run_config(study, arm, seed)
-            done = Path(config.output_dir) / "eval.json"
-            if done.is_file():
-                result = json.loads(done.read_text(encoding="utf-8"))
-            else:
+            done, key = Path(config.output_dir) / "eval.json", config_key(config)
+            result = _finished(done, key)
+            if result is None:
                 logger.info("study: %s, seed %d", arm, seed)
                 pipeline = run_pipeline(config, progress=progress, name=arm)
                 assert pipeline.evaluation is not None  # load_study's base has eval on
                 result = pipeline.evaluation.to_dict()
                 train_s = sum(r["train"]["step_s"] for r in pipeline.state.history)
                 result["settings"]["train_s"] = train_s
+                result["settings"]["config_key"] = key
                 write_json(done, result)
             runs.append({"arm": arm, "seed": seed, "result": result})
     summary = aggregate(runs)
