@@ -221,12 +221,15 @@ def test_sft_trains_and_is_cached(tmp_path):
     assert sorted(p.name.split("-")[0] for p in path.parent.iterdir()) == ["read", "sft", "sft"]
 
 
+@pytest.mark.parametrize("recall_think", [False, True])
 @pytest.mark.parametrize("protocol", ["search_r1", "sem"])
-def test_forced_probes_open_like_the_demonstrations_and_score_their_continuation(tmp_path, tiny, protocol):
+def test_forced_probes_open_like_the_demonstrations_and_score_their_continuation(
+    tmp_path, tiny, protocol, recall_think
+):
     from searchgym.trainers.study.demos import write_demo_actions
     from searchgym.trainers.study.evaluation import forced_probes, probe_score
 
-    config = _smoke_config(tmp_path)
+    config = _smoke_config(tmp_path, sft={"recall_think": recall_think})
     config = config.replace(env={"id": config.env.id, "kwargs": {**config.env.kwargs, "protocol": protocol}})
     tokenizer = tiny[1]
     probes = forced_probes(config, tokenizer)
@@ -237,7 +240,7 @@ def test_forced_probes_open_like_the_demonstrations_and_score_their_continuation
     assert len(recall) == sum(q.known and q.hops == 1 for q in env.questions) > 0
     for (ids, skill, name), question in zip(copy, env.questions, strict=True):
         fact = env.world.chain(question.id)[0]
-        demo = write_demo_actions(protocol, [fact], search=True)[0]
+        demo = write_demo_actions(protocol, [fact], search=True, recall=recall_think)[0]
         text = tokenizer.decode(ids)
         opening = text[text.rindex("<think>") :]
         assert demo.startswith(opening) and question.question in text and name == fact.subject
@@ -246,11 +249,41 @@ def test_forced_probes_open_like_the_demonstrations_and_score_their_continuation
     known = [q for q in env.questions if q.known and q.hops == 1]
     for (ids, skill, name), question in zip(recall, known, strict=True):
         text = tokenizer.decode(ids)
-        demo = write_demo_actions(protocol, env.world.chain(question.id), search=False)[0]
+        demo = write_demo_actions(
+            protocol, env.world.chain(question.id), search=False, known=True, recall=recall_think
+        )[0]
         opening = text[text.rindex("<think>") :]
         assert demo.startswith(opening)
         assert probe_score(skill, name, demo[len(opening) :]) == 1.0
         assert probe_score(skill, name, f" {name} junior </answer>") == 0.0
+
+
+@pytest.mark.parametrize("hops", [1, 2])
+def test_recall_demonstrations_state_the_recollection_and_never_invent_a_name(tiny, hops):
+    from searchgym.policies.chat import ChatFormatter
+    from searchgym.trainers.study.demos import _episode, write_demo_actions
+
+    env = SyntheticFactsEnv(world_seed=3, world_kwargs=SMALL_WORLD, max_turns=3, instructions=BRIEF)
+    index = next(i for i, q in enumerate(env.questions) if q.hops == hops)
+    chain = env.world.chain(env.questions[index].id)
+    answer, tokenizer = chain[-1].object, tiny[1]
+
+    def run(search, known):
+        actions = write_demo_actions("search_r1", chain, search, known=known, recall=True)
+        assert _episode(env, index, actions, tokenizer, ChatFormatter(tokenizer)) is not None
+        return actions, env.unwrapped.trajectory
+
+    actions, trajectory = run(search=False, known=True)
+    assert actions == [f"<think>Recall: {answer}.</think>\n<answer> {answer} </answer>"]
+    assert trajectory.em == 1.0
+    actions, trajectory = run(search=False, known=False)
+    assert actions == ["<think>Recall: unknown.</think>\n<answer> unknown </answer>"]
+    assert trajectory.em == 0.0 and trajectory.num_searches == 0
+    for known in (True, False):
+        actions, trajectory = run(search=True, known=known)
+        assert actions[0].startswith(f"<think>Recall: {answer if known else 'unknown'}.</think>\n<search>")
+        assert trajectory.num_searches == hops and trajectory.em == 1.0
+    assert write_demo_actions("sem", chain, False, recall=True) == write_demo_actions("sem", chain, False)
 
 
 def test_recall_lessons_repeat_every_phrasing_of_known_facts_only(tiny):
@@ -368,6 +401,7 @@ def test_greedy_sampling_is_deterministic(tiny):
         ("sft", {"shadow_search_prob": -0.1}, "shadow_search_prob"),
         ("sft", {"replay_worlds": -1}, "replay_worlds"),
         ("sft", {"memory_share": 2}, "memory_share"),
+        ("sft", {"recall_think": "yes"}, "recall_think"),
         ("sft", {"protocols": []}, "protocols"),
         ("sft", {"epochs": 0}, "epochs"),
         ("sft", {"nope": 1}, "nope"),

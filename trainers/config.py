@@ -403,6 +403,12 @@ class SFTConfig:
         shadow_search_prob: Share of shadow demonstrations that search (default:
             ``search_prob``). A direct answer on a shadow world is a name the model cannot
             know, so these teach it to make names up in the protocol's format.
+        recall_think: Demonstrations (not ``sem``'s, whose first answer does this) open with
+            the model's recollection, ``<think>Recall: <answer>.</think>`` for known facts
+            and ``Recall: unknown.`` for others, and direct answers to unknown facts say
+            ``unknown`` (:func:`~searchgym.trainers.study.demos.write_demo_actions`); the
+            choice to search stays a coin flip, so RL can learn to act on what the model
+            recalls. Off by default.
         memory_share: Share of the protocol-stage episodes (known facts and shadow worlds
             alike) written behind an :class:`~searchgym.memory.ExperienceWrapper`, so that
             their prompts hold an experience bank and a few-shot example as the memory arms'
@@ -434,6 +440,7 @@ class SFTConfig:
     shadow_worlds: int = 2
     shadow_search_prob: float | None = None
     memory_share: float = 0.0
+    recall_think: bool = False
     protocols: list[str] = field(default_factory=lambda: ["search_r1"])
     instructions: dict[str, str] = field(default_factory=dict)
     reading_worlds: int = 0
@@ -452,6 +459,7 @@ class SFTConfig:
         if self.shadow_search_prob is not None:
             _finite("shadow_search_prob", self.shadow_search_prob, low=0.0, high=1.0)
         _finite("memory_share", self.memory_share, low=0.0, high=1.0)
+        check("recall_think", self.recall_think, isinstance(self.recall_think, bool), "true or false")
         check("protocols", self.protocols, bool(self.protocols), "a non-empty list of protocol names")
         _positive_int("reading_worlds", self.reading_worlds, 0)
         _positive_int("reading_epochs", self.reading_epochs)

@@ -67,6 +67,8 @@ __all__ = [
 _THINK_SEARCH = "I should look this up."
 _THINK_READ = "The passage gives it."
 _THINK_KNOW = "I know this."
+UNKNOWN = "unknown"
+"""What a ``recall`` demonstration recalls, and answers, for a fact the model was not shown."""
 
 
 @dataclass(frozen=True)
@@ -154,6 +156,7 @@ def statements(
     passages: bool = True,
     memory: Any = None,
     memory_share: float = 0.0,
+    recall: bool = False,
 ) -> list[Example]:
     """Each known fact as a passage (unless ``passages`` is off) and as one episode per
     phrasing of its question, ``fact_repeats`` times on average; a ``memory_share`` of the
@@ -175,7 +178,8 @@ def statements(
                     "golden_answers": [fact.object],
                     "id": doc.id,
                 }
-                actions = write_demo_actions(protocol, (fact,), rng.random() < search_prob, known=True)
+                search = rng.random() < search_prob
+                actions = write_demo_actions(protocol, (fact,), search, known=True, recall=recall)
                 run_env = _episode_env(env, memory, memory_share, rng)
                 example = _episode(run_env, question, actions, tokenizer, formatter)
                 if example is not None:
@@ -193,12 +197,16 @@ def _answer(protocol: str, answer: str, think: str) -> str:
     return f"<think>{think}</think>\n<answer>{inner}</answer>"
 
 
-def forced_opening(protocol: str, search: bool) -> str:
+def forced_opening(protocol: str, search: bool, recall: bool = False) -> str:
     """The start of a demonstration's first action, up to the query or the answer.
 
     A probe appends it to a prompt and lets the model finish the query (``search``) or the
-    answer, to measure copying and recall whatever the policy would choose to do.
+    answer, to measure copying and recall whatever the policy would choose to do. With
+    ``recall`` (the ``recall_think`` demonstrations, not for ``sem``), the answer's opening
+    is ``<think>Recall:`` and the model writes its recollection first.
     """
+    if recall and protocol != "sem":
+        return f"<think>{_recall(UNKNOWN)}</think>\n<search>" if search else "<think>Recall:"
     if not search:
         return f"<think>{_THINK_KNOW}</think>\n<answer>" + ("\\boxed{" if protocol == "sem" else "")
     if protocol == "sem":
@@ -206,8 +214,22 @@ def forced_opening(protocol: str, search: bool) -> str:
     return f"<think>{_THINK_SEARCH}</think>\n<search>"
 
 
-def write_demo_actions(protocol: str, chain: Sequence[Fact], search: bool, known: bool = False) -> list[str]:
+def _recall(answer: str) -> str:
+    return f"Recall: {answer}."
+
+
+def write_demo_actions(
+    protocol: str, chain: Sequence[Fact], search: bool, known: bool = False, recall: bool = False
+) -> list[str]:
     """The scripted actions of one demonstration (the answer is the chain's last object).
+
+    With ``recall`` (``search_r1`` and other one-answer protocols; ``sem`` has its first
+    answer for this) the first thought states what the model recalls before it acts:
+    ``Recall: <answer>.`` when it was shown the fact (``known``), ``Recall: unknown.``
+    otherwise; a direct answer to a fact it was not shown is ``unknown`` (never a made-up
+    name, which teaches the model to invent names). Searching or not stays the caller's
+    coin flip, so the warm start searches as often on known facts as on unknown ones, and
+    RL can learn to act on the recollection.
 
     ``search_r1`` searches every hop, one query per turn. ``sem`` allows one search: its
     first turn gives a first answer, then searches the first unknown hop of the chain (the
@@ -218,6 +240,16 @@ def write_demo_actions(protocol: str, chain: Sequence[Fact], search: bool, known
     SEM's reward.
     """
     answer = chain[-1].object
+    if recall and protocol != "sem":
+        recalled = answer if known else UNKNOWN
+        if not search:
+            return [_answer(protocol, recalled, _recall(recalled))]
+        thoughts = [_recall(recalled)] + [_THINK_SEARCH] * (len(chain) - 1)
+        actions = [
+            f"<think>{thought}</think>\n<search> {RELATIONS[f.relation].query(f.subject)} </search>"
+            for thought, f in zip(thoughts, chain, strict=True)
+        ]
+        return actions + [_answer(protocol, answer, _THINK_READ)]
     if not search:
         return [_answer(protocol, answer, _THINK_KNOW)]
     if protocol == "sem":
@@ -279,6 +311,7 @@ def demonstrations(
     min_hops: int = 1,
     memory: Any = None,
     memory_share: float = 0.0,
+    recall: bool = False,
 ) -> Iterator[Example]:
     """One demonstration per question of ``env`` with at least ``min_hops`` hops (only its
     known ones when ``known_only``); a ``memory_share`` of them behind ``memory``'s wrapper.
@@ -293,7 +326,8 @@ def demonstrations(
             continue
         chain = env.world.chain(question.id)
         # only the study world's known facts are ever shown to the model
-        actions = write_demo_actions(protocol, chain, rng.random() < search_prob, known=known_only)
+        search = rng.random() < search_prob
+        actions = write_demo_actions(protocol, chain, search, known=known_only, recall=recall)
         example = _episode(_episode_env(env, memory, memory_share, rng), index, actions, tokenizer, formatter)
         if example is not None:
             yield example

@@ -11,6 +11,7 @@ with its first action's opening forced (:func:`forced_skills`).
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -92,6 +93,7 @@ def forced_probes(config: TrainConfig, tokenizer: Any) -> list[tuple[list[int], 
     kwargs = {**config.env.kwargs, **config.eval.env_kwargs}
     env = demo_env(int(kwargs.get("world_seed", 0)), kwargs, str(kwargs.get("split", "eval")))
     formatter, protocol = ChatFormatter(tokenizer), env.protocol.name
+    recall = config.sft.recall_think
 
     def encode(text: str) -> list[int]:
         return list(tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -100,20 +102,31 @@ def forced_probes(config: TrainConfig, tokenizer: Any) -> list[tuple[list[int], 
     for index, question in enumerate(env.questions):
         obs, _ = env.reset(options={"index": index})
         prompt, fact = encode(formatter.prompt(obs)), env.world.chain(question.id)[0]
-        probes.append((prompt + encode(forced_opening(protocol, search=True)), "forced_copy", fact.subject))
+        probes.append(
+            (
+                prompt + encode(forced_opening(protocol, search=True, recall=recall)),
+                "forced_copy",
+                fact.subject,
+            )
+        )
         if question.known and question.hops == 1:
             probes.append(
-                (prompt + encode(forced_opening(protocol, search=False)), "forced_recall", fact.object)
+                (
+                    prompt + encode(forced_opening(protocol, search=False, recall=recall)),
+                    "forced_recall",
+                    fact.object,
+                )
             )
     env.close()
     return probes
 
 
 def probe_score(skill: str, name: str, text: str) -> float:
-    """1.0 when the model's continuation ``text`` of a probe holds ``name`` as it should."""
+    """1.0 when the model's continuation ``text`` of a probe holds ``name`` as it should
+    (a recall: the text up to ``</answer>``, or up to ``.</think>`` after ``Recall:``)."""
     if skill == "forced_copy":
         return float(name in text.split("</search>")[0])
-    return exact_match(text.split("</answer>")[0], [name])
+    return exact_match(re.split(r"</answer>|\.</think>", text)[0], [name])
 
 
 def evaluate_model(

@@ -33,10 +33,14 @@ class ScriptedMemory:
             world of its own: the banks' figures and few-shot examples come from it.
         rng: The random source of the episode mixes.
         rotate_every: Wrapped episodes between two banks.
+        recall: Write the episodes as ``recall`` demonstrations
+            (:func:`~searchgym.trainers.study.demos.write_demo_actions`).
     """
 
-    def __init__(self, env: SyntheticFactsEnv, rng: random.Random, rotate_every: int = 50):
-        self.env, self.rng, self.rotate_every = env, rng, rotate_every
+    def __init__(
+        self, env: SyntheticFactsEnv, rng: random.Random, rotate_every: int = 50, recall: bool = False
+    ):
+        self.env, self.rng, self.rotate_every, self.recall = env, rng, rotate_every, recall
         self.memory = ExperienceMemory(update_every=1, summarizer="rule", seed=rng.randrange(2**31))
         self._recorder = ExperienceWrapper(env, self.memory, use_experience=False, few_shot=False)
         self._wrapper: ExperienceWrapper | None = None
@@ -62,7 +66,7 @@ class ScriptedMemory:
             index = self.rng.randrange(len(env.questions))
             chain = env.world.chain(env.questions[index].id)
             search, right = self.rng.choices([(1, 1), (1, 0), (0, 1), (0, 0)], weights=shares)[0]
-            actions = write_demo_actions(env.protocol.name, chain, bool(search))
+            actions = write_demo_actions(env.protocol.name, chain, bool(search), recall=self.recall)
             if not right:
                 last = chain[-1]
                 others = [

@@ -114,7 +114,9 @@ def sft_examples(config: TrainConfig, tokenizer: Any) -> list[Example]:
     protocols = list(sft.protocols)
     memory_seed = shadow_seeds(config.seed, sft.shadow_worlds + 1)[-1]
     memories = {
-        p: ScriptedMemory(demo_env(memory_seed, protocol_kwargs(p), split="all"), rng)
+        p: ScriptedMemory(
+            demo_env(memory_seed, protocol_kwargs(p), split="all"), rng, recall=sft.recall_think
+        )
         if sft.memory_share
         else None
         for p in protocols
@@ -146,6 +148,7 @@ def sft_examples(config: TrainConfig, tokenizer: Any) -> list[Example]:
             min_hops=2,
             memory=memory,
             memory_share=memory_share,
+            recall=sft.recall_think,
         )
     shadow_search = sft.search_prob if sft.shadow_search_prob is None else sft.shadow_search_prob
     for k, shadow in enumerate(shadow_seeds(config.seed, sft.shadow_worlds)):
@@ -159,6 +162,7 @@ def sft_examples(config: TrainConfig, tokenizer: Any) -> list[Example]:
             known_only=False,
             memory=memories[protocol],
             memory_share=sft.memory_share,
+            recall=sft.recall_think,
         )
     examples += reading_lessons(sft.replay_worlds, tokenizer)
     rng.shuffle(examples)
