@@ -286,6 +286,22 @@ def test_recall_demonstrations_state_the_recollection_and_never_invent_a_name(ti
     assert write_demo_actions("sem", chain, False, recall=True) == write_demo_actions("sem", chain, False)
 
 
+def test_recall_think_writes_every_episode_of_the_protocol_stage_with_a_recollection(tmp_path, tiny):
+    from searchgym.trainers.study.sft import sft_examples
+
+    tokenizer = tiny[1]
+    config = _smoke_config(tmp_path, sft={"enabled": True, "shadow_worlds": 2, "recall_think": True})
+    first_thoughts = []
+    for example in sft_examples(config, tokenizer):
+        if example.kind in ("direct", "search"):
+            trained = tokenizer.decode([t for t, m in zip(example.token_ids, example.loss_mask, strict=True) if m])
+            first_thoughts.append(trained.split("</think>")[0])
+    assert first_thoughts and all(t.startswith("<think>Recall: ") for t in first_thoughts)
+    named = [t for t in first_thoughts if t != "<think>Recall: unknown."]
+    # known facts (one-hop statements and two-hop demonstrations) name their answer; shadows do not
+    assert 0.2 < len(named) / len(first_thoughts) < 0.8
+
+
 def test_recall_lessons_repeat_every_phrasing_of_known_facts_only(tiny):
     from searchgym.trainers.study.demos import recall_lessons
 

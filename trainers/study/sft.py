@@ -138,6 +138,7 @@ def sft_examples(config: TrainConfig, tokenizer: Any) -> list[Example]:
             passages=passages,
             memory=memory,
             memory_share=memory_share,
+            recall=sft.recall_think,
         )
         examples += demonstrations(
             study_env,
