@@ -294,7 +294,9 @@ def test_recall_think_writes_every_episode_of_the_protocol_stage_with_a_recollec
     first_thoughts = []
     for example in sft_examples(config, tokenizer):
         if example.kind in ("direct", "search"):
-            trained = tokenizer.decode([t for t, m in zip(example.token_ids, example.loss_mask, strict=True) if m])
+            trained = tokenizer.decode(
+                [t for t, m in zip(example.token_ids, example.loss_mask, strict=True) if m]
+            )
             first_thoughts.append(trained.split("</think>")[0])
     assert first_thoughts and all(t.startswith("<think>Recall: ") for t in first_thoughts)
     named = [t for t in first_thoughts if t != "<think>Recall: unknown."]
