@@ -88,7 +88,7 @@ def sft_key(config: TrainConfig, source: Path) -> str:
         "instructions": protocol_instructions(config),
         "sft": {k: v for k, v in vars(sft).items() if k not in ("enabled", "dir", "instructions")},
         "seed": config.seed,
-        "version": 8,
+        "version": 9,
     }
     return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
