@@ -22,6 +22,11 @@ SMALL_WORLD = {"num_people": 12, "num_cities": 8, "num_countries": 3, "num_compa
 BRIEF = "Answer the question. Search with <search> query </search>; answer with <answer> answer </answer>."
 
 
+def trained_text(tokenizer, example):
+    """The text of the tokens an SFT example trains on (its loss mask)."""
+    return tokenizer.decode([t for t, m in zip(example.token_ids, example.loss_mask, strict=True) if m])
+
+
 def test_split_questions_partition_the_world_the_same_way_every_time():
     world = generate_world(0)
     train, held_out = split_questions(world, "train"), split_questions(world, "eval", 0.25)
@@ -90,7 +95,7 @@ def test_demonstrations_are_well_formed_episodes_with_masked_env_text(tiny, prot
     assert example is not None
     assert env.unwrapped.trajectory.em == 1.0  # the demonstration answers right
     assert len(example.token_ids) == len(example.loss_mask)
-    trained = tokenizer.decode([t for t, m in zip(example.token_ids, example.loss_mask, strict=True) if m])
+    trained = trained_text(tokenizer, example)
     assert "<information>" not in trained and "<result>" not in trained and "Question:" not in trained
     assert trained.count("<answer>") == (2 if protocol == "sem" and search else 1)
     assert example.kind == ("search" if search else "direct")
@@ -108,9 +113,7 @@ def test_warm_start_data_never_shows_an_unknown_fact_of_the_study_world(tiny):
     examples += recall_lessons(env.world, tokenizer, 2)
     examples += demonstrations(env, tokenizer, search_prob=0.5, rng=random.Random(0), known_only=True)
     text = "\n".join(tokenizer.decode(e.token_ids) for e in examples)
-    trained = "\n".join(
-        tokenizer.decode([t for t, m in zip(e.token_ids, e.loss_mask, strict=True) if m]) for e in examples
-    )
+    trained = "\n".join(trained_text(tokenizer, e) for e in examples)
     world = env.world
     assert any(f.known for f in world.facts)
     for fact, doc in zip(world.facts, world.docs, strict=True):
@@ -132,7 +135,7 @@ def test_reading_lessons_train_only_the_copied_part(tiny):
     assert queries_only == lessons[0::2]  # the query lesson of each question, without the passage one
     for lesson in lessons[:20]:
         text = tokenizer.decode(lesson.token_ids)
-        trained = tokenizer.decode([t for t, m in zip(lesson.token_ids, lesson.loss_mask, strict=True) if m])
+        trained = trained_text(tokenizer, lesson)
         context = text[: len(text) - len(trained)]
         assert context.endswith(("Search:", "Answer:"))
         copied = trained.removesuffix("<|im_end|>").strip()
@@ -294,9 +297,7 @@ def test_recall_think_writes_every_episode_of_the_protocol_stage_with_a_recollec
     first_thoughts = []
     for example in sft_examples(config, tokenizer):
         if example.kind in ("direct", "search"):
-            trained = tokenizer.decode(
-                [t for t, m in zip(example.token_ids, example.loss_mask, strict=True) if m]
-            )
+            trained = trained_text(tokenizer, example)
             first_thoughts.append(trained.split("</think>")[0])
     assert first_thoughts and all(t.startswith("<think>Recall: ") for t in first_thoughts)
     named = [t for t in first_thoughts if t != "<think>Recall: unknown."]
@@ -311,9 +312,7 @@ def test_recall_lessons_repeat_every_phrasing_of_known_facts_only(tiny):
     lessons = recall_lessons(world, tokenizer, 3)
     known = [f for f in world.facts if f.known]
     assert len(lessons) == 3 * 2 * len(known)  # every relation has two phrasings
-    answers = {
-        tokenizer.decode([t for t, m in zip(e.token_ids, e.loss_mask, strict=True) if m]) for e in lessons
-    }
+    answers = {trained_text(tokenizer, e) for e in lessons}
     assert answers == {f" {f.object}<|im_end|>" for f in known}
 
 
@@ -323,9 +322,7 @@ def test_protocol_stage_shares_its_episodes_between_protocols(tmp_path, tiny):
     def formats(protocols):
         config = _smoke_config(tmp_path, sft={"enabled": True, "shadow_worlds": 2, "protocols": protocols})
         examples = sft_examples(config, tiny[1])
-        trained = [
-            tiny[1].decode([t for t, m in zip(e.token_ids, e.loss_mask, strict=True) if m]) for e in examples
-        ]
+        trained = [trained_text(tiny[1], e) for e in examples]
         return len(examples), sum("boxed" in t for t in trained if "<answer>" in t)
 
     (one, sem_in_one), (two, sem_in_two) = formats(["search_r1"]), formats(["search_r1", "sem"])
@@ -352,9 +349,7 @@ def test_memory_share_writes_episodes_with_the_memory_arms_prompt_layout(tmp_pat
     assert all("<example>\nAn earlier episode that scored" in t for _, t in wrapped)
     assert len({t.split("<experience>")[1].split("</experience>")[0] for _, t in wrapped}) > 1  # banks vary
     for example, text in wrapped:  # the memory's text is prompt: never trained
-        trained = tokenizer.decode(
-            [t for t, m in zip(example.token_ids, example.loss_mask, strict=True) if m]
-        )
+        trained = trained_text(tokenizer, example)
         assert "<experience>" not in trained and "earlier episode" not in trained
         assert text.index("</example>") < text.index("Question:", text.index("</example>"))
 
