@@ -595,3 +595,45 @@ def test_sft_weighs_every_trained_token_alike_across_length_grouped_batches(tiny
         probs = model(torch.tensor([context])).logits[0, -1].softmax(-1)
     share_yes = float(probs[yes[0]] / (probs[yes[0]] + probs[no[0]]))
     assert 0.1 < share_yes < 0.45, share_yes
+
+
+def test_choice_probability_compares_the_two_whole_continuations(tiny):
+    from searchgym.policies.tiny import load_tiny_lm
+    from searchgym.trainers.study.evaluation import _first_choice_probability
+
+    model, tokenizer = load_tiny_lm(tiny[0])
+    encode = lambda text: list(tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
+    context = encode("Question: who founded Abc?")
+    first, second = (
+        encode("<think>Recall: Abc.</think>\n<search>"),
+        encode("<think>Recall: Abc.</think>\n<answer>"),
+    )
+
+    def whole(action):
+        ids = torch.tensor([context + action])
+        with torch.inference_mode():
+            logprobs = torch.log_softmax(model(input_ids=ids).logits[0].float(), dim=-1)
+        return sum(float(logprobs[t - 1, ids[0, t]]) for t in range(len(context), ids.shape[1]))
+
+    expected = 1.0 / (1.0 + torch.exp(torch.tensor(whole(second) - whole(first))).item())
+    assert _first_choice_probability(model, context, first, second) == pytest.approx(expected, abs=1e-5)
+    assert _first_choice_probability(model, context, first, first) == pytest.approx(0.5)
+
+
+def test_decision_probe_reads_the_recollection_and_the_choice_after_it(tmp_path, tiny):
+    from searchgym.policies.tiny import load_tiny_lm
+    from searchgym.trainers.study.evaluation import decision_probe
+
+    model, tokenizer = load_tiny_lm(tiny[0])
+    config = _smoke_config(tmp_path, sft={"recall_think": True})
+    found = decision_probe(model, tokenizer, config)
+    assert set(found) == {
+        "recall_right_known",
+        "says_unknown_unknown",
+        "p_search_known",
+        "p_search_unknown",
+        "p_search_right",
+        "p_search_said_unknown",
+    }
+    assert found["recall_right_known"] == 0.0  # an untrained model names no fact
+    assert 0.0 < found["p_search_known"] < 1.0 and 0.0 < found["p_search_unknown"] < 1.0

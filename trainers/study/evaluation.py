@@ -15,6 +15,8 @@ import re
 import time
 from typing import Any
 
+import torch
+
 from ...envs.metrics import exact_match
 from ...policies.chat import ChatFormatter
 from ...policies.evaluation import EpisodeRecord, EvalResult, summarise
@@ -24,7 +26,15 @@ from ..grpo.generation import SamplingSettings, sample_actions
 from ..grpo.rollout import Episode, RolloutCollector
 from .demos import demo_env, forced_opening
 
-__all__ = ["evaluate_model", "eval_env_config", "skills", "forced_skills", "forced_probes", "probe_score"]
+__all__ = [
+    "evaluate_model",
+    "eval_env_config",
+    "skills",
+    "forced_skills",
+    "forced_probes",
+    "probe_score",
+    "decision_probe",
+]
 
 
 def eval_env_config(config: TrainConfig) -> EnvConfig:
@@ -129,6 +139,89 @@ def probe_score(skill: str, name: str, text: str) -> float:
     return exact_match(re.split(r"</answer>|\.</think>", text)[0], [name])
 
 
+def decision_probe(model: Any, tokenizer: Any, config: TrainConfig) -> dict[str, float]:
+    """What a ``recall_think`` policy recalls, and how likely it then searches (greedy recollection).
+
+    On the held-out one-hop questions of a noise-free copy of the eval env, the model
+    writes its recollection greedily after ``<think>Recall:``; the probe then compares the
+    probabilities of the two ways on, ``…</think>\\n<search>`` and ``…</think>\\n<answer>``:
+
+    * ``recall_right_known``: share of known questions recalled right;
+    * ``says_unknown_unknown``: share of unknown questions recalled as "unknown";
+    * ``p_search_known`` / ``p_search_unknown``: mean P(search) after the recollection;
+    * ``p_search_right`` / ``p_search_said_unknown``: the same on known questions recalled
+      right and on unknown ones recalled as "unknown" (NaN where none).
+
+    The gap between the last two is what a frugal scheme must open: a warm start gives a
+    coin flip on both, an outcome-only baseline pushes both to 1.
+    """
+    kwargs = {**config.env.kwargs, **config.eval.env_kwargs}
+    env = demo_env(int(kwargs.get("world_seed", 0)), kwargs, str(kwargs.get("split", "eval")))
+    formatter = ChatFormatter(tokenizer)
+
+    def encode(text: str) -> list[int]:
+        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    prompts, questions = [], []
+    for index, question in enumerate(env.questions):
+        if (question.hops or 1) == 1:
+            obs, _ = env.reset(options={"index": index})
+            prompts.append(encode(formatter.prompt(obs)))
+            questions.append((question.known, env.world.chain(question.id)[0].object))
+    env.close()
+    settings = SamplingSettings(0.0, 1.0, config.rollout.generation_batch_size)
+    opening = encode("<think>Recall:")
+    written = sample_actions(
+        model, tokenizer, [p + opening for p in prompts], [16] * len(prompts), ["</think>"], settings
+    )
+    recalled, p_search = [], []
+    for prompt, action in zip(prompts, written, strict=True):
+        thought = "<think>Recall:" + action.text.split("</think>")[0] + "</think>\n"
+        recalled.append(action.text.split(".</think>")[0].strip())
+        choices = (encode(thought + "<search>"), encode(thought + "<answer>"))
+        p_search.append(_first_choice_probability(model, prompt, *choices))
+    groups: dict[str, list[float]] = {k: [] for k in ("rk", "uu", "pk", "pu", "pr", "psu")}
+    for (known, answer), said, p in zip(questions, recalled, p_search, strict=True):
+        right = exact_match(said, [answer]) == 1.0
+        unknown = said.lower() == "unknown"
+        groups["pk" if known else "pu"].append(p)
+        groups["rk" if known else "uu"].append(float(right if known else unknown))
+        if known and right:
+            groups["pr"].append(p)
+        if not known and unknown:
+            groups["psu"].append(p)
+
+    def mean(values: list[float]) -> float:
+        return sum(values) / len(values) if values else float("nan")
+
+    names = {
+        "rk": "recall_right_known",
+        "uu": "says_unknown_unknown",
+        "pk": "p_search_known",
+        "pu": "p_search_unknown",
+        "pr": "p_search_right",
+        "psu": "p_search_said_unknown",
+    }
+    return {names[k]: mean(v) for k, v in groups.items()}
+
+
+def _first_choice_probability(model: Any, context: list[int], first: list[int], second: list[int]) -> float:
+    """P(``first``) / (P(``first``) + P(``second``)) as continuations of ``context`` (token ids)."""
+    shared = next(
+        (k for k, (a, b) in enumerate(zip(first, second, strict=False)) if a != b),
+        min(len(first), len(second)),
+    )
+    scores = []
+    for action in (first, second):
+        ids = context + action
+        with torch.inference_mode():
+            logits = model(input_ids=torch.tensor([ids], device=next(model.parameters()).device)).logits[0]
+        logprobs = torch.log_softmax(logits.float(), dim=-1)
+        start = len(context) + shared
+        scores.append(sum(float(logprobs[t - 1, ids[t]]) for t in range(start, len(ids))))
+    return float(torch.softmax(torch.tensor(scores, dtype=torch.float64), dim=0)[0])
+
+
 def evaluate_model(
     model: Any, tokenizer: Any, config: TrainConfig, *, name: str = "policy", memory: Any = None
 ) -> EvalResult:
@@ -175,5 +268,8 @@ def evaluate_model(
     result.settings["action_tokens"] = sum(e.action_tokens for e in episodes) / len(episodes)
     world = getattr(probe, "world", None)
     if world is not None:
-        result.settings["skills"] = {**skills(episodes, world), **forced_skills(model, tokenizer, config)}
+        found = {**skills(episodes, world), **forced_skills(model, tokenizer, config)}
+        if config.sft.recall_think and config.env.kwargs.get("protocol") != "sem":
+            found.update(decision_probe(model, tokenizer, config))
+        result.settings["skills"] = found
     return result

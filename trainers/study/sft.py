@@ -306,7 +306,8 @@ def warm_start(config: TrainConfig, *, progress: bool = True) -> Path:
 
     Starts from :func:`reading_model` (shared by all seeds), trains the protocol stage of
     :func:`sft_examples`, and records in ``searchgym_sft.json`` the examples, losses and
-    the skills of :func:`~searchgym.trainers.study.evaluation.forced_skills`; a warm start
+    the skills of :func:`~searchgym.trainers.study.evaluation.forced_skills` (and, with
+    ``recall_think``, :func:`~searchgym.trainers.study.evaluation.decision_probe`); a warm start
     that copies the subject into fewer than half of its queries is logged as a warning,
     since the study's arms cannot learn to search without it.
 
@@ -318,7 +319,7 @@ def warm_start(config: TrainConfig, *, progress: bool = True) -> Path:
         ``{sft.dir}/sft-<hash>``, a ``save_pretrained`` folder with the tokenizer.
     """
     from ..grpo.model import load_model, load_tokenizer_for, model_source, resolve_device
-    from .evaluation import forced_skills
+    from .evaluation import decision_probe, forced_skills
 
     _check_env(config)
     target = Path(config.sft.dir) / f"sft-{sft_key(config, model_source(config.model))}"
@@ -345,6 +346,8 @@ def warm_start(config: TrainConfig, *, progress: bool = True) -> Path:
             kwargs = {**config.env.kwargs, "protocol": protocol, "instructions": text}
             probe = config.replace(env={"id": config.env.id, "kwargs": kwargs})
             skills[protocol] = forced_skills(model, tokenizer, probe)
+            if config.sft.recall_think and protocol != "sem":
+                skills[protocol].update(decision_probe(model, tokenizer, probe))
             logger.info("Warm start skills (%s): %s", protocol, skills[protocol])
             if skills[protocol]["forced_copy"] < 0.5:
                 logger.warning(
