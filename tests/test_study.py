@@ -286,7 +286,32 @@ def test_recall_demonstrations_state_the_recollection_and_never_invent_a_name(ti
         actions, trajectory = run(search=True, known=known)
         assert actions[0].startswith(f"<think>Recall: {answer if known else 'unknown'}.</think>\n<search>")
         assert trajectory.num_searches == hops and trajectory.em == 1.0
-    assert write_demo_actions("sem", chain, False, recall=True) == write_demo_actions("sem", chain, False)
+
+
+@pytest.mark.parametrize("hops", [1, 2])
+def test_sem_recall_demonstrations_choose_to_search_after_the_first_answer(tiny, hops):
+    from searchgym.policies.chat import ChatFormatter
+    from searchgym.trainers.study.demos import _episode, forced_opening, write_demo_actions
+
+    env = SyntheticFactsEnv(world_seed=3, world_kwargs=SMALL_WORLD, max_turns=3, protocol="sem", reward="sem")
+    index = next(i for i, q in enumerate(env.questions) if q.hops == hops)
+    chain = env.world.chain(env.questions[index].id)
+    answer, tokenizer = chain[-1].object, tiny[1]
+    rewards = {}
+    for known in (True, False):
+        first = (
+            f"<think>My first answer.</think>\n<answer>\\boxed{{ {answer if known else 'unknown'} }}</answer>"
+        )
+        for search in (True, False):
+            actions = write_demo_actions("sem", chain, search, known=known, recall=True)
+            assert actions[0].startswith(first) and actions[0].startswith(forced_opening("sem", False, True))
+            assert (len(actions) == 2) == search and actions[0].endswith(
+                "</search>" if search else "</answer>"
+            )
+            assert _episode(env, index, actions, tokenizer, ChatFormatter(tokenizer)) is not None
+            rewards[known, search] = env.unwrapped.trajectory.reward
+    # SEM's reward: a needless search scores 0, a search after "unknown" the final answer
+    assert rewards == {(True, False): 1.0, (True, True): 0.0, (False, True): 1.0, (False, False): 0.0}
 
 
 def test_recall_think_writes_every_episode_of_the_protocol_stage_with_a_recollection(tmp_path, tiny):

@@ -403,12 +403,13 @@ class SFTConfig:
         shadow_search_prob: Share of shadow demonstrations that search (default:
             ``search_prob``). A direct answer on a shadow world is a name the model cannot
             know, so these teach it to make names up in the protocol's format.
-        recall_think: Demonstrations (not ``sem``'s, whose first answer does this) open with
-            the model's recollection, ``<think>Recall: <answer>.</think>`` for known facts
-            and ``Recall: unknown.`` for others, and direct answers to unknown facts say
-            ``unknown`` (:func:`~searchgym.trainers.study.demos.write_demo_actions`); the
-            choice to search stays a coin flip, so RL can learn to act on what the model
-            recalls. Off by default.
+        recall_think: Demonstrations open with the model's recollection,
+            ``<think>Recall: <answer>.</think>`` for known facts and ``Recall: unknown.``
+            for others, and direct answers to unknown facts say ``unknown``; ``sem``'s first
+            answer is the recollection, after one thought shared by both branches
+            (:func:`~searchgym.trainers.study.demos.write_demo_actions`). The choice to
+            search stays a coin flip, so RL can learn to act on what the model recalls.
+            Off by default.
         memory_share: Share of the protocol-stage episodes (known facts and shadow worlds
             alike) written behind an :class:`~searchgym.memory.ExperienceWrapper`, so that
             their prompts hold an experience bank and a few-shot example as the memory arms'

@@ -67,6 +67,7 @@ __all__ = [
 _THINK_SEARCH = "I should look this up."
 _THINK_READ = "The passage gives it."
 _THINK_KNOW = "I know this."
+_THINK_FIRST = "My first answer."
 UNKNOWN = "unknown"
 """What a ``recall`` demonstration recalls, and answers, for a fact the model was not shown."""
 
@@ -202,10 +203,15 @@ def forced_opening(protocol: str, search: bool, recall: bool = False) -> str:
 
     A probe appends it to a prompt and lets the model finish the query (``search``) or the
     answer, to measure copying and recall whatever the policy would choose to do. With
-    ``recall`` (the ``recall_think`` demonstrations, not for ``sem``), the answer's opening
-    is ``<think>Recall:`` and the model writes its recollection first.
+    ``recall`` (the ``recall_think`` demonstrations), the answer's opening is
+    ``<think>Recall:`` (for ``sem``, the shared first thought and ``\\boxed{``) and the
+    model writes its recollection first.
     """
-    if recall and protocol != "sem":
+    if recall and protocol == "sem":
+        if search:
+            return f"{_answer(protocol, UNKNOWN, _THINK_FIRST)}\n<search>"
+        return f"<think>{_THINK_FIRST}</think>\n<answer>\\boxed{{"
+    if recall:
         return f"<think>{_recall(UNKNOWN)}</think>\n<search>" if search else "<think>Recall:"
     if not search:
         return f"<think>{_THINK_KNOW}</think>\n<answer>" + ("\\boxed{" if protocol == "sem" else "")
@@ -223,13 +229,16 @@ def write_demo_actions(
 ) -> list[str]:
     """The scripted actions of one demonstration (the answer is the chain's last object).
 
-    With ``recall`` (``search_r1`` and other one-answer protocols; ``sem`` has its first
-    answer for this) the first thought states what the model recalls before it acts:
-    ``Recall: <answer>.`` when it was shown the fact (``known``), ``Recall: unknown.``
-    otherwise; a direct answer to a fact it was not shown is ``unknown`` (never a made-up
-    name, which teaches the model to invent names). Searching or not stays the caller's
-    coin flip, so the warm start searches as often on known facts as on unknown ones, and
-    RL can learn to act on the recollection.
+    With ``recall`` (``search_r1`` and other one-answer protocols) the first thought states
+    what the model recalls before it acts: ``Recall: <answer>.`` when it was shown the fact
+    (``known``), ``Recall: unknown.`` otherwise; a direct answer to a fact it was not shown
+    is ``unknown`` (never a made-up name, which teaches the model to invent names). For
+    ``sem`` the first answer is the recollection (the answer, or ``unknown``) and both
+    branches open with the same thought, so the choice to search comes after the first
+    answer and can read it (without ``recall`` the thought chooses the branch before the
+    answer is written). Searching or not stays the caller's coin flip, so the warm start
+    searches as often on known facts as on unknown ones, and RL can learn to act on the
+    recollection.
 
     ``search_r1`` searches every hop, one query per turn. ``sem`` allows one search: its
     first turn gives a first answer, then searches the first unknown hop of the chain (the
@@ -240,7 +249,14 @@ def write_demo_actions(
     SEM's reward.
     """
     answer = chain[-1].object
-    if recall and protocol != "sem":
+    if recall and protocol == "sem":
+        first = _answer(protocol, answer if known else UNKNOWN, _THINK_FIRST)
+        if not search:
+            return [first]
+        hop = next((f for f in chain if not f.known), chain[0])
+        query = RELATIONS[hop.relation].query(hop.subject)
+        return [f"{first}\n<search> {query} </search>", _answer(protocol, answer, _THINK_READ)]
+    if recall:
         recalled = answer if known else UNKNOWN
         if not search:
             return [_answer(protocol, recalled, _recall(recalled))]

@@ -143,8 +143,10 @@ def decision_probe(model: Any, tokenizer: Any, config: TrainConfig) -> dict[str,
     """What a ``recall_think`` policy recalls, and how likely it then searches (greedy recollection).
 
     On the held-out one-hop questions of a noise-free copy of the eval env, the model
-    writes its recollection greedily after ``<think>Recall:``; the probe then compares the
-    probabilities of the two ways on, ``…</think>\\n<search>`` and ``…</think>\\n<answer>``:
+    writes its recollection greedily after the demonstrations' opening (``<think>Recall:``;
+    for ``sem``, its first answer); the probe then compares the probabilities of the two
+    ways on: ``\\n<search>`` against ``\\n<answer>`` after the thought (``sem``: against
+    ending the episode after the first answer). It reports:
 
     * ``recall_right_known``: share of known questions recalled right;
     * ``says_unknown_unknown``: share of unknown questions recalled as "unknown";
@@ -157,7 +159,7 @@ def decision_probe(model: Any, tokenizer: Any, config: TrainConfig) -> dict[str,
     """
     kwargs = {**config.env.kwargs, **config.eval.env_kwargs}
     env = demo_env(int(kwargs.get("world_seed", 0)), kwargs, str(kwargs.get("split", "eval")))
-    formatter = ChatFormatter(tokenizer)
+    formatter, sem = ChatFormatter(tokenizer), env.protocol.name == "sem"
 
     def encode(text: str) -> list[int]:
         return list(tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -170,16 +172,19 @@ def decision_probe(model: Any, tokenizer: Any, config: TrainConfig) -> dict[str,
             questions.append((question.known, env.world.chain(question.id)[0].object))
     env.close()
     settings = SamplingSettings(0.0, 1.0, config.rollout.generation_batch_size)
-    opening = encode("<think>Recall:")
-    written = sample_actions(
-        model, tokenizer, [p + opening for p in prompts], [16] * len(prompts), ["</think>"], settings
+    opening, stop = (
+        forced_opening(env.protocol.name, search=False, recall=True),
+        "</answer>" if sem else "</think>",
     )
+    contexts = [p + encode(opening) for p in prompts]
+    written = sample_actions(model, tokenizer, contexts, [24] * len(prompts), [stop], settings)
     recalled, p_search = [], []
     for prompt, action in zip(prompts, written, strict=True):
-        thought = "<think>Recall:" + action.text.split("</think>")[0] + "</think>\n"
-        recalled.append(action.text.split(".</think>")[0].strip())
-        choices = (encode(thought + "<search>"), encode(thought + "<answer>"))
-        p_search.append(_first_choice_probability(model, prompt, *choices))
+        head = opening + action.text.split(stop)[0] + stop
+        recalled.append(re.split(r"\.</think>|}", action.text)[0].strip())
+        search = encode(head + "\n<search>")
+        other = encode(head) + [tokenizer.eos_token_id] if sem else encode(head + "\n<answer>")
+        p_search.append(_first_choice_probability(model, prompt, search, other))
     groups: dict[str, list[float]] = {k: [] for k in ("rk", "uu", "pk", "pu", "pr", "psu")}
     for (known, answer), said, p in zip(questions, recalled, p_search, strict=True):
         right = exact_match(said, [answer]) == 1.0
@@ -269,7 +274,7 @@ def evaluate_model(
     world = getattr(probe, "world", None)
     if world is not None:
         found = {**skills(episodes, world), **forced_skills(model, tokenizer, config)}
-        if config.sft.recall_think and config.env.kwargs.get("protocol") != "sem":
+        if config.sft.recall_think:
             found.update(decision_probe(model, tokenizer, config))
         result.settings["skills"] = found
     return result

@@ -346,7 +346,7 @@ def warm_start(config: TrainConfig, *, progress: bool = True) -> Path:
             kwargs = {**config.env.kwargs, "protocol": protocol, "instructions": text}
             probe = config.replace(env={"id": config.env.id, "kwargs": kwargs})
             skills[protocol] = forced_skills(model, tokenizer, probe)
-            if config.sft.recall_think and protocol != "sem":
+            if config.sft.recall_think:
                 skills[protocol].update(decision_probe(model, tokenizer, probe))
             logger.info("Warm start skills (%s): %s", protocol, skills[protocol])
             if skills[protocol]["forced_copy"] < 0.5:
