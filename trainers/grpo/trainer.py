@@ -417,13 +417,19 @@ class GRPOTrainer:
                     reward=f"{r['reward']:.3f}", f1=f"{r['f1']:.2f}", st=f"{r['st']:.2f}", kl=f"{t['kl']:.4f}"
                 )
                 if self.state.step % cfg.log_every == 0:
+                    split_sr = (
+                        f" (known {r['sr_known']:.2f}, unknown {r['sr_unknown']:.2f})"
+                        if "sr_known" in r and "sr_unknown" in r
+                        else ""
+                    )
                     logger.info(
-                        "step %d: reward %.3f f1 %.3f st %.2f sr %.2f format %.2f tokens %.1f loss %.4f kl %.5f (%.2f s)",
+                        "step %d: reward %.3f f1 %.3f st %.2f sr %.2f%s format %.2f tokens %.1f loss %.4f kl %.5f (%.2f s)",
                         self.state.step,
                         r["reward"],
                         r["f1"],
                         r["st"],
                         r["sr"],
+                        split_sr,
                         r["format_ok"],
                         r["action_tokens"],
                         t["loss"],
