@@ -48,6 +48,8 @@ COLUMNS = (
     ("EM 2-hop", ("splits", "2-hop", "em"), 100),
     ("Recall", ("settings", "skills", "forced_recall"), 100),
     ("Copy", ("settings", "skills", "forced_copy"), 100),
+    ("P(search) recalled", ("settings", "skills", "p_search_right"), 100),
+    ("P(search) 'unknown'", ("settings", "skills", "p_search_said_unknown"), 100),
     ("Tokens", ("settings", "action_tokens"), 1),
     ("Eval s", ("wall_time_s",), 1),
 )
@@ -203,24 +205,43 @@ def format_results(summary: Mapping[str, Mapping[str, Mapping[str, float]]]) -> 
 
 
 def plot_frontier(summary: Mapping[str, Mapping[str, Mapping[str, float]]], path: Path) -> Path:
-    """EM against mean searches per question (ST), one labelled point per arm, std error bars."""
+    """Two panels, one marker per arm with std error bars: EM against mean searches per
+    question (the papers' frontier), and searches on known against unknown questions (a
+    frugal policy sits top left: it searches what it does not know, and only that)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.5, 4.5))
-    for arm, cells in summary.items():
-        if "EM" not in cells or "ST" not in cells:
-            continue
-        st, em = cells["ST"], cells["EM"]
-        ax.errorbar(st["mean"], em["mean"], xerr=st["std"], yerr=em["std"], fmt="o", capsize=3)
-        ax.annotate(arm, (st["mean"], em["mean"]), textcoords="offset points", xytext=(5, 5), fontsize=8)
-    ax.set_xlabel("searches per question (ST)")
-    ax.set_ylabel("EM on held-out questions (%)")
-    ax.set_title("Accuracy against search cost, per arm (mean ± std over seeds)")
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
+    fig, (frontier, split) = plt.subplots(1, 2, figsize=(11, 4.5))
+    markers = "osD^v<>Pp*Xh"
+    panels = (
+        (frontier, "ST", "EM", "searches per question (ST)", "EM on held-out questions (%)"),
+        (split, "SR known", "SR unknown", "searched, known questions (%)", "searched, unknown questions (%)"),
+    )
+    for k, (arm, cells) in enumerate(summary.items()):
+        for ax, x, y, _, _ in panels:
+            if x in cells and y in cells:
+                ax.errorbar(
+                    cells[x]["mean"],
+                    cells[y]["mean"],
+                    xerr=cells[x]["std"],
+                    yerr=cells[y]["std"],
+                    fmt=markers[k % len(markers)],
+                    color=f"C{k % 10}",
+                    capsize=3,
+                    label=arm,
+                )
+    for ax, _, _, xlabel, ylabel in panels:
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+    frontier.set_title("Accuracy against search cost")
+    split.set_title("Who searches what (mean ± std over seeds)")
+    handles, labels = frontier.get_legend_handles_labels()
+    if labels:
+        fig.legend(handles, labels, loc="center right", fontsize=8)
+    fig.tight_layout(rect=(0, 0, 0.86, 1))
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
