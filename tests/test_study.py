@@ -662,31 +662,3 @@ def test_decision_probe_reads_the_recollection_and_the_choice_after_it(tmp_path,
     }
     assert found["recall_right_known"] == 0.0  # an untrained model names no fact
     assert 0.0 < found["p_search_known"] < 1.0 and 0.0 < found["p_search_unknown"] < 1.0
-
-
-@pytest.mark.parametrize("protocol", ["search_r1", "sem"])
-def test_unknown_recollections_train_only_the_recollection_of_unknown_training_questions(tiny, protocol):
-    from searchgym.envs.synthetic import RELATIONS
-    from searchgym.trainers.study.demos import unknown_recollections
-
-    tokenizer = tiny[1]
-    env = SyntheticFactsEnv(world_seed=3, world_kwargs=SMALL_WORLD, protocol=protocol, split="train")
-    unknown = [q for q in env.questions if not q.known and q.hops == 1]
-    phrasings = sum(len(RELATIONS[env.world.chain(q.id)[0].relation].questions) for q in unknown)
-    examples = unknown_recollections(env, tokenizer, repeats=3)
-    assert len(examples) == 3 * phrasings > 0
-    said = "\\boxed{ unknown }" if protocol == "sem" else "Recall: unknown."
-    held_out = {
-        q.question for q in SyntheticFactsEnv(world_seed=3, world_kwargs=SMALL_WORLD, split="eval").questions
-    }
-    for example in examples:
-        trained = trained_text(tokenizer, example)
-        assert (
-            said in trained
-            and "<search>" not in trained
-            and trained.rstrip().endswith(("</think>", "</answer>"))
-        )
-        prompt = tokenizer.decode(example.token_ids)
-        assert not any(question in prompt for question in held_out)
-    objects = {env.world.chain(q.id)[0].object for q in unknown}
-    assert not any(name in trained_text(tokenizer, e) for e in examples for name in objects)

@@ -410,14 +410,6 @@ class SFTConfig:
             (:func:`~searchgym.trainers.study.demos.write_demo_actions`). The choice to
             search stays a coin flip, so RL can learn to act on what the model recalls.
             Off by default.
-        unknown_repeats: With ``recall_think``, how often each phrasing of each *unknown*
-            one-hop question of the study world's training split is shown with its
-            recollection alone, ``Recall: unknown`` (for ``sem``, the first answer
-            ``unknown``), per protocol; nothing after it is trained, so no answer is shown
-            and the choice to search stays untouched
-            (:func:`~searchgym.trainers.study.demos.unknown_recollections`). It tells the
-            model where its knowledge ends, as a pretrained model knows which entities it
-            has never read about; held-out questions are never shown. 0 (default) shows none.
         memory_share: Share of the protocol-stage episodes (known facts and shadow worlds
             alike) written behind an :class:`~searchgym.memory.ExperienceWrapper`, so that
             their prompts hold an experience bank and a few-shot example as the memory arms'
@@ -450,7 +442,6 @@ class SFTConfig:
     shadow_search_prob: float | None = None
     memory_share: float = 0.0
     recall_think: bool = False
-    unknown_repeats: int = 0
     protocols: list[str] = field(default_factory=lambda: ["search_r1"])
     instructions: dict[str, str] = field(default_factory=dict)
     reading_worlds: int = 0
@@ -470,7 +461,6 @@ class SFTConfig:
             _finite("shadow_search_prob", self.shadow_search_prob, low=0.0, high=1.0)
         _finite("memory_share", self.memory_share, low=0.0, high=1.0)
         check("recall_think", self.recall_think, isinstance(self.recall_think, bool), "true or false")
-        _positive_int("unknown_repeats", self.unknown_repeats, 0)
         check("protocols", self.protocols, bool(self.protocols), "a non-empty list of protocol names")
         _positive_int("reading_worlds", self.reading_worlds, 0)
         _positive_int("reading_epochs", self.reading_epochs)

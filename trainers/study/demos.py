@@ -58,7 +58,6 @@ __all__ = [
     "demonstrations",
     "reading_examples",
     "recall_lessons",
-    "unknown_recollections",
     "write_demo_actions",
     "shadow_seeds",
     "reading_seeds",
@@ -186,39 +185,6 @@ def statements(
                 example = _episode(run_env, question, actions, tokenizer, formatter)
                 if example is not None:
                     out.append(example)
-    return out
-
-
-def unknown_recollections(env: SyntheticFactsEnv, tokenizer: Any, repeats: int) -> list[Example]:
-    """Each phrasing of each unknown one-hop question of ``env`` (the study world's training
-    split), ``repeats`` times, with the recollection alone trained: ``<think>Recall:
-    unknown.</think>`` (``sem``: the shared first thought and the first answer ``unknown``).
-
-    No answer and no choice to search is shown, so no unknown fact leaks into the weights
-    and the warm start still searches by its coin flip; only the recollection learns where
-    the model's knowledge ends.
-    """
-    world, formatter, protocol = env.world, ChatFormatter(tokenizer), env.protocol.name
-    said = (
-        _answer(protocol, UNKNOWN, _THINK_FIRST)
-        if protocol == "sem"
-        else f"<think>{_recall(UNKNOWN)}</think>"
-    )
-    target = _encode(tokenizer, said)
-    out = []
-    for question in env.questions:
-        if question.known or (question.hops or 1) != 1:
-            continue
-        fact = world.chain(question.id)[0]
-        relation = RELATIONS[fact.relation]
-        for variant in range(len(relation.questions)):
-            options = {
-                "question": relation.question_text(fact.subject, variant),
-                "golden_answers": [fact.object],
-            }
-            obs, _ = env.reset(options={**options, "id": question.id})
-            head = _encode(tokenizer, formatter.prompt(obs))
-            out += [Example(tuple(head + target), (0,) * len(head) + (1,) * len(target), "recall")] * repeats
     return out
 
 

@@ -48,7 +48,6 @@ from .demos import (
     recall_lessons,
     shadow_seeds,
     statements,
-    unknown_recollections,
 )
 from .memory_demos import ScriptedMemory
 
@@ -128,8 +127,6 @@ def sft_examples(config: TrainConfig, tokenizer: Any) -> list[Example]:
         study_env = demo_env(world_seed, protocol_kwargs(protocol), split="train")
         if protocol == protocols[0]:
             examples += recall_lessons(study_env.world, tokenizer, sft.recall_repeats)
-        if sft.recall_think and sft.unknown_repeats:
-            examples += unknown_recollections(study_env, tokenizer, sft.unknown_repeats)
         share = sft.fact_repeats / len(protocols)
         passages = sft.passages and protocol == protocols[0]
         examples += statements(
