@@ -655,6 +655,7 @@ def test_decision_probe_reads_the_recollection_and_the_choice_after_it(tmp_path,
     assert set(found) == {
         "recall_right_known",
         "says_unknown_unknown",
+        "named_right",
         "p_search_known",
         "p_search_unknown",
         "p_search_right",
@@ -662,3 +663,5 @@ def test_decision_probe_reads_the_recollection_and_the_choice_after_it(tmp_path,
     }
     assert found["recall_right_known"] == 0.0  # an untrained model names no fact
     assert 0.0 < found["p_search_known"] < 1.0 and 0.0 < found["p_search_unknown"] < 1.0
+    sampled = decision_probe(model, tokenizer, config, temperature=1.0, samples=3)
+    assert set(sampled) == set(found) and sampled["recall_right_known"] == 0.0

@@ -139,17 +139,24 @@ def probe_score(skill: str, name: str, text: str) -> float:
     return exact_match(re.split(r"</answer>|\.</think>", text)[0], [name])
 
 
-def decision_probe(model: Any, tokenizer: Any, config: TrainConfig) -> dict[str, float]:
-    """What a ``recall_think`` policy recalls, and how likely it then searches (greedy recollection).
+def decision_probe(
+    model: Any, tokenizer: Any, config: TrainConfig, *, temperature: float = 0.0, samples: int = 1
+) -> dict[str, float]:
+    """What a ``recall_think`` policy recalls, and how likely it then searches.
 
-    On the held-out one-hop questions of a noise-free copy of the eval env, the model
-    writes its recollection greedily after the demonstrations' opening (``<think>Recall:``;
-    for ``sem``, its first answer); the probe then compares the probabilities of the two
-    ways on: ``\\n<search>`` against ``\\n<answer>`` after the thought (``sem``: against
-    ending the episode after the first answer). It reports:
+    On the one-hop questions of a noise-free copy of the eval env (``eval.env_kwargs``
+    choose the split), the model writes its recollection after the demonstrations' opening
+    (``<think>Recall:``; for ``sem``, its first answer), greedily or ``samples`` times at
+    ``temperature``; the probe then compares the probabilities of the two ways on:
+    ``\\n<search>`` against ``\\n<answer>`` after the thought (``sem``: against ending the
+    episode after the first answer). It reports:
 
     * ``recall_right_known``: share of known questions recalled right;
     * ``says_unknown_unknown``: share of unknown questions recalled as "unknown";
+    * ``named_right``: share of recollections naming somebody (not "unknown") that are
+      right, known and unknown questions together. A direct answer after a name pays only
+      when this is high: LightSearcher's penalty for a needless search is 0.26 against
+      about 0.8 that a search earns after a wrong name, so answering pays above about 0.75;
     * ``p_search_known`` / ``p_search_unknown``: mean P(search) after the recollection;
     * ``p_search_right`` / ``p_search_said_unknown``: the same on known questions recalled
       right and on unknown ones recalled as "unknown" (NaN where none).
@@ -168,46 +175,45 @@ def decision_probe(model: Any, tokenizer: Any, config: TrainConfig) -> dict[str,
     for index, question in enumerate(env.questions):
         if (question.hops or 1) == 1:
             obs, _ = env.reset(options={"index": index})
-            prompts.append(encode(formatter.prompt(obs)))
-            questions.append((question.known, env.world.chain(question.id)[0].object))
+            prompts += [encode(formatter.prompt(obs))] * samples
+            questions += [(question.known, env.world.chain(question.id)[0].object)] * samples
     env.close()
-    settings = SamplingSettings(0.0, 1.0, config.rollout.generation_batch_size)
-    opening, stop = (
-        forced_opening(env.protocol.name, search=False, recall=True),
-        "</answer>" if sem else "</think>",
-    )
+    settings = SamplingSettings(temperature, 1.0, config.rollout.generation_batch_size)
+    opening = forced_opening(env.protocol.name, search=False, recall=True)
+    stop = "</answer>" if sem else "</think>"
     contexts = [p + encode(opening) for p in prompts]
     written = sample_actions(model, tokenizer, contexts, [24] * len(prompts), [stop], settings)
-    recalled, p_search = [], []
-    for prompt, action in zip(prompts, written, strict=True):
+    groups: dict[str, list[float]] = {name: [] for name in _PROBE_FIGURES}
+    for prompt, (known, answer), action in zip(prompts, questions, written, strict=True):
         head = opening + action.text.split(stop)[0] + stop
-        recalled.append(re.split(r"\.</think>|}", action.text)[0].strip())
+        said = re.split(r"\.</think>|}", action.text)[0].strip()
         search = encode(head + "\n<search>")
         other = encode(head) + [tokenizer.eos_token_id] if sem else encode(head + "\n<answer>")
-        p_search.append(_first_choice_probability(model, prompt, search, other))
-    groups: dict[str, list[float]] = {k: [] for k in ("rk", "uu", "pk", "pu", "pr", "psu")}
-    for (known, answer), said, p in zip(questions, recalled, p_search, strict=True):
-        right = exact_match(said, [answer]) == 1.0
-        unknown = said.lower() == "unknown"
-        groups["pk" if known else "pu"].append(p)
-        groups["rk" if known else "uu"].append(float(right if known else unknown))
+        p = _first_choice_probability(model, prompt, search, other)
+        right, unknown = exact_match(said, [answer]) == 1.0, said.lower() == "unknown"
+        groups["p_search_known" if known else "p_search_unknown"].append(p)
+        if known:
+            groups["recall_right_known"].append(float(right))
+        else:
+            groups["says_unknown_unknown"].append(float(unknown))
+        if not unknown:
+            groups["named_right"].append(float(right))
         if known and right:
-            groups["pr"].append(p)
+            groups["p_search_right"].append(p)
         if not known and unknown:
-            groups["psu"].append(p)
+            groups["p_search_said_unknown"].append(p)
+    return {name: sum(v) / len(v) if v else float("nan") for name, v in groups.items()}
 
-    def mean(values: list[float]) -> float:
-        return sum(values) / len(values) if values else float("nan")
 
-    names = {
-        "rk": "recall_right_known",
-        "uu": "says_unknown_unknown",
-        "pk": "p_search_known",
-        "pu": "p_search_unknown",
-        "pr": "p_search_right",
-        "psu": "p_search_said_unknown",
-    }
-    return {names[k]: mean(v) for k, v in groups.items()}
+_PROBE_FIGURES = (
+    "recall_right_known",
+    "says_unknown_unknown",
+    "named_right",
+    "p_search_known",
+    "p_search_unknown",
+    "p_search_right",
+    "p_search_said_unknown",
+)
 
 
 def _first_choice_probability(model: Any, context: list[int], first: list[int], second: list[int]) -> float:

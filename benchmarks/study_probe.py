@@ -1,0 +1,77 @@
+"""What a study model recalls, and how likely it then searches: the decision probe of the CPU study.
+
+For one arm of a study file and one seed, loads the warm start (cached by ``searchgym
+study``; built here when missing) or, with ``--run``, the final checkpoint of a finished
+run, and prints :func:`searchgym.trainers.study.evaluation.decision_probe` for each
+protocol of the warm start, greedily and at the rollouts' temperature (``--samples``
+recollections per question), on the training and the held-out split::
+
+    python benchmarks/study_probe.py [--config configs/synthetic/study.yaml] [--arm f1] [--seed 0]
+        [--run runs/study/f1/seed0] [--samples 8] [--out study_probe.json]
+
+``named_right`` is the share of recollections that name somebody and are right: a
+direct answer after a name pays only when it is high (the probe's docstring).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import write_report  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default="configs/synthetic/study.yaml")
+    parser.add_argument("--arm", default="f1")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--run", help="a finished run's folder: probe its final checkpoint")
+    parser.add_argument("--samples", type=int, default=8)
+    parser.add_argument("--out", help="also write the figures as JSON")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+
+    from searchgym.trainers.grpo.checkpoint import latest_checkpoint
+    from searchgym.trainers.grpo.model import load_model, load_tokenizer_for, resolve_device
+    from searchgym.trainers.study.evaluation import decision_probe
+    from searchgym.trainers.study.sft import protocol_instructions, warm_start
+    from searchgym.trainers.study.study import _run_config, load_study
+
+    config = _run_config(load_study(args.config), args.arm, args.seed)
+    folder = latest_checkpoint(Path(args.run)) if args.run else warm_start(config)
+    if folder is None:
+        parser.error(f"{args.run} holds no checkpoint")
+    tokenizer = load_tokenizer_for(config.model, folder)
+    model = load_model(config.model, folder, resolve_device(config.model.device))
+    temperature = config.rollout.temperature
+    rows = []
+    protocols = protocol_instructions(config) if not args.run else {config.env.kwargs["protocol"]: None}
+    for protocol, text in protocols.items():
+        kwargs = {**config.env.kwargs, "protocol": protocol}
+        if text is not None:
+            kwargs["instructions"] = text
+        for split in ("train", "eval"):
+            probe = config.replace(
+                env={"id": config.env.id, "kwargs": kwargs}, eval={"enabled": True, "env_kwargs": {"split": split}}
+            )
+            for label, temp, samples in (("greedy", 0.0, 1), (f"T={temperature:g}", temperature, args.samples)):
+                found = decision_probe(model, tokenizer, probe, temperature=temp, samples=samples)
+                rows.append({"protocol": protocol, "split": split, "decoding": label, **found})
+    names = [k for k in rows[0] if k not in ("protocol", "split", "decoding")]
+    print(f"model: {folder}")
+    print("| protocol | split | recollection | " + " | ".join(names) + " |")
+    print("|---|---|---|" + "---|" * len(names))
+    for row in rows:
+        cells = " | ".join(f"{row[k]:.2f}" for k in names)
+        print(f"| {row['protocol']} | {row['split']} | {row['decoding']} | {cells} |")
+    if args.out:
+        write_report(Path(args.out), {"model": str(folder), "rows": rows})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
