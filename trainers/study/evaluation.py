@@ -155,8 +155,10 @@ def decision_probe(
     * ``says_unknown_unknown``: share of unknown questions recalled as "unknown";
     * ``named_right``: share of recollections naming somebody (not "unknown") that are
       right, known and unknown questions together. A direct answer after a name pays only
-      when this is high: LightSearcher's penalty for a needless search is 0.26 against
-      about 0.8 that a search earns after a wrong name, so answering pays above about 0.75;
+      when this share q is high enough. With searches that find the answer 80% of the time
+      (the study's retrieval noise), answering beats searching when q > 0.8 under F1
+      (a right direct answer 1, a search 0.8), q > 0.66 under LightSearcher (a needless
+      search 0.74 × 0.8) and q > 0.44 under SEM (a needless search 0);
     * ``p_search_known`` / ``p_search_unknown``: mean P(search) after the recollection;
     * ``p_search_right`` / ``p_search_said_unknown``: the same on known questions recalled
       right and on unknown ones recalled as "unknown" (NaN where none).
