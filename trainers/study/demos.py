@@ -249,36 +249,38 @@ def write_demo_actions(
     SEM's reward.
     """
     answer = chain[-1].object
-    if recall and protocol == "sem":
-        first = _answer(protocol, answer if known else UNKNOWN, _THINK_FIRST)
-        if not search:
-            return [first]
-        hop = next((f for f in chain if not f.known), chain[0])
-        query = RELATIONS[hop.relation].query(hop.subject)
-        return [f"{first}\n<search> {query} </search>", _answer(protocol, answer, _THINK_READ)]
+    if protocol == "sem":
+        return _sem_actions(chain, search, known, recall)
     if recall:
         recalled = answer if known else UNKNOWN
         if not search:
             return [_answer(protocol, recalled, _recall(recalled))]
         thoughts = [_recall(recalled)] + [_THINK_SEARCH] * (len(chain) - 1)
-        actions = [
-            f"<think>{thought}</think>\n<search> {RELATIONS[f.relation].query(f.subject)} </search>"
-            for thought, f in zip(thoughts, chain, strict=True)
-        ]
-        return actions + [_answer(protocol, answer, _THINK_READ)]
-    if not search:
+    elif not search:
         return [_answer(protocol, answer, _THINK_KNOW)]
-    if protocol == "sem":
-        hop = next((f for f in chain if not f.known), chain[0])
-        query = RELATIONS[hop.relation].query(hop.subject)
-        first_answer = answer if known else "unknown"
-        first = f"{_answer(protocol, first_answer, _THINK_SEARCH)}\n<search> {query} </search>"
-        return [first, _answer(protocol, answer, _THINK_READ)]
+    else:
+        thoughts = [_THINK_SEARCH] * len(chain)
     actions = [
-        f"<think>{_THINK_SEARCH}</think>\n<search> {RELATIONS[f.relation].query(f.subject)} </search>"
-        for f in chain
+        f"<think>{thought}</think>\n<search> {RELATIONS[f.relation].query(f.subject)} </search>"
+        for thought, f in zip(thoughts, chain, strict=True)
     ]
     return actions + [_answer(protocol, answer, _THINK_READ)]
+
+
+def _sem_actions(chain: Sequence[Fact], search: bool, known: bool, recall: bool) -> list[str]:
+    """``sem``'s demonstration (see :func:`write_demo_actions`)."""
+    answer = chain[-1].object
+    if recall:
+        first = _answer("sem", answer if known else UNKNOWN, _THINK_FIRST)
+    elif search:
+        first = _answer("sem", answer if known else UNKNOWN, _THINK_SEARCH)
+    else:
+        first = _answer("sem", answer, _THINK_KNOW)
+    if not search:
+        return [first]
+    hop = next((f for f in chain if not f.known), chain[0])
+    query = RELATIONS[hop.relation].query(hop.subject)
+    return [f"{first}\n<search> {query} </search>", _answer("sem", answer, _THINK_READ)]
 
 
 def _encode(tokenizer: Any, text: str) -> list[int]:
