@@ -480,9 +480,13 @@ def test_study_runs_every_arm_and_writes_table_json_and_plot(tmp_path, capsys):
     mtime = (out / "f1" / "seed0" / "eval.json").stat().st_mtime
     assert main(["study", "--config", str(path), "--no-progress", "--arms", "f1"]) == 0
     assert (out / "f1" / "seed0" / "eval.json").stat().st_mtime == mtime
-    # ... unless its settings changed since: then it runs again
+    # ... unless its settings changed since: then --collect leaves it out, and a run runs it again
     study["arms"]["f1"]["algo"] = {"lr": 1e-4}
     path.write_text(yaml.safe_dump(study))
+    assert main(["study", "--config", str(path), "--no-progress", "--collect"]) == 0
+    assert (out / "f1" / "seed0" / "eval.json").stat().st_mtime == mtime
+    collected = json.loads((out / "results.json").read_text())["arms"]
+    assert "f1" not in collected and set(collected) == set(results["arms"]) - {"f1"}
     assert main(["study", "--config", str(path), "--no-progress", "--arms", "f1"]) == 0
     assert (out / "f1" / "seed0" / "eval.json").stat().st_mtime > mtime
 

@@ -17,6 +17,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", type=int, nargs="+", help="run only these seeds (default: the file's)")
     parser.add_argument("--arms", nargs="+", help="run only these arms (default: all of the file's)")
     parser.add_argument("--output-dir", help="write here instead of the file's output_dir")
+    parser.add_argument(
+        "--collect", action="store_true", help="run nothing: write the table from the runs already finished"
+    )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
 
 
@@ -42,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
         handler.setFormatter(logging.Formatter("%(message)s"))
         progress.addHandler(handler)
     progress.setLevel(logging.INFO)
-    results = run_study(study, progress=not args.no_progress)
+    results = run_study(study, progress=not args.no_progress, collect=args.collect)
     print(format_results(results["arms"]))
     print(f"results: {Path(study['output_dir'])} (results.md, results.json, frontier.png)", file=sys.stderr)
     return 0

@@ -134,8 +134,12 @@ def _finished(path: Path, key: str) -> dict[str, Any] | None:
     return result
 
 
-def run_study(study: Mapping[str, Any], *, progress: bool = True) -> dict[str, Any]:
-    """Run (or pick up) every arm for every seed; write and return the results."""
+def run_study(study: Mapping[str, Any], *, progress: bool = True, collect: bool = False) -> dict[str, Any]:
+    """Run (or pick up) every arm for every seed; write and return the results.
+
+    With ``collect``, nothing is run: the table and plot come from the runs already
+    finished with the study's current settings, and the others are left out (logged).
+    """
     from .pipeline import run_pipeline, write_json
 
     runs: list[dict[str, Any]] = []
@@ -144,6 +148,9 @@ def run_study(study: Mapping[str, Any], *, progress: bool = True) -> dict[str, A
             config = _run_config(study, arm, seed)
             done, key = Path(config.output_dir) / "eval.json", config_key(config)
             result = _finished(done, key)
+            if result is None and collect:
+                logger.info("study: %s, seed %d has no finished run; left out of the table", arm, seed)
+                continue
             if result is None:
                 logger.info("study: %s, seed %d", arm, seed)
                 pipeline = run_pipeline(config, progress=progress, name=arm)
