@@ -56,9 +56,13 @@ def main(argv: list[str] | None = None) -> int:
             kwargs["instructions"] = text
         for split in ("train", "eval"):
             probe = config.replace(
-                env={"id": config.env.id, "kwargs": kwargs}, eval={"enabled": True, "env_kwargs": {"split": split}}
+                env={"id": config.env.id, "kwargs": kwargs},
+                eval={"enabled": True, "env_kwargs": {"split": split}},
             )
-            for label, temp, samples in (("greedy", 0.0, 1), (f"T={temperature:g}", temperature, args.samples)):
+            for label, temp, samples in (
+                ("greedy", 0.0, 1),
+                (f"T={temperature:g}", temperature, args.samples),
+            ):
                 found = decision_probe(model, tokenizer, probe, temperature=temp, samples=samples)
                 rows.append({"protocol": protocol, "split": split, "decoding": label, **found})
     names = [k for k in rows[0] if k not in ("protocol", "split", "decoding")]

@@ -243,6 +243,8 @@ def plot_frontier(summary: Mapping[str, Mapping[str, Mapping[str, float]]], path
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
+    split.set_xlim(-5, 105)
+    split.set_ylim(-5, 105)
     frontier.set_title("Accuracy against search cost")
     split.set_title("Who searches what (mean ± std over seeds)")
     handles, labels = frontier.get_legend_handles_labels()
