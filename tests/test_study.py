@@ -656,15 +656,8 @@ def test_decision_probe_reads_the_recollection_and_the_choice_after_it(tmp_path,
     model, tokenizer = load_tiny_lm(tiny[0])
     config = _smoke_config(tmp_path, sft={"recall_think": True})
     found = decision_probe(model, tokenizer, config)
-    assert set(found) == {
-        "recall_right_known",
-        "says_unknown_unknown",
-        "named_right",
-        "p_search_known",
-        "p_search_unknown",
-        "p_search_right",
-        "p_search_said_unknown",
-    }
+    assert {"recall_right_known", "says_unknown_unknown", "named_right"} <= set(found)
+    assert {"p_search_known", "p_search_unknown", "p_search_right", "p_search_said_unknown"} <= set(found)
     assert found["recall_right_known"] == 0.0  # an untrained model names no fact
     assert 0.0 < found["p_search_known"] < 1.0 and 0.0 < found["p_search_unknown"] < 1.0
     sampled = decision_probe(model, tokenizer, config, temperature=1.0, samples=3)
