@@ -270,10 +270,8 @@ def write_demo_actions(
 def _sem_actions(chain: Sequence[Fact], search: bool, known: bool, recall: bool) -> list[str]:
     """``sem``'s demonstration (see :func:`write_demo_actions`)."""
     answer = chain[-1].object
-    if recall:
-        first = _answer("sem", answer if known else UNKNOWN, _THINK_FIRST)
-    elif search:
-        first = _answer("sem", answer if known else UNKNOWN, _THINK_SEARCH)
+    if recall or search:
+        first = _answer("sem", answer if known else UNKNOWN, _THINK_FIRST if recall else _THINK_SEARCH)
     else:
         first = _answer("sem", answer, _THINK_KNOW)
     if not search:

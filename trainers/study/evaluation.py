@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import time
+from functools import partial
 from typing import Any
 
 import torch
@@ -24,7 +25,7 @@ from ..config import EnvConfig, TrainConfig
 from ..grpo.envs import build_reward, env_factory
 from ..grpo.generation import SamplingSettings, sample_actions
 from ..grpo.rollout import Episode, RolloutCollector
-from .demos import demo_env, forced_opening
+from .demos import _encode, demo_env, forced_opening
 
 __all__ = [
     "evaluate_model",
@@ -105,8 +106,7 @@ def forced_probes(config: TrainConfig, tokenizer: Any) -> list[tuple[list[int], 
     formatter, protocol = ChatFormatter(tokenizer), env.protocol.name
     recall = config.sft.recall_think
 
-    def encode(text: str) -> list[int]:
-        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    encode = partial(_encode, tokenizer)
 
     probes = []
     for index, question in enumerate(env.questions):
@@ -170,8 +170,7 @@ def decision_probe(
     env = demo_env(int(kwargs.get("world_seed", 0)), kwargs, str(kwargs.get("split", "eval")))
     formatter, sem = ChatFormatter(tokenizer), env.protocol.name == "sem"
 
-    def encode(text: str) -> list[int]:
-        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    encode = partial(_encode, tokenizer)
 
     prompts, questions = [], []
     for index, question in enumerate(env.questions):
@@ -224,14 +223,16 @@ def _first_choice_probability(model: Any, context: list[int], first: list[int], 
         (k for k, (a, b) in enumerate(zip(first, second, strict=False)) if a != b),
         min(len(first), len(second)),
     )
-    scores = []
-    for action in (first, second):
-        ids = context + action
-        with torch.inference_mode():
-            logits = model(input_ids=torch.tensor([ids], device=next(model.parameters()).device)).logits[0]
-        logprobs = torch.log_softmax(logits.float(), dim=-1)
-        start = len(context) + shared
-        scores.append(sum(float(logprobs[t - 1, ids[t]]) for t in range(start, len(ids))))
+    rows = [context + first, context + second]
+    width = max(len(r) for r in rows)
+    # one forward pass for both; right padding leaves a causal model's real positions alone
+    batch = torch.tensor([r + [0] * (width - len(r)) for r in rows], device=next(model.parameters()).device)
+    with torch.inference_mode():
+        logprobs = torch.log_softmax(model(input_ids=batch).logits.float(), dim=-1)
+    start = len(context) + shared
+    scores = [
+        sum(float(logprobs[n, t - 1, ids[t]]) for t in range(start, len(ids))) for n, ids in enumerate(rows)
+    ]
     return float(torch.softmax(torch.tensor(scores, dtype=torch.float64), dim=0)[0])
 
 
