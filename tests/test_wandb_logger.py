@@ -51,24 +51,28 @@ def read_records(run_file: Path) -> list:
     return records
 
 
-def history(run_file: Path, needed: str) -> list[dict[str, object]]:
-    """The run file's history rows, read again for up to 10 s until one holds ``needed``
-    (twice in full-suite runs the rows were missing right after ``finish()``; never alone)."""
-    deadline = time.monotonic() + 10.0
+def finished_records(run_file: Path) -> list:
+    """The run file's records once W&B has written its closing ``exit`` record (up to 30 s):
+    ``finish()`` can return before its writer has flushed the last history row."""
+    deadline = time.monotonic() + 30.0
     while True:
-        rows = []
-        for record in read_records(run_file):
-            if record.WhichOneof("record_type") == "history":
-                rows.append(
-                    {(i.key or "/".join(i.nested_key)): json.loads(i.value_json) for i in record.history.item}
-                )
-        if any(needed in r for r in rows) or time.monotonic() > deadline:
-            return rows
+        records = read_records(run_file)
+        if any(r.WhichOneof("record_type") == "exit" for r in records) or time.monotonic() > deadline:
+            return records
         time.sleep(0.2)
 
 
+def history(run_file: Path) -> list[dict[str, object]]:
+    """The run file's history rows."""
+    return [
+        {(i.key or "/".join(i.nested_key)): json.loads(i.value_json) for i in record.history.item}
+        for record in finished_records(run_file)
+        if record.WhichOneof("record_type") == "history"
+    ]
+
+
 def run_config(run_file: Path) -> dict[str, object]:
-    for record in read_records(run_file):
+    for record in finished_records(run_file):
         if record.WhichOneof("record_type") == "run":
             return {i.key: json.loads(i.value_json) for i in record.run.config.update}
     return {}
@@ -111,7 +115,7 @@ def test_the_logger_writes_steps_the_bank_and_eval_results_to_the_run_files(tmp_
         run_id = logger.run_id
     run_file = only_run(tmp_path)
     assert run_file.name == f"run-{run_id}.wandb"
-    rows = history(run_file, "rollout/reward")
+    rows = history(run_file)
     steps = [r for r in rows if "rollout/reward" in r]
     assert [(r["_step"], r["rollout/reward"], r["rollout/em"], r["train/loss"]) for r in steps] == [
         (1, 0.5, 0.25, -0.1),
@@ -149,7 +153,7 @@ def test_searchgym_eval_with_wandb_logs_every_policy(tmp_path, monkeypatch, caps
     assert code == 0
     assert "logged to W&B project 'sg-test'" in capsys.readouterr().out
     run_file = only_run(tmp_path)
-    rows = history(run_file, "eval/naive_rag/sr")
+    rows = history(run_file)
     row = next(r for r in rows if "eval/naive_rag/sr" in r)
     assert row["eval/naive_rag/sr"] == 1.0 and row["eval/direct/sr"] == 0.0  # naive RAG always searches once
     assert run_config(run_file)["policies"] == ["direct", "naive_rag"]
@@ -177,7 +181,7 @@ def test_the_trainer_logs_the_figures_of_every_step(tmp_path):
     )
     train(config, progress=False)
     run_file = only_run(tmp_path / "run")
-    rows = [r for r in history(run_file, "rollout/reward") if "rollout/reward" in r]
+    rows = [r for r in history(run_file) if "rollout/reward" in r]
     assert [r["_step"] for r in rows] == [1, 2]
     expected = {
         "reward",
