@@ -41,6 +41,8 @@ def read_records(run_file: Path) -> list:
             continue
         _crc, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
         pos += 7
+        if pos + length > len(data):  # a record still being written
+            break
         buffer += data[pos : pos + length]
         pos += length
         if kind in (1, 4):  # a full record, or the last piece of one
