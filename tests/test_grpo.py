@@ -439,3 +439,75 @@ def test_resume_never_refuses_a_folder_with_checkpoints_and_a_bad_path_is_named(
     )
     with pytest.raises(DataFileError, match="nowhere/step_000001.*not a complete checkpoint"):
         bad.setup()
+
+
+# -- replay (PPO-ptx) --------------------------------------------------------------------------
+
+
+def test_ptx_nll_is_the_cross_entropy_of_the_completion_tokens_only(tiny_root):
+    from searchgym.trainers.grpo.model import load_model, model_source
+    from searchgym.trainers.grpo.ptx import PtxExample, ptx_nll
+
+    config = make_config(tiny_root, tiny_root / "unused").model
+    model = load_model(config, model_source(config), torch.device("cpu")).requires_grad_(False)
+    pad_id = 0
+    ids = (5, 9, 14, 3, 7, 2)
+    example = PtxExample(ids, prompt_len=3)
+    logprobs = torch.log_softmax(model(input_ids=torch.tensor([ids])).logits[0, :-1].float(), -1)
+    expected = -sum(float(logprobs[t - 1, ids[t]]) for t in range(3, len(ids))) / 3
+    other = PtxExample((5, 9, 14, 3), prompt_len=1)  # a shorter one in the batch: padding is not trained
+    got = float(ptx_nll(model, [example], pad_id, "cpu"))
+    assert got == pytest.approx(expected, rel=1e-5)
+    both = float(ptx_nll(model, [example, other], pad_id, "cpu"))
+    lp2 = torch.log_softmax(model(input_ids=torch.tensor([other.token_ids])).logits[0, :-1].float(), -1)
+    expected_both = (expected * 3 - sum(float(lp2[t - 1, other.token_ids[t]]) for t in range(1, 4))) / 6
+    assert both == pytest.approx(expected_both, rel=1e-5)
+
+
+def test_replayed_examples_are_learned_during_grpo(tiny_root, tmp_path):
+    from searchgym.trainers.grpo.ptx import load_ptx_examples, ptx_nll, write_ptx_examples
+
+    data = tmp_path / "replay.jsonl"
+    write_ptx_examples(data, [("Question: Where was Ada Quill born? Answer:", " Lindmark")])
+    nll = {}
+    for coef in (0.0, 5.0):
+        algo = {"ptx_coef": coef, "ptx_data": str(data), "ptx_batch_size": 2}
+        trainer = GRPOTrainer(
+            make_config(tiny_root, tmp_path / f"c{coef}", steps=3, algo=algo), progress=False
+        )
+        state = trainer.train()
+        trainer.close()
+        examples = load_ptx_examples(data, trainer.tokenizer)
+        with torch.no_grad():
+            nll[coef] = float(ptx_nll(trainer.model, examples, trainer.tokenizer.pad_token_id, "cpu"))
+        assert ("ptx_loss" in state.history[-1]["train"]) == (coef > 0)
+    assert nll[5.0] < 0.7 * nll[0.0]  # measured: 3.6 against 6.7
+
+
+def test_bad_ptx_data_is_named(tiny_root, tmp_path):
+    from searchgym.trainers.grpo.model import load_tokenizer_for, model_source
+    from searchgym.trainers.grpo.ptx import load_ptx_examples
+
+    model = make_config(tiny_root, tmp_path / "t").model
+    tokenizer = load_tokenizer_for(model, model_source(model))
+    with pytest.raises(DataFileError, match="cannot read"):
+        load_ptx_examples(tmp_path / "missing.jsonl", tokenizer)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "Q", "completion": " A"}\n{"prompt": "Q"\n', encoding="utf-8")
+    with pytest.raises(DataFileError, match="line 2"):
+        load_ptx_examples(bad, tokenizer)
+    bad.write_text('{"prompt": "Q", "completion": ""}\n', encoding="utf-8")
+    with pytest.raises(DataFileError, match="line 1"):
+        load_ptx_examples(bad, tokenizer)
+    bad.write_text("\n\n", encoding="utf-8")
+    with pytest.raises(DataFileError, match="no examples"):
+        load_ptx_examples(bad, tokenizer)
+    with pytest.raises(ConfigError, match="algo.ptx_data"):
+        make_config(tiny_root, tmp_path / "u", algo={"ptx_coef": 0.1})
+    with pytest.raises(ConfigError, match="algo.ptx_coef"):
+        make_config(tiny_root, tmp_path / "u", algo={"ptx_coef": -1.0, "ptx_data": str(bad)})
+    trainer = GRPOTrainer(
+        make_config(tiny_root, tmp_path / "v", algo={"ptx_coef": 0.1, "ptx_data": str(bad)})
+    )
+    with pytest.raises(DataFileError, match="no examples"):
+        trainer.setup()

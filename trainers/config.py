@@ -229,6 +229,13 @@ class AlgoConfig:
             with more than one update per step the clipped ratio starts to act.
         micro_batch_size: Sequences per forward/backward (gradient accumulation; does not
             change the result).
+        ptx_coef: γ of PPO-ptx (:mod:`searchgym.trainers.grpo.ptx`): the weight of a
+            language-model loss on ``ptx_data`` added to every optimizer step (0 = off;
+            OpenRLHF's default is 0.05).
+        ptx_data: A JSON-lines file of ``{"prompt", "completion"}`` examples to replay. With
+            ``sft.enabled`` and no file, a study run replays its warm start's recall lessons
+            (the known facts as plain question/answer pairs).
+        ptx_batch_size: Examples replayed per optimizer step.
     """
 
     advantage: Literal["group_norm", "dr_grpo", "tsas"] = "group_norm"
@@ -249,6 +256,9 @@ class AlgoConfig:
     ppo_epochs: int = 1
     mini_batches: int = 1
     micro_batch_size: int = 8
+    ptx_coef: float = 0.0
+    ptx_data: str | None = None
+    ptx_batch_size: int = 16
 
     def __post_init__(self) -> None:
         check("advantage", self.advantage, self.advantage in ADVANTAGES, "one of " + ", ".join(ADVANTAGES))
@@ -272,6 +282,8 @@ class AlgoConfig:
         _positive_int("ppo_epochs", self.ppo_epochs)
         _positive_int("mini_batches", self.mini_batches)
         _positive_int("micro_batch_size", self.micro_batch_size)
+        _finite("ptx_coef", self.ptx_coef, low=0.0)
+        _positive_int("ptx_batch_size", self.ptx_batch_size)
 
     @property
     def resolved_loss_agg(self) -> str:
@@ -562,6 +574,13 @@ class TrainConfig:
         _positive_int("steps", self.steps)
         _positive_int("seed", self.seed, 0)
         _positive_int("log_every", self.log_every)
+        if self.algo.ptx_coef > 0 and self.algo.ptx_data is None and not self.sft.enabled:
+            raise ConfigError(
+                "algo.ptx_data",
+                None,
+                "a JSON-lines file of prompt/completion examples",
+                "algo.ptx_coef > 0 replays examples; only a run with sft.enabled has its own.",
+            )
 
     def to_dict(self) -> dict[str, Any]:
         """The config as plain data; ``TrainConfig.from_dict`` reads it back to an equal config."""
@@ -629,7 +648,8 @@ def describe(config: TrainConfig) -> str:
         f"  rollouts: {r.questions_per_step} questions x {r.group_size} = {episodes} episodes per step, "
         f"{r.max_new_tokens} new tokens per turn, {r.max_context_tokens} per episode",
         f"  update: {a.advantage} advantages, {a.resolved_loss_agg}, clip {a.clip_eps:g}, kl {a.kl_coef:g} (k3), "
-        f"AdamW lr {a.lr:g} ({a.lr_schedule}), {a.ppo_epochs * a.mini_batches} optimizer step(s) per step",
+        f"AdamW lr {a.lr:g} ({a.lr_schedule}), {a.ppo_epochs * a.mini_batches} optimizer step(s) per step"
+        + (f", ptx {a.ptx_coef:g} on {a.ptx_data or 'the warm start recall lessons'}" if a.ptx_coef else ""),
         f"  warm start: {'SFT, ' + str(config.sft.epochs) + ' epochs, cached in ' + config.sft.dir if config.sft.enabled else 'none'}; "
         f"evaluation after training: {'on ' + str(config.eval.env_kwargs) if config.eval.enabled else 'off'}",
         f"  memory: {config.memory.kind}; checkpoints every {config.checkpoint.every or config.steps} steps "

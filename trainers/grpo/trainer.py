@@ -7,7 +7,8 @@ One training step:
    protocol's stop strings, env text masked out of the loss;
 3. compute each group's advantages (``group_norm``, ``dr_grpo`` or ``tsas``);
 4. update the policy with PPO's clipped objective and a k3 KL to the frozen reference
-   (AdamW; ``ppo_epochs × mini_batches`` optimizer steps; micro-batches accumulate);
+   (AdamW; ``ppo_epochs × mini_batches`` optimizer steps; micro-batches accumulate),
+   plus, with ``algo.ptx_coef``, a language-model loss on replayed examples (:mod:`.ptx`);
 5. count a step of the experience memory (``memory.step()``, which updates the bank every
    ``update_every`` steps);
 6. log the figures, and save a checkpoint when one is due.
@@ -54,6 +55,7 @@ from .generation import SamplingSettings
 from .loss import clipped_token_loss, pad_batch, pad_values, token_logprobs, token_weights
 from .metrics import rollout_metrics
 from .model import load_model, load_tokenizer_for, model_source, resolve_device
+from .ptx import load_ptx_examples, ptx_nll, sample_ptx
 from .rollout import Episode, RolloutCollector
 
 __all__ = ["GRPOTrainer", "train", "step_seed"]
@@ -137,6 +139,16 @@ class GRPOTrainer:
         torch.manual_seed(cfg.seed)
         np.random.seed(cfg.seed % 2**32)
         self.model = load_model(cfg.model, checkpoint / "model" if checkpoint else source, self.device)
+        self.ptx = None
+        if cfg.algo.ptx_coef > 0:
+            if cfg.algo.ptx_data is None:
+                raise ConfigError(
+                    "algo.ptx_data",
+                    None,
+                    "a JSON-lines file",
+                    "searchgym study fills it in from the warm start.",
+                )
+            self.ptx = load_ptx_examples(cfg.algo.ptx_data, self.tokenizer)
         self.ref_model = None
         if cfg.algo.kl_coef > 0:
             self.ref_model = load_model(cfg.model, source, self.device)
@@ -279,6 +291,7 @@ class GRPOTrainer:
             "clip_sum": 0.0,
             "tokens": 0.0,
             "grad_norm": 0.0,
+            "ptx_loss": 0.0,
         }
         updates = 0
         params = [p for p in self.model.parameters() if p.requires_grad]
@@ -294,6 +307,11 @@ class GRPOTrainer:
                     micro = part[first : first + algo.micro_batch_size]
                     local = weights[first : first + algo.micro_batch_size]
                     self._accumulate(episodes, micro, local, masks, advantages, ref, old, totals)
+                if self.ptx is not None:
+                    batch = sample_ptx(self.ptx, algo.ptx_batch_size, rng)
+                    nll = ptx_nll(self.model, batch, self.tokenizer.pad_token_id, self.device)
+                    (algo.ptx_coef * nll).backward()
+                    totals["ptx_loss"] += float(nll.detach())
                 norm = torch.nn.utils.clip_grad_norm_(
                     params, algo.max_grad_norm if algo.max_grad_norm > 0 else float("inf")
                 )
@@ -302,7 +320,7 @@ class GRPOTrainer:
                 self.scheduler.step()
                 updates += 1
         tokens = max(totals["tokens"], 1.0)
-        return {
+        figures = {
             "loss": totals["loss"] / max(updates, 1),
             "pg_loss": totals["pg_loss"] / max(updates, 1),
             "kl": totals["kl_sum"] / tokens,
@@ -311,6 +329,9 @@ class GRPOTrainer:
             "lr": float(self.scheduler.get_last_lr()[0]),
             "updates": float(updates),
         }
+        if self.ptx is not None:
+            figures["ptx_loss"] = totals["ptx_loss"] / max(updates, 1)
+        return figures
 
     def _accumulate(
         self,

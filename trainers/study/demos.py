@@ -126,13 +126,22 @@ def recall_lessons(world: SyntheticWorld, tokenizer: Any, repeats: int) -> list[
     and the episodes carry the stored facts over into the protocol's format.
     """
     out = []
+    for context, target in recall_pairs(world):
+        out += [_lesson(tokenizer, context, target, "recall")] * repeats
+    return out
+
+
+def recall_pairs(world: SyntheticWorld) -> list[tuple[str, str]]:
+    """The text of :func:`recall_lessons`: one ``(context, target)`` per phrasing of every known fact."""
+    out = []
     for fact in world.facts:
         if not fact.known:
             continue
         relation = RELATIONS[fact.relation]
         for variant in range(len(relation.questions)):
-            context = f"Question: {relation.question_text(fact.subject, variant)} Answer:"
-            out += [_lesson(tokenizer, context, f" {fact.object}", "recall")] * repeats
+            out.append(
+                (f"Question: {relation.question_text(fact.subject, variant)} Answer:", f" {fact.object}")
+            )
     return out
 
 

@@ -12,6 +12,7 @@ from ...memory.jsonl_format import write_atomically
 from ...policies.evaluation import EvalResult
 from ..config import TrainConfig
 from ..grpo.checkpoint import TrainerState
+from ..grpo.ptx import write_ptx_examples
 from ..grpo.trainer import GRPOTrainer
 
 __all__ = ["PipelineResult", "run_pipeline"]
@@ -50,6 +51,8 @@ def run_pipeline(config: TrainConfig, *, progress: bool = True, name: str | None
         logger.info("Warm start: %s", start_model)
         model = config.model
         config = config.replace(model={**vars(model), "path": str(start_model), "tiny": None})
+        if config.algo.ptx_coef > 0 and config.algo.ptx_data is None:
+            config = config.replace(algo={**vars(config.algo), "ptx_data": str(_write_recall_replay(config))})
     trainer = GRPOTrainer(config, progress=progress)
     try:
         state = trainer.train()
@@ -68,6 +71,19 @@ def run_pipeline(config: TrainConfig, *, progress: bool = True, name: str | None
     finally:
         trainer.close()
     return PipelineResult(state, start_model, evaluation)
+
+
+def _write_recall_replay(config: TrainConfig) -> Path:
+    """Write the warm start's recall lessons, each once, as the run's ptx data; returns the file."""
+    from .demos import demo_env, recall_pairs
+
+    kwargs = config.env.kwargs
+    world = demo_env(int(kwargs.get("world_seed", 0)), kwargs, split="train").world
+    path = Path(config.output_dir) / "ptx_recall.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    count = write_ptx_examples(path, recall_pairs(world))
+    logger.info("Replaying %d recall lessons (ptx_coef %g) from %s", count, config.algo.ptx_coef, path)
+    return path
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:

@@ -1,0 +1,102 @@
+"""Replay of supervised examples during GRPO (PPO-ptx), against forgetting.
+
+InstructGPT's PPO-ptx, and OpenRLHF's ``--pretrain_data`` / ``--ptx_coef``, add to every
+policy update a language-model loss on examples from before RL, so that the policy keeps
+what it knew while the reward moves its behaviour::
+
+    L = L_GRPO + γ · NLL(completion | prompt)
+
+averaged over the completion tokens of ``ptx_batch_size`` examples drawn for each optimizer
+step. The examples are a JSON-lines file, one ``{"prompt": ..., "completion": ...}``
+object per line; only the completion (and an end token) is trained.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from ...envs.errors import DataFileError
+from ...memory.jsonl_format import write_atomically
+
+__all__ = ["PtxExample", "load_ptx_examples", "write_ptx_examples", "ptx_nll", "sample_ptx"]
+
+
+@dataclass(frozen=True)
+class PtxExample:
+    """One replayed sequence: token ids, and how many leading ones are the (untrained) prompt."""
+
+    token_ids: tuple[int, ...]
+    prompt_len: int
+
+
+def write_ptx_examples(path: str | os.PathLike[str], pairs: Iterable[tuple[str, str]]) -> int:
+    """Write ``(prompt, completion)`` pairs as a ptx JSON-lines file (atomically); returns the count."""
+    lines = [json.dumps({"prompt": p, "completion": c}) for p, c in pairs]
+    write_atomically(path, ("\n".join(lines) + "\n").encode("utf-8"))
+    return len(lines)
+
+
+def load_ptx_examples(path: str | os.PathLike[str], tokenizer: Any) -> list[PtxExample]:
+    """Read and tokenise a ptx file (see the module docstring).
+
+    Raises:
+        DataFileError: the file is missing, unreadable, empty, or a line is not an object
+            with string ``prompt`` and non-empty string ``completion`` (the line is named).
+    """
+    try:
+        with open(path, encoding="utf-8") as handle:
+            lines = handle.read().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataFileError(f"cannot read the ptx data {os.fspath(path)!r}: {exc}") from None
+    examples = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            record = None
+        ok = isinstance(record, dict) and isinstance(record.get("prompt"), str)
+        if not ok or not isinstance(record.get("completion"), str) or not record["completion"]:
+            raise DataFileError(
+                f"{os.fspath(path)}, line {number}: expected a JSON object with a string 'prompt' and a "
+                f"non-empty string 'completion', got {line[:120]!r}."
+            )
+        head = tokenizer(record["prompt"], add_special_tokens=False)["input_ids"]
+        tail = tokenizer(record["completion"], add_special_tokens=False)["input_ids"]
+        examples.append(PtxExample(tuple(head + tail + [tokenizer.eos_token_id]), len(head)))
+    if not examples:
+        raise DataFileError(f"the ptx data {os.fspath(path)!r} holds no examples.")
+    return examples
+
+
+def sample_ptx(examples: Sequence[PtxExample], size: int, rng: np.random.Generator) -> list[PtxExample]:
+    """``size`` examples drawn uniformly with replacement."""
+    return [examples[int(i)] for i in rng.integers(0, len(examples), size)]
+
+
+def ptx_nll(model: Any, batch: Sequence[PtxExample], pad_id: int, device: torch.device | str) -> torch.Tensor:
+    """Mean negative log-likelihood of the completion tokens of ``batch`` (with gradient)."""
+    width = max(len(e.token_ids) for e in batch)
+    ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(batch), width), dtype=torch.long)
+    trained = torch.zeros((len(batch), width), dtype=torch.float32)
+    for row, example in enumerate(batch):
+        n = len(example.token_ids)
+        ids[row, :n] = torch.tensor(example.token_ids)
+        attention[row, :n] = 1
+        trained[row, example.prompt_len : n] = 1.0
+    ids, attention, trained = ids.to(device), attention.to(device), trained.to(device)
+    logits = model(input_ids=ids, attention_mask=attention, use_cache=False).logits[:, :-1].float()
+    nll = torch.nn.functional.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="none"
+    ).view(len(batch), width - 1)
+    mask = trained[:, 1:]
+    return (nll * mask).sum() / mask.sum().clamp(min=1.0)
