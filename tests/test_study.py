@@ -392,7 +392,9 @@ def test_pipeline_smoke_warm_start_grpo_and_held_out_table(tmp_path, capsys):
     from searchgym.cli import main
     from searchgym.trainers.config import save_config
 
-    config = _smoke_config(tmp_path, memory={"kind": "experience", "update_every": 1})
+    config = _smoke_config(
+        tmp_path, memory={"kind": "experience", "update_every": 1}, algo={"lr": 1e-3, "ptx_coef": 0.1}
+    )
     path = tmp_path / "arm.yaml"
     save_config(config, path)
     assert main(["train", "--config", str(path), "--no-progress"]) == 0
@@ -411,6 +413,11 @@ def test_pipeline_smoke_warm_start_grpo_and_held_out_table(tmp_path, capsys):
     }
     saved = (tmp_path / "run" / "config.yaml").read_text()
     assert "sft-" in saved  # GRPO started from the warm start
+    # ... and replayed the warm start's recall lessons, each known fact's phrasings once.
+    assert str(tmp_path / "run" / "ptx_recall.jsonl") in saved
+    replayed = (tmp_path / "run" / "ptx_recall.jsonl").read_text().splitlines()
+    world = generate_world(7, **SMALL_WORLD)
+    assert len(replayed) == 2 * sum(f.known for f in world.facts)
 
 
 def test_greedy_sampling_is_deterministic(tiny):
