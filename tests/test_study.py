@@ -498,6 +498,21 @@ def test_study_runs_every_arm_and_writes_table_json_and_plot(tmp_path, capsys):
     assert (out / "f1" / "seed0" / "eval.json").stat().st_mtime > mtime
 
 
+def test_a_runs_key_hashes_only_the_settings_that_differ_from_the_defaults(tmp_path):
+    from searchgym.trainers.study.study import config_key
+
+    config = _smoke_config(tmp_path)
+    data = config.to_dict()
+    for section in ("algo", "rollout"):  # fields not written at all, as in a file older than them
+        for name in ("ptx_coef", "ptx_data", "ptx_batch_size", "top_p"):
+            data[section].pop(name, None)
+    assert config_key(TrainConfig.from_dict(data)) == config_key(config)
+    assert config_key(config.replace(algo={**vars(config.algo), "ptx_coef": 0.0})) == config_key(config)
+    assert config_key(config.replace(algo={**vars(config.algo), "kl_coef": 0.01})) != config_key(config)
+    assert config_key(config.replace(seed=1)) != config_key(config)
+    assert config_key(config.replace(memory={"kind": "experience"})) != config_key(config)
+
+
 def test_study_file_errors_name_the_arm(tmp_path):
     import yaml
 

@@ -18,6 +18,7 @@ searches per question, per arm, with std error bars: the papers' trade-off plot)
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import json
 import logging
@@ -115,8 +116,35 @@ def _run_config(study: Mapping[str, Any], arm: str, seed: int) -> TrainConfig:
 
 
 def config_key(config: TrainConfig) -> str:
-    """A hash of a run's settings, stored in its ``eval.json``."""
-    return hashlib.sha256(json.dumps(config.to_dict(), sort_keys=True, default=str).encode()).hexdigest()[:16]
+    """A hash of a run's settings, stored in its ``eval.json``.
+
+    Only the fields that differ from their defaults are hashed, so a field added to the
+    config later (at a default that keeps the old behaviour) does not make every finished
+    run stale. A changed *default* is therefore not seen either: delete ``output_dir``
+    after such a change.
+    """
+    changed = _non_defaults(config)
+    return hashlib.sha256(json.dumps(changed, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _non_defaults(section: Any) -> dict[str, Any]:
+    """The fields of a config dataclass that differ from their defaults, nested sections recursed."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(section):
+        value = getattr(section, f.name)
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        else:
+            default = dataclasses.MISSING
+        if dataclasses.is_dataclass(value) and dataclasses.is_dataclass(default):
+            nested = _non_defaults(value) if type(value) is type(default) else dataclasses.asdict(value)
+            if nested or type(value) is not type(default):
+                out[f.name] = nested
+        elif value != default:
+            out[f.name] = dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+    return out
 
 
 def _finished(path: Path, key: str) -> dict[str, Any] | None:
