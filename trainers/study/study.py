@@ -31,6 +31,7 @@ import yaml
 
 from ...envs.errors import InvalidArgumentError
 from ..config import ConfigError, TrainConfig
+from ..config_base import to_dict
 
 __all__ = ["load_study", "run_study", "aggregate", "format_results", "plot_frontier", "merge"]
 
@@ -138,13 +139,17 @@ def _non_defaults(section: Any) -> dict[str, Any]:
             default = f.default_factory()
         else:
             default = dataclasses.MISSING
-        if dataclasses.is_dataclass(value) and dataclasses.is_dataclass(default):
-            nested = _non_defaults(value) if type(value) is type(default) else dataclasses.asdict(value)
-            if nested or type(value) is not type(default):
+        if _is_section(value) and type(value) is type(default):
+            nested = _non_defaults(value)
+            if nested:
                 out[f.name] = nested
         elif value != default:
-            out[f.name] = dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+            out[f.name] = to_dict(value) if _is_section(value) else value
     return out
+
+
+def _is_section(value: Any) -> bool:
+    return dataclasses.is_dataclass(value) and not isinstance(value, type)
 
 
 def _finished(path: Path, key: str) -> dict[str, Any] | None:
