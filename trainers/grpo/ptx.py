@@ -24,6 +24,7 @@ import torch
 
 from ...envs.errors import DataFileError
 from ...memory.jsonl_format import write_atomically
+from .loss import pad_batch, pad_values, token_logprobs
 
 __all__ = ["PtxExample", "load_ptx_examples", "write_ptx_examples", "ptx_nll", "sample_ptx"]
 
@@ -84,19 +85,12 @@ def sample_ptx(examples: Sequence[PtxExample], size: int, rng: np.random.Generat
 
 def ptx_nll(model: Any, batch: Sequence[PtxExample], pad_id: int, device: torch.device | str) -> torch.Tensor:
     """Mean negative log-likelihood of the completion tokens of ``batch`` (with gradient)."""
-    width = max(len(e.token_ids) for e in batch)
-    ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
-    attention = torch.zeros((len(batch), width), dtype=torch.long)
-    trained = torch.zeros((len(batch), width), dtype=torch.float32)
-    for row, example in enumerate(batch):
-        n = len(example.token_ids)
-        ids[row, :n] = torch.tensor(example.token_ids)
-        attention[row, :n] = 1
-        trained[row, example.prompt_len : n] = 1.0
-    ids, attention, trained = ids.to(device), attention.to(device), trained.to(device)
-    logits = model(input_ids=ids, attention_mask=attention, use_cache=False).logits[:, :-1].float()
-    nll = torch.nn.functional.cross_entropy(
-        logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="none"
-    ).view(len(batch), width - 1)
-    mask = trained[:, 1:]
-    return (nll * mask).sum() / mask.sum().clamp(min=1.0)
+    ids, attention = pad_batch([e.token_ids for e in batch], pad_id, device)
+    logprobs = token_logprobs(model, ids, attention)
+    # Target position t - 1 predicts token t: train the tokens from prompt_len to the end.
+    trained = pad_values(
+        [[0.0] * (e.prompt_len - 1) + [1.0] * (len(e.token_ids) - e.prompt_len) for e in batch],
+        logprobs.shape[1],
+        device,
+    )
+    return -(logprobs * trained).sum() / trained.sum().clamp(min=1.0)
