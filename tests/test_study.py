@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import gymnasium as gym
@@ -341,6 +342,70 @@ def test_recall_lessons_repeat_every_phrasing_of_known_facts_only(tiny):
     assert answers == {f" {f.object}<|im_end|>" for f in known}
 
 
+def test_recall_lessons_and_statements_of_chosen_facts_only(tiny):
+    from searchgym.trainers.study.demos import demo_env, recall_lessons, statements
+
+    env = demo_env(9, {"world_kwargs": SMALL_WORLD}, split="train")
+    tokenizer = tiny[1]
+    chosen = [f for f in env.world.facts if f.known][:2]
+    lessons = recall_lessons(env.world, tokenizer, 3, only=chosen)
+    assert len(lessons) == 3 * 2 * len(chosen)
+    assert {trained_text(tokenizer, e) for e in lessons} == {f" {f.object}<|im_end|>" for f in chosen}
+    episodes = statements(env, tokenizer, 2, 0.5, random.Random(0), passages=False, recall=True, only=chosen)
+    assert len(episodes) == 2 * 2 * len(chosen)
+    assert all(any(f"Recall: {f.object}." in trained_text(tokenizer, e) for f in chosen) for e in episodes)
+
+
+def test_recall_topup_trains_missed_facts_until_the_target_and_is_cached(tmp_path):
+    from safetensors.torch import load_file
+
+    from searchgym.trainers.study.sft import protocol_model, warm_start
+
+    topup = {
+        "recall_target": 1.0,
+        "topup_rounds": 1,
+        "topup_repeats": 2,
+        "topup_samples": 2,
+        "recall_think": True,
+    }
+    config = _smoke_config(tmp_path, sft={**_smoke_config(tmp_path).sft.__dict__, **topup})
+    path = warm_start(config, progress=False)
+    report = json.loads((path / "searchgym_sft.json").read_text())
+    assert path.name.startswith("top-")
+    # the protocol stage is the one a run without a target gets, shared and unchanged
+    no_target = config.replace(sft={**vars(config.sft), "recall_target": 0.0})
+    assert (
+        Path(report["base"])
+        == protocol_model(config, progress=False)
+        == warm_start(no_target, progress=False)
+    )
+    assert len(report["recall_levels"]) == 2 and all(0.0 <= v < 1.0 for v in report["recall_levels"])
+    assert report["rounds"][0]["missed_facts"] > 0 and report["rounds"][0]["examples"] > 0
+    before, after = (
+        load_file(Path(report["base"]) / "model.safetensors"),
+        load_file(path / "model.safetensors"),
+    )
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    assert set(report["skills"]["search_r1"]) >= {"forced_copy", "forced_recall", "named_right"}
+    mtime = (path / "searchgym_sft.json").stat().st_mtime
+    assert warm_start(config, progress=False) == path
+    assert (path / "searchgym_sft.json").stat().st_mtime == mtime
+
+
+def test_recall_by_fact_scores_every_known_one_hop_fact_of_the_split(tmp_path, tiny):
+    from searchgym.policies.tiny import load_tiny_lm
+    from searchgym.trainers.study.demos import demo_env
+    from searchgym.trainers.study.evaluation import recall_by_fact
+
+    model, tokenizer = load_tiny_lm(tiny[0])
+    config = _smoke_config(tmp_path, sft={"recall_think": True})
+    env = demo_env(7, config.env.kwargs, "train")
+    expected = {env.world.chain(q.id)[0] for q in env.questions if q.known and (q.hops or 1) == 1}
+    scores = recall_by_fact(model, tokenizer, config, samples=2, temperature=1.0)
+    assert set(scores) == expected and expected
+    assert all(v == 0.0 for v in scores.values())  # an untrained model names no fact
+
+
 def test_protocol_stage_shares_its_episodes_between_protocols(tmp_path, tiny):
     from searchgym.trainers.study.sft import sft_examples
 
@@ -449,6 +514,10 @@ def test_greedy_sampling_is_deterministic(tiny):
         ("sft", {"recall_think": "yes"}, "recall_think"),
         ("sft", {"protocols": []}, "protocols"),
         ("sft", {"epochs": 0}, "epochs"),
+        ("sft", {"recall_target": 1.5}, "recall_target"),
+        ("sft", {"topup_rounds": -1}, "topup_rounds"),
+        ("sft", {"topup_repeats": 0}, "topup_repeats"),
+        ("sft", {"topup_samples": 0}, "topup_samples"),
         ("sft", {"nope": 1}, "nope"),
         ("eval", {"temperature": -1}, "temperature"),
         ("eval", {"max_questions": -2}, "max_questions"),

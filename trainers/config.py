@@ -439,6 +439,15 @@ class SFTConfig:
         reading_epochs: Passes over the reading lessons.
         replay_worlds: Reading worlds whose lessons the protocol stage rehearses, so that
             copying survives it (measured: 0 loses it, 30 keeps it; module docs).
+        recall_target: Memorise the known facts to this level instead of a fixed lesson
+            count: after the protocol stage, while the mean share of right sampled direct
+            answers per known training fact (:func:`~searchgym.trainers.study.evaluation.recall_by_fact`,
+            ``topup_samples`` at the rollouts' temperature) is below it, train one more
+            round of recall lessons on the facts not always answered right
+            (:mod:`searchgym.trainers.study.topup`). 0 (default) turns it off.
+        topup_rounds: Most top-up rounds.
+        topup_repeats: Lessons per phrasing of each missed fact in a round.
+        topup_samples: Sampled answers per question when measuring recall.
         epochs: Passes over the protocol stage.
         lr: Peak AdamW learning rate (short warm-up, cosine decay), for both stages.
         batch_size: Examples per optimizer step.
@@ -459,6 +468,10 @@ class SFTConfig:
     reading_worlds: int = 0
     reading_epochs: int = 1
     replay_worlds: int = 0
+    recall_target: float = 0.0
+    topup_rounds: int = 4
+    topup_repeats: int = 20
+    topup_samples: int = 4
     epochs: int = 1
     lr: float = 3e-3
     batch_size: int = 32
@@ -478,6 +491,10 @@ class SFTConfig:
         _positive_int("reading_epochs", self.reading_epochs)
         _positive_int("replay_worlds", self.replay_worlds, 0)
         _positive_int("epochs", self.epochs)
+        _finite("recall_target", self.recall_target, low=0.0, high=1.0)
+        _positive_int("topup_rounds", self.topup_rounds, 0)
+        _positive_int("topup_repeats", self.topup_repeats)
+        _positive_int("topup_samples", self.topup_samples)
         _finite("lr", self.lr, low=0.0)
         _positive_int("batch_size", self.batch_size)
 

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from ...envs.metrics import exact_match
+from ...envs.synthetic import Fact
 from ...policies.chat import ChatFormatter
 from ...policies.evaluation import EpisodeRecord, EvalResult, summarise
 from ..config import EnvConfig, TrainConfig
@@ -35,6 +36,7 @@ __all__ = [
     "forced_probes",
     "probe_score",
     "decision_probe",
+    "recall_by_fact",
 ]
 
 
@@ -129,6 +131,42 @@ def forced_probes(config: TrainConfig, tokenizer: Any) -> list[tuple[list[int], 
             )
     env.close()
     return probes
+
+
+def recall_by_fact(
+    model: Any,
+    tokenizer: Any,
+    config: TrainConfig,
+    *,
+    split: str = "train",
+    samples: int = 1,
+    temperature: float = 0.0,
+) -> dict[Fact, float]:
+    """How often the model answers each known fact right at once, in the protocol's format.
+
+    Every known one-hop question of ``split`` in a noise-free copy of ``config``'s env is
+    opened as a direct answer (as for ``forced_recall`` in :func:`forced_skills`) and
+    answered ``samples`` times at ``temperature`` (greedy at 0; 24 new tokens at most).
+    Returns the share of right answers per fact, over all of its questions and samples.
+    """
+    env = demo_env(int(config.env.kwargs.get("world_seed", 0)), config.env.kwargs, split)
+    formatter, encode = ChatFormatter(tokenizer), partial(_encode, tokenizer)
+    opening = encode(forced_opening(env.protocol.name, search=False, recall=config.sft.recall_think))
+    contexts, facts = [], []
+    for index, question in enumerate(env.questions):
+        if question.known and (question.hops or 1) == 1:
+            obs, _ = env.reset(options={"index": index})
+            contexts += [encode(formatter.prompt(obs)) + opening] * samples
+            facts += [env.world.chain(question.id)[0]] * samples
+    env.close()
+    settings = SamplingSettings(temperature, 1.0, config.rollout.generation_batch_size)
+    actions = sample_actions(
+        model, tokenizer, contexts, [24] * len(contexts), ["</think>", "</answer>"], settings
+    )
+    scores: dict[Fact, list[float]] = {}
+    for fact, action in zip(facts, actions, strict=True):
+        scores.setdefault(fact, []).append(probe_score("forced_recall", fact.object, action.text))
+    return {fact: sum(v) / len(v) for fact, v in scores.items()}
 
 
 def probe_score(skill: str, name: str, text: str) -> float:

@@ -51,10 +51,28 @@ from .demos import (
 )
 from .memory_demos import ScriptedMemory
 
-__all__ = ["warm_start", "reading_model", "reading_lessons", "sft_examples", "train_sft", "sft_key"]
+__all__ = [
+    "warm_start",
+    "protocol_model",
+    "probe_skills",
+    "reading_model",
+    "reading_lessons",
+    "sft_examples",
+    "train_sft",
+    "sft_key",
+]
 
 logger = logging.getLogger("searchgym.trainers")
 _DONE = "searchgym_sft.json"
+_NOT_PROTOCOL_STAGE = (
+    "enabled",
+    "dir",
+    "instructions",
+    "recall_target",
+    "topup_rounds",
+    "topup_repeats",
+    "topup_samples",
+)
 _ENV_KEYS = ("world_seed", "world_kwargs", "topk", "max_turns", "retriever", "eval_fraction")
 
 
@@ -86,7 +104,7 @@ def sft_key(config: TrainConfig, source: Path) -> str:
         "source": source.name,
         "env": _env_settings(config),
         "instructions": protocol_instructions(config),
-        "sft": {k: v for k, v in vars(sft).items() if k not in ("enabled", "dir", "instructions")},
+        "sft": {k: v for k, v in vars(sft).items() if k not in _NOT_PROTOCOL_STAGE},
         "seed": config.seed,
         "version": 9,
     }
@@ -305,21 +323,32 @@ def warm_start(config: TrainConfig, *, progress: bool = True) -> Path:
     """The warm-started model folder of ``config`` (built on the first call, then cached).
 
     Starts from :func:`reading_model` (shared by all seeds), trains the protocol stage of
-    :func:`sft_examples`, and records in ``searchgym_sft.json`` the examples, losses and
-    the skills of :func:`~searchgym.trainers.study.evaluation.forced_skills` (and, with
-    ``recall_think``, :func:`~searchgym.trainers.study.evaluation.decision_probe`); a warm start
-    that copies the subject into fewer than half of its queries is logged as a warning,
-    since the study's arms cannot learn to search without it.
+    :func:`sft_examples` and, with ``sft.recall_target``, tops the known facts up to that
+    recall level (:func:`~searchgym.trainers.study.topup.recall_topup`, a folder of its
+    own on top of the protocol stage's). Each folder's ``searchgym_sft.json`` records its
+    examples, losses and the skills of :func:`probe_skills`; a warm start that copies the
+    subject into fewer than half of its queries is logged as a warning, since the study's
+    arms cannot learn to search without it.
 
     Args:
         config: A run config with ``sft.enabled``; its env must be SyntheticFacts and its
             model the tiny one or a local folder.
 
     Returns:
-        ``{sft.dir}/sft-<hash>``, a ``save_pretrained`` folder with the tokenizer.
+        ``{sft.dir}/sft-<hash>`` (or ``top-<hash>`` with a recall target), a
+        ``save_pretrained`` folder with the tokenizer.
     """
+    model = protocol_model(config, progress=progress)
+    if not config.sft.recall_target:
+        return model
+    from .topup import recall_topup  # it builds on this module
+
+    return recall_topup(config, model, progress=progress)
+
+
+def protocol_model(config: TrainConfig, *, progress: bool = True) -> Path:
+    """The model after the protocol stage, ``{sft.dir}/sft-<hash>`` (built once, then cached)."""
     from ..grpo.model import load_model, load_tokenizer_for, model_source, resolve_device
-    from .evaluation import decision_probe, forced_skills
 
     _check_env(config)
     target = Path(config.sft.dir) / f"sft-{sft_key(config, model_source(config.model))}"
@@ -341,21 +370,7 @@ def warm_start(config: TrainConfig, *, progress: bool = True) -> Path:
         losses = train_sft(
             model, examples, config.sft, pad_id=tokenizer.pad_token_id, seed=config.seed, progress=progress
         )
-        skills = {}
-        for protocol, text in protocol_instructions(config).items():
-            kwargs = {**config.env.kwargs, "protocol": protocol, "instructions": text}
-            probe = config.replace(env={"id": config.env.id, "kwargs": kwargs})
-            skills[protocol] = forced_skills(model, tokenizer, probe)
-            if config.sft.recall_think:
-                skills[protocol].update(decision_probe(model, tokenizer, probe))
-            logger.info("Warm start skills (%s): %s", protocol, skills[protocol])
-            if skills[protocol]["forced_copy"] < 0.5:
-                logger.warning(
-                    "The warm start copies the subject into only %.0f%% of its %s queries: GRPO will not "
-                    "learn to search from it. Give it more sft.reading_worlds or sft.replay_worlds.",
-                    100 * skills[protocol]["forced_copy"],
-                    protocol,
-                )
+        skills = probe_skills(model, tokenizer, config)
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
         return {
@@ -368,3 +383,27 @@ def warm_start(config: TrainConfig, *, progress: bool = True) -> Path:
         }
 
     return build_once(target, _DONE, build)
+
+
+def probe_skills(model: Any, tokenizer: Any, config: TrainConfig) -> dict[str, dict[str, float]]:
+    """:func:`~searchgym.trainers.study.evaluation.forced_skills` (and, with ``recall_think``,
+    :func:`~searchgym.trainers.study.evaluation.decision_probe`) per protocol of ``sft.protocols``,
+    on the held-out questions; warns when the model copies into fewer than half of its queries."""
+    from .evaluation import decision_probe, forced_skills
+
+    skills = {}
+    for protocol, text in protocol_instructions(config).items():
+        kwargs = {**config.env.kwargs, "protocol": protocol, "instructions": text}
+        probe = config.replace(env={"id": config.env.id, "kwargs": kwargs})
+        skills[protocol] = forced_skills(model, tokenizer, probe)
+        if config.sft.recall_think:
+            skills[protocol].update(decision_probe(model, tokenizer, probe))
+        logger.info("Warm start skills (%s): %s", protocol, skills[protocol])
+        if skills[protocol]["forced_copy"] < 0.5:
+            logger.warning(
+                "The warm start copies the subject into only %.0f%% of its %s queries: GRPO will not "
+                "learn to search from it. Give it more sft.reading_worlds or sft.replay_worlds.",
+                100 * skills[protocol]["forced_copy"],
+                protocol,
+            )
+    return skills
