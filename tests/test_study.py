@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 
 import gymnasium as gym
@@ -342,20 +341,6 @@ def test_recall_lessons_repeat_every_phrasing_of_known_facts_only(tiny):
     assert answers == {f" {f.object}<|im_end|>" for f in known}
 
 
-def test_recall_lessons_and_statements_of_chosen_facts_only(tiny):
-    from searchgym.trainers.study.demos import demo_env, recall_lessons, statements
-
-    env = demo_env(9, {"world_kwargs": SMALL_WORLD}, split="train")
-    tokenizer = tiny[1]
-    chosen = [f for f in env.world.facts if f.known][:2]
-    lessons = recall_lessons(env.world, tokenizer, 3, only=chosen)
-    assert len(lessons) == 3 * 2 * len(chosen)
-    assert {trained_text(tokenizer, e) for e in lessons} == {f" {f.object}<|im_end|>" for f in chosen}
-    episodes = statements(env, tokenizer, 2, 0.5, random.Random(0), passages=False, recall=True, only=chosen)
-    assert len(episodes) == 2 * 2 * len(chosen)
-    assert all(any(f"Recall: {f.object}." in trained_text(tokenizer, e) for f in chosen) for e in episodes)
-
-
 def test_recall_topup_trains_missed_facts_until_the_target_and_is_cached(tmp_path):
     from safetensors.torch import load_file
 
@@ -364,7 +349,7 @@ def test_recall_topup_trains_missed_facts_until_the_target_and_is_cached(tmp_pat
     topup = {
         "recall_target": 1.0,
         "topup_rounds": 1,
-        "topup_repeats": 2,
+        "topup_share": 0.1,
         "topup_samples": 2,
         "recall_think": True,
     }
@@ -380,7 +365,7 @@ def test_recall_topup_trains_missed_facts_until_the_target_and_is_cached(tmp_pat
         == warm_start(no_target, progress=False)
     )
     assert len(report["recall_levels"]) == 2 and all(0.0 <= v < 1.0 for v in report["recall_levels"])
-    assert report["rounds"][0]["missed_facts"] > 0 and report["rounds"][0]["examples"] > 0
+    assert report["examples_per_round"] > 0
     before, after = (
         load_file(Path(report["base"]) / "model.safetensors"),
         load_file(path / "model.safetensors"),
@@ -516,7 +501,7 @@ def test_greedy_sampling_is_deterministic(tiny):
         ("sft", {"epochs": 0}, "epochs"),
         ("sft", {"recall_target": 1.5}, "recall_target"),
         ("sft", {"topup_rounds": -1}, "topup_rounds"),
-        ("sft", {"topup_repeats": 0}, "topup_repeats"),
+        ("sft", {"topup_share": 1.5}, "topup_share"),
         ("sft", {"topup_samples": 0}, "topup_samples"),
         ("sft", {"nope": 1}, "nope"),
         ("eval", {"temperature": -1}, "temperature"),

@@ -443,10 +443,10 @@ class SFTConfig:
             count: after the protocol stage, while the mean share of right sampled direct
             answers per known training fact (:func:`~searchgym.trainers.study.evaluation.recall_by_fact`,
             ``topup_samples`` at the rollouts' temperature) is below it, train one more
-            round of recall lessons on the facts not always answered right
+            slice of the protocol stage's own examples
             (:mod:`searchgym.trainers.study.topup`). 0 (default) turns it off.
         topup_rounds: Most top-up rounds.
-        topup_repeats: Lessons per phrasing of each missed fact in a round.
+        topup_share: Share of the protocol stage's examples trained in each round.
         topup_samples: Sampled answers per question when measuring recall.
         epochs: Passes over the protocol stage.
         lr: Peak AdamW learning rate (short warm-up, cosine decay), for both stages.
@@ -469,8 +469,8 @@ class SFTConfig:
     reading_epochs: int = 1
     replay_worlds: int = 0
     recall_target: float = 0.0
-    topup_rounds: int = 4
-    topup_repeats: int = 20
+    topup_rounds: int = 6
+    topup_share: float = 0.2
     topup_samples: int = 4
     epochs: int = 1
     lr: float = 3e-3
@@ -493,7 +493,7 @@ class SFTConfig:
         _positive_int("epochs", self.epochs)
         _finite("recall_target", self.recall_target, low=0.0, high=1.0)
         _positive_int("topup_rounds", self.topup_rounds, 0)
-        _positive_int("topup_repeats", self.topup_repeats)
+        _finite("topup_share", self.topup_share, low=0.0, high=1.0)
         _positive_int("topup_samples", self.topup_samples)
         _finite("lr", self.lr, low=0.0)
         _positive_int("batch_size", self.batch_size)

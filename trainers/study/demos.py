@@ -44,7 +44,7 @@ masked out.
 from __future__ import annotations
 
 import random
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,30 +116,26 @@ def reading_examples(world: SyntheticWorld, tokenizer: Any, passages: bool = Tru
     return out
 
 
-def recall_lessons(
-    world: SyntheticWorld, tokenizer: Any, repeats: int, only: Collection[Fact] | None = None
-) -> list[Example]:
+def recall_lessons(world: SyntheticWorld, tokenizer: Any, repeats: int) -> list[Example]:
     """Short ``Question: <q> Answer: <object>`` lessons, ``repeats`` per phrasing of every
     *known* fact of ``world``; only the answer is trained.
 
     The memorisation knob of the study: a tiny model stores a fact far faster from these
     than from episodes (measured on world 0, 128x4 model: direct answers to held-out known
     questions 21% after 20 episodes per phrasing, 71% with 40 of these lessons added),
-    and the episodes carry the stored facts over into the protocol's format. With ``only``,
-    the lessons of those facts alone.
+    and the episodes carry the stored facts over into the protocol's format.
     """
     out = []
-    for context, target in recall_pairs(world, only):
+    for context, target in recall_pairs(world):
         out += [_lesson(tokenizer, context, target, "recall")] * repeats
     return out
 
 
-def recall_pairs(world: SyntheticWorld, only: Collection[Fact] | None = None) -> list[tuple[str, str]]:
-    """The text of :func:`recall_lessons`: one ``(context, target)`` per phrasing of every
-    known fact (of those in ``only``, when given)."""
+def recall_pairs(world: SyntheticWorld) -> list[tuple[str, str]]:
+    """The text of :func:`recall_lessons`: one ``(context, target)`` per phrasing of every known fact."""
     out = []
     for fact in world.facts:
-        if not fact.known or (only is not None and fact not in only):
+        if not fact.known:
             continue
         relation = RELATIONS[fact.relation]
         for variant in range(len(relation.questions)):
@@ -171,17 +167,15 @@ def statements(
     memory: Any = None,
     memory_share: float = 0.0,
     recall: bool = False,
-    only: Collection[Fact] | None = None,
 ) -> list[Example]:
-    """Each known fact (of those in ``only``, when given) as a passage (unless ``passages``
-    is off) and as one episode per phrasing of its question, ``fact_repeats`` times on
-    average; a ``memory_share`` of the episodes behind ``memory``'s wrapper (a
-    :class:`~.memory_demos.ScriptedMemory`)."""
+    """Each known fact as a passage (unless ``passages`` is off) and as one episode per
+    phrasing of its question, ``fact_repeats`` times on average; a ``memory_share`` of the
+    episodes behind ``memory``'s wrapper (a :class:`~.memory_demos.ScriptedMemory`)."""
     world, formatter = env.world, ChatFormatter(tokenizer)
     protocol = env.protocol.name
     out = []
     for fact, doc in zip(world.facts, world.docs, strict=True):
-        if not fact.known or (only is not None and fact not in only):
+        if not fact.known:
             continue
         ids = _encode(tokenizer, doc.text) + [tokenizer.eos_token_id]
         relation = RELATIONS[fact.relation]

@@ -70,7 +70,7 @@ _NOT_PROTOCOL_STAGE = (
     "instructions",
     "recall_target",
     "topup_rounds",
-    "topup_repeats",
+    "topup_share",
     "topup_samples",
 )
 _ENV_KEYS = ("world_seed", "world_kwargs", "topk", "max_turns", "retriever", "eval_fraction")
