@@ -1,17 +1,20 @@
 """Build a folder once and publish it atomically: the cache pattern of model folders.
 
 A build writes into a temporary folder beside the target, marks it done, and renames it
-into place, so a folder with its done-file is always complete; a crashed build leaves
-nothing behind, and two processes building the same folder both succeed.
+into place, so a folder with its done-file is always complete. A build holds a lock file
+beside the target (``.<name>.lock``, on POSIX), so a second process that needs the same
+folder waits for it instead of building it again, and staging folders left by a build
+that was killed (a signal skips the clean-up) are removed before the next one starts.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,15 +30,37 @@ def build_once(target: Path, done_name: str, build: Callable[[Path], dict[str, A
     if (target / done_name).is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
-        report = build(staging)
-        (staging / done_name).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    with _locked(target.parent / f".{target.name}.lock"):
+        if (target / done_name).is_file():  # built by another process while this one waited
+            return target
+        for stale in target.parent.glob(f".{target.name}.*"):
+            if stale.is_dir():
+                shutil.rmtree(stale, ignore_errors=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
         try:
-            os.replace(staging, target)
-        except OSError:  # another process finished the same build first
-            if not (target / done_name).is_file():
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+            report = build(staging)
+            (staging / done_name).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+            try:
+                os.replace(staging, target)
+            except OSError:  # a finished folder is already there (a build without the lock)
+                if not (target / done_name).is_file():
+                    raise
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on ``path`` while the block runs (no lock where fcntl is missing)."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: builds are not serialised
+        yield
+        return
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

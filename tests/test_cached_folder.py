@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 
 import pytest
 
@@ -23,7 +25,10 @@ def test_a_folder_is_built_once_and_marked_done(tmp_path):
     assert (target / "weights.bin").stat().st_size == 8
     assert build_once(target, "done.json", build) == target
     assert len(calls) == 1
-    assert [p.name for p in target.parent.iterdir()] == ["model-abc"]  # no staging folder left
+    assert sorted(p.name for p in target.parent.iterdir()) == [
+        ".model-abc.lock",
+        "model-abc",
+    ]  # no staging left
 
 
 def test_a_failed_build_leaves_nothing_behind(tmp_path):
@@ -34,4 +39,33 @@ def test_a_failed_build_leaves_nothing_behind(tmp_path):
     target = tmp_path / "model-abc"
     with pytest.raises(RuntimeError, match="out of memory"):
         build_once(target, "done.json", build)
-    assert list(tmp_path.iterdir()) == []
+    assert [p.name for p in tmp_path.iterdir()] == [".model-abc.lock"]
+
+
+def test_a_second_caller_waits_for_the_running_build_instead_of_building_again(tmp_path):
+    started, calls = threading.Event(), []
+
+    def build(staging):
+        calls.append(staging)
+        started.set()
+        time.sleep(0.3)
+        (staging / "weights.bin").write_bytes(b"\x01")
+        return {}
+
+    target = tmp_path / "model-abc"
+    first = threading.Thread(target=build_once, args=(target, "done.json", build))
+    first.start()
+    assert started.wait(5)
+    assert build_once(target, "done.json", build) == target  # blocks until the first is done
+    first.join()
+    assert len(calls) == 1 and (target / "weights.bin").read_bytes() == b"\x01"
+
+
+def test_a_killed_builds_staging_folder_is_removed_by_the_next_build(tmp_path):
+    stale = tmp_path / ".model-abc.x1y2"
+    stale.mkdir()
+    (stale / "half.bin").write_bytes(b"\x00")
+    other = tmp_path / ".model-xyz.x1y2"  # another folder's build: left alone
+    other.mkdir()
+    target = build_once(tmp_path / "model-abc", "done.json", lambda staging: {})
+    assert not stale.exists() and other.exists() and (target / "done.json").is_file()

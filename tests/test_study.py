@@ -221,7 +221,8 @@ def test_sft_trains_and_is_cached(tmp_path):
     other = warm_start(_smoke_config(tmp_path, seed=1), progress=False)
     assert other != path
     assert json.loads((other / "searchgym_sft.json").read_text())["base"] == report["base"]
-    assert sorted(p.name.split("-")[0] for p in path.parent.iterdir()) == ["read", "sft", "sft"]
+    folders = sorted(p.name.split("-")[0] for p in path.parent.iterdir() if not p.name.startswith("."))
+    assert folders == ["read", "sft", "sft"]
 
 
 @pytest.mark.parametrize("recall_think", [False, True])
