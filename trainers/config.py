@@ -443,10 +443,10 @@ class SFTConfig:
             count: after the protocol stage, while the mean share of right sampled direct
             answers per known training fact (:func:`~searchgym.trainers.study.evaluation.recall_by_fact`,
             ``topup_samples`` at the rollouts' temperature) is below it, train one more
-            slice of the protocol stage's own examples
+            slice of the protocol stage's own examples, less its recall lessons
             (:mod:`searchgym.trainers.study.topup`). 0 (default) turns it off.
         topup_rounds: Most top-up rounds.
-        topup_share: Share of the protocol stage's examples trained in each round.
+        topup_share: Share of those examples trained in each round.
         topup_samples: Sampled answers per question when measuring recall.
         epochs: Passes over the protocol stage.
         lr: Peak AdamW learning rate (short warm-up, cosine decay), for both stages.
@@ -470,7 +470,7 @@ class SFTConfig:
     replay_worlds: int = 0
     recall_target: float = 0.0
     topup_rounds: int = 6
-    topup_share: float = 0.2
+    topup_share: float = 0.3
     topup_samples: int = 4
     epochs: int = 1
     lr: float = 3e-3
