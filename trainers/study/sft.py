@@ -55,6 +55,7 @@ __all__ = [
     "warm_start",
     "protocol_model",
     "probe_skills",
+    "save_warm_start",
     "reading_model",
     "reading_lessons",
     "sft_examples",
@@ -370,19 +371,22 @@ def protocol_model(config: TrainConfig, *, progress: bool = True) -> Path:
         losses = train_sft(
             model, examples, config.sft, pad_id=tokenizer.pad_token_id, seed=config.seed, progress=progress
         )
-        skills = probe_skills(model, tokenizer, config)
-        model.save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
-        return {
-            "base": str(base),
-            "examples": kinds,
-            "tokens": sum(len(e.token_ids) for e in examples),
-            "epoch_losses": losses,
-            "skills": skills,
-            "seconds": time.perf_counter() - start,
-        }
+        tokens = sum(len(e.token_ids) for e in examples)
+        report = {"base": str(base), "examples": kinds, "tokens": tokens, "epoch_losses": losses}
+        return save_warm_start(model, tokenizer, config, staging, report, start)
 
     return build_once(target, _DONE, build)
+
+
+def save_warm_start(
+    model: Any, tokenizer: Any, config: TrainConfig, staging: Path, report: dict[str, Any], start: float
+) -> dict[str, Any]:
+    """Save a built warm start into ``staging``; returns ``report`` with the model's skills
+    (:func:`probe_skills`) and the seconds since ``start`` (a ``perf_counter`` time)."""
+    skills = probe_skills(model, tokenizer, config)
+    model.save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    return {**report, "skills": skills, "seconds": time.perf_counter() - start}
 
 
 def probe_skills(model: Any, tokenizer: Any, config: TrainConfig) -> dict[str, dict[str, float]]:

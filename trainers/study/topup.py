@@ -44,7 +44,7 @@ import torch
 
 from ...policies.cached_folder import build_once
 from ..config import TrainConfig
-from .sft import _DONE, probe_skills, protocol_instructions, sft_examples, train_sft
+from .sft import _DONE, protocol_instructions, save_warm_start, sft_examples, train_sft
 
 __all__ = ["recall_topup"]
 
@@ -104,15 +104,7 @@ def recall_topup(config: TrainConfig, base: Path, *, progress: bool = True) -> P
                 sft.topup_rounds,
                 sft.recall_target,
             )
-        skills = probe_skills(model, tokenizer, config)
-        model.save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
-        return {
-            "base": str(base),
-            "recall_levels": levels,
-            "examples_per_round": size,
-            "skills": skills,
-            "seconds": time.perf_counter() - start,
-        }
+        report = {"base": str(base), "recall_levels": levels, "examples_per_round": size}
+        return save_warm_start(model, tokenizer, config, staging, report, start)
 
     return build_once(Path(sft.dir) / f"top-{key}", _DONE, build)
