@@ -70,7 +70,9 @@ def test_build_tiny_lm_caches_by_arguments(tmp_path):
     assert (first / "model.safetensors").stat().st_mtime_ns == stamp  # reused, not rebuilt
     other = build_tiny_lm(tmp_path, texts=texts, vocab_size=300, hidden_size=32, num_layers=1, seed=1)
     assert other != first
-    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == sorted([first.name, other.name])  # no staging left
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == sorted(
+        [first.name, other.name]
+    )  # no staging left
     with pytest.raises(InvalidArgumentError, match="hidden_size must be a multiple of 32, got 48"):
         build_tiny_lm(tmp_path, hidden_size=48)
     with pytest.raises(InvalidArgumentError, match="texts is empty"):
