@@ -503,6 +503,7 @@ def test_greedy_sampling_is_deterministic(tiny):
         ("sft", {"recall_target": 1.5}, "recall_target"),
         ("sft", {"topup_rounds": -1}, "topup_rounds"),
         ("sft", {"topup_share": 1.5}, "topup_share"),
+        ("sft", {"topup_share": 0}, "topup_share"),
         ("sft", {"topup_samples": 0}, "topup_samples"),
         ("sft", {"nope": 1}, "nope"),
         ("eval", {"temperature": -1}, "temperature"),

@@ -494,6 +494,7 @@ class SFTConfig:
         _finite("recall_target", self.recall_target, low=0.0, high=1.0)
         _positive_int("topup_rounds", self.topup_rounds, 0)
         _finite("topup_share", self.topup_share, low=0.0, high=1.0)
+        check("topup_share", self.topup_share, self.topup_share > 0, "a share above 0")
         _positive_int("topup_samples", self.topup_samples)
         _finite("lr", self.lr, low=0.0)
         _positive_int("batch_size", self.batch_size)
