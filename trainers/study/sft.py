@@ -55,6 +55,7 @@ __all__ = [
     "warm_start",
     "protocol_model",
     "probe_skills",
+    "protocol_config",
     "save_warm_start",
     "reading_model",
     "reading_lessons",
@@ -396,9 +397,8 @@ def probe_skills(model: Any, tokenizer: Any, config: TrainConfig) -> dict[str, d
     from .evaluation import decision_probe, forced_skills
 
     skills = {}
-    for protocol, text in protocol_instructions(config).items():
-        kwargs = {**config.env.kwargs, "protocol": protocol, "instructions": text}
-        probe = config.replace(env={"id": config.env.id, "kwargs": kwargs})
+    for protocol in config.sft.protocols:
+        probe = protocol_config(config, protocol)
         skills[protocol] = forced_skills(model, tokenizer, probe)
         if config.sft.recall_think:
             skills[protocol].update(decision_probe(model, tokenizer, probe))
@@ -411,3 +411,13 @@ def probe_skills(model: Any, tokenizer: Any, config: TrainConfig) -> dict[str, d
                 protocol,
             )
     return skills
+
+
+def protocol_config(config: TrainConfig, protocol: str) -> TrainConfig:
+    """``config`` with its env in ``protocol`` and the instructions the warm start writes it with."""
+    kwargs = {
+        **config.env.kwargs,
+        "protocol": protocol,
+        "instructions": protocol_instructions(config)[protocol],
+    }
+    return config.replace(env={"id": config.env.id, "kwargs": kwargs})

@@ -44,7 +44,7 @@ import torch
 
 from ...policies.cached_folder import build_once
 from ..config import TrainConfig
-from .sft import _DONE, protocol_instructions, save_warm_start, sft_examples, train_sft
+from .sft import _DONE, protocol_config, save_warm_start, sft_examples, train_sft
 
 __all__ = ["recall_topup"]
 
@@ -73,16 +73,9 @@ def recall_topup(config: TrainConfig, base: Path, *, progress: bool = True) -> P
         torch.manual_seed(config.seed)
         model = load_model(config.model, base, resolve_device(config.model.device))
         # every arm that shares the warm start measures alike, in the first protocol
-        protocol = sft.protocols[0]
-        kwargs = {
-            **config.env.kwargs,
-            "protocol": protocol,
-            "instructions": protocol_instructions(config)[protocol],
-        }
-        probe = config.replace(env={"id": config.env.id, "kwargs": kwargs})
-        examples = [e for e in sft_examples(config, tokenizer) if e.kind != "recall"]
-        random.Random(f"topup/{config.seed}").shuffle(examples)
-        size = max(1, round(sft.topup_share * len(examples)))
+        probe = protocol_config(config, sft.protocols[0])
+        examples: list[Any] = []  # the stage's examples less its recall lessons, built when needed
+        size = 0
         stage = dataclasses.replace(sft, epochs=1, lr=sft.lr / 10)
         levels = []
         for round_ in range(sft.topup_rounds + 1):
@@ -93,6 +86,10 @@ def recall_topup(config: TrainConfig, base: Path, *, progress: bool = True) -> P
             logger.info("Recall top-up, round %d: %.3f of known facts recalled", round_, levels[-1])
             if levels[-1] >= sft.recall_target or round_ == sft.topup_rounds:
                 break
+            if not examples:
+                examples = [e for e in sft_examples(config, tokenizer) if e.kind != "recall"]
+                random.Random(f"topup/{config.seed}").shuffle(examples)
+                size = max(1, round(sft.topup_share * len(examples)))
             part = [examples[(round_ * size + k) % len(examples)] for k in range(size)]
             seed = config.seed * 1000 + round_
             train_sft(model, part, stage, pad_id=tokenizer.pad_token_id, seed=seed, progress=progress)
