@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -17,6 +18,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from searchgym.trainers.config import ConfigError, TrainConfig  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
 
 SMALL_WORLD = {"num_people": 12, "num_cities": 8, "num_countries": 3, "num_companies": 6}
 BRIEF = "Answer the question. Search with <search> query </search>; answer with <answer> answer </answer>."
@@ -459,6 +462,9 @@ def test_pipeline_smoke_warm_start_grpo_and_held_out_table(tmp_path, capsys):
         "direct_em_known",
         "query_names_subject",
         "em_after_search",
+        "sr_known_recalled",
+        "sr_known_unrecalled",
+        "sr_known_2hop",
         "forced_copy",
         "forced_recall",
     }
@@ -469,6 +475,15 @@ def test_pipeline_smoke_warm_start_grpo_and_held_out_table(tmp_path, capsys):
     replayed = (tmp_path / "run" / "ptx_recall.jsonl").read_text().splitlines()
     world = generate_world(7, **SMALL_WORLD)
     assert len(replayed) == 2 * sum(f.known for f in world.facts)
+    # benchmarks/study_reeval.py resumes the finished run (memory included) aside and
+    # repeats its evaluation exactly, leaving the run folder as it was.
+    spec = importlib.util.spec_from_file_location("study_reeval", REPO / "benchmarks" / "study_reeval.py")
+    reeval = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(reeval)
+    before = sorted(p.relative_to(tmp_path) for p in (tmp_path / "run").rglob("*"))
+    again = reeval.reevaluate(tmp_path / "run")
+    assert again["repeats_eval_json"] and again["settings"]["skills"] == result["settings"]["skills"]
+    assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "run").rglob("*")) == before
 
 
 def test_greedy_sampling_is_deterministic(tiny):
@@ -626,6 +641,17 @@ def test_skills_read_recall_and_copying_from_real_episodes():
     off_topic = run(unknown, ["<search> something else </search>", "<answer> x </answer>"])
     figures = skills([right, wrong, searched, off_topic], world)
     assert figures == {"direct_em_known": 0.5, "query_names_subject": 0.5, "em_after_search": 0.5}
+    # Known questions searched, split by what the model recalls: here it recalls the
+    # known fact, and searches it once out of three episodes.
+    searched_known = run(
+        known, write_demo_actions("search_r1", world.chain(env.questions[known].id), search=True)
+    )
+    fact = world.chain(env.questions[known].id)[0]
+    figures = skills([right, wrong, searched_known, searched], world, {fact: 1.0})
+    assert figures["sr_known_recalled"] == pytest.approx(1 / 3)
+    assert figures["sr_known_unrecalled"] is None and figures["sr_known_2hop"] is None
+    figures = skills([right, searched_known], world, {fact: 0.0})
+    assert figures["sr_known_unrecalled"] == 0.5 and figures["sr_known_recalled"] is None
 
 
 def test_shadow_demonstrations_search_as_often_as_shadow_search_prob_says(tmp_path, tiny):

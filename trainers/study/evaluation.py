@@ -45,7 +45,9 @@ def eval_env_config(config: TrainConfig) -> EnvConfig:
     return EnvConfig(id=config.env.id, kwargs={**config.env.kwargs, **config.eval.env_kwargs})
 
 
-def skills(episodes: list[Episode], world: Any) -> dict[str, float | None]:
+def skills(
+    episodes: list[Episode], world: Any, recalled: dict[Fact, float] | None = None
+) -> dict[str, float | None]:
     """What a SyntheticFacts policy can do, from finished episodes (None where no episode counts).
 
     * ``direct_em_known``: EM of known one-hop questions answered without a search
@@ -54,8 +56,18 @@ def skills(episodes: list[Episode], world: Any) -> dict[str, float | None]:
       subject (copying from the question);
     * ``em_after_search``: EM of one-hop questions answered after a search (copying from
       the passage; the retriever's noise caps it).
+
+    With ``recalled`` (the model's greedy recall per fact, :func:`recall_by_fact`), the
+    searches on known questions are split by what the model could skip:
+
+    * ``sr_known_recalled``: share of known one-hop questions searched whose fact the model
+      recalls (a frugal policy skips these);
+    * ``sr_known_unrecalled``: the same for the known facts it does not recall;
+    * ``sr_known_2hop``: share of known two-hop questions searched (answering them directly
+      needs two recollections chained).
     """
     direct, queries, searched = [], [], []
+    known_searched: dict[str, list[float]] = {"recalled": [], "unrecalled": [], "2hop": []}
     for episode in episodes:
         info, trajectory = episode.info, episode.trajectory
         if trajectory is None:
@@ -68,15 +80,24 @@ def skills(episodes: list[Episode], world: Any) -> dict[str, float | None]:
                 searched.append(float(info["em"]))
         elif question.known and question.hops == 1:
             direct.append(float(info["em"]))
+        if recalled is not None and question.known:
+            if question.hops != 1:
+                group = "2hop"
+            else:
+                group = "recalled" if recalled.get(chain[0]) == 1.0 else "unrecalled"
+            known_searched[group].append(float(info["num_searches"] > 0))
 
     def mean(values: list[float]) -> float | None:
         return sum(values) / len(values) if values else None
 
-    return {
+    found = {
         "direct_em_known": mean(direct),
         "query_names_subject": mean(queries),
         "em_after_search": mean(searched),
     }
+    if recalled is not None:
+        found.update({f"sr_known_{group}": mean(values) for group, values in known_searched.items()})
+    return found
 
 
 def forced_skills(model: Any, tokenizer: Any, config: TrainConfig) -> dict[str, float]:
@@ -320,7 +341,9 @@ def evaluate_model(
     result.settings["action_tokens"] = sum(e.action_tokens for e in episodes) / len(episodes)
     world = getattr(probe, "world", None)
     if world is not None:
-        found = {**skills(episodes, world), **forced_skills(model, tokenizer, config)}
+        split = str(env_config.kwargs.get("split", "eval"))
+        recalled = recall_by_fact(model, tokenizer, config.replace(env=env_config), split=split)
+        found = {**skills(episodes, world, recalled), **forced_skills(model, tokenizer, config)}
         if config.sft.recall_think:
             found.update(decision_probe(model, tokenizer, config))
         result.settings["skills"] = found

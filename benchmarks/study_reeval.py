@@ -1,0 +1,85 @@
+"""Evaluate finished study runs again from their last checkpoint, and split their known-question searches.
+
+For each run folder (``{output_dir}/{arm}/seed{S}`` of ``searchgym study``), copies the
+folder aside, resumes its trainer there (the final weights and, for the memory arms, the
+final experience store), and runs the study's held-out evaluation again. Greedy decoding
+makes it repeat ``eval.json``'s figures; the script checks EM and ST against it and
+prints the evaluation's skills, including the split of known-question searches by what
+the model recalls (``sr_known_recalled`` / ``sr_known_unrecalled`` / ``sr_known_2hop``,
+:func:`searchgym.trainers.study.evaluation.skills`), which runs finished before that
+split existed lack. The run folders are never written::
+
+    python benchmarks/study_reeval.py runs/study/lightsearcher_no_memory/seed0 [more runs] [--out reeval.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import write_report  # noqa: E402
+
+SHOWN = ("sr_known_recalled", "sr_known_unrecalled", "sr_known_2hop", "forced_recall")
+
+
+def reevaluate(run: Path) -> dict[str, Any]:
+    """The held-out evaluation of ``run``'s last checkpoint, as a dict (see the module docstring)."""
+    from searchgym.trainers.config import load_config
+    from searchgym.trainers.grpo.trainer import GRPOTrainer
+    from searchgym.trainers.study.evaluation import evaluate_model
+
+    saved = json.loads((run / "eval.json").read_text())
+    with tempfile.TemporaryDirectory() as scratch:
+        copy = Path(scratch) / run.name
+        shutil.copytree(run, copy, ignore=shutil.ignore_patterns("wandb"))
+        config = load_config(copy / "config.yaml")
+        config = config.replace(output_dir=str(copy), wandb={"enabled": False})
+        trainer = GRPOTrainer(config, progress=False)
+        try:
+            trainer.setup()
+            if trainer.state.step != config.steps:
+                raise SystemExit(
+                    f"{run}: its last checkpoint is step {trainer.state.step}, not {config.steps}"
+                )
+            result = evaluate_model(trainer.model, trainer.tokenizer, config, memory=trainer.memory).to_dict()
+        finally:
+            trainer.close()
+    result["run"] = str(run)
+    result["repeats_eval_json"] = all(abs(result[k] - saved[k]) < 1e-9 for k in ("em", "st", "sr"))
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runs", nargs="+", type=Path, help="finished run folders (each holds eval.json)")
+    parser.add_argument("--out", help="also write the results as JSON")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    missing = [str(run) for run in args.runs if not (run / "eval.json").is_file()]
+    if missing:
+        parser.error(f"not a finished run (no eval.json): {', '.join(missing)}")
+    results = [reevaluate(run) for run in args.runs]
+    print("| run | EM | ST | SR known | " + " | ".join(SHOWN) + " | repeats eval.json |")
+    print("|---|---|---|---|" + "---|" * len(SHOWN) + "---|")
+    for r in results:
+        found = r["settings"]["skills"]
+        cells = " | ".join("-" if found.get(k) is None else f"{100 * found[k]:.0f}" for k in SHOWN)
+        known = r["splits"].get("known", {}).get("sr")
+        known_cell = "-" if known is None else f"{100 * known:.0f}"
+        print(
+            f"| {r['run']} | {100 * r['em']:.1f} | {r['st']:.2f} | {known_cell} | {cells} | {r['repeats_eval_json']} |"
+        )
+    if args.out:
+        write_report(Path(args.out), {"runs": results})
+    return 0 if all(r["repeats_eval_json"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
