@@ -36,6 +36,8 @@ def reevaluate(run: Path) -> dict[str, Any]:
     from searchgym.trainers.study.evaluation import evaluate_model
 
     saved = json.loads((run / "eval.json").read_text())
+    if not list((run / "checkpoints").glob("step_*")):
+        raise SystemExit(f"{run} holds no checkpoint to evaluate")
     with tempfile.TemporaryDirectory() as scratch:
         copy = Path(scratch) / run.name
         shutil.copytree(run, copy, ignore=shutil.ignore_patterns("wandb"))
