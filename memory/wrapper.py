@@ -155,6 +155,9 @@ class ExperienceWrapper(gym.ObservationWrapper, gym.utils.RecordConstructorArgs)
     instructions: Keep the protocol's instructions at the top.
     top_k: Strategy records for a HiExp memory (HiExp: 5).
     hint_threshold: Cosine threshold of HiExp hints (HiExp: 0.8).
+    seed: Seed of the few-shot draws until ``reset(seed=...)`` reseeds them (None: fresh
+        entropy, as Gymnasium does): episodes reset without a seed draw the same examples
+        in every process only when it is set.
     """
 
     def __init__(
@@ -168,6 +171,7 @@ class ExperienceWrapper(gym.ObservationWrapper, gym.utils.RecordConstructorArgs)
         instructions: bool = True,
         top_k: int = 5,
         hint_threshold: float = 0.8,
+        seed: int | None = None,
     ):
         gym.utils.RecordConstructorArgs.__init__(
             self,
@@ -179,6 +183,7 @@ class ExperienceWrapper(gym.ObservationWrapper, gym.utils.RecordConstructorArgs)
             instructions=instructions,
             top_k=top_k,
             hint_threshold=hint_threshold,
+            seed=seed,
         )
         gym.ObservationWrapper.__init__(self, env)
         for name, value in (
@@ -190,6 +195,7 @@ class ExperienceWrapper(gym.ObservationWrapper, gym.utils.RecordConstructorArgs)
             if not isinstance(value, bool):
                 raise InvalidArgumentError(f"{name} must be a bool, got {value!r}.")
         check_int("top_k", top_k, 1)
+        check_int("seed", seed, 0, optional=True)
         if isinstance(hint_threshold, bool) or not isinstance(hint_threshold, (int, float)):
             raise InvalidArgumentError(f"hint_threshold must be a number, got {hint_threshold!r}.")
         base: Any = env.unwrapped
@@ -212,7 +218,7 @@ class ExperienceWrapper(gym.ObservationWrapper, gym.utils.RecordConstructorArgs)
         self.instructions = instructions
         self.top_k = top_k
         self.hint_threshold = float(hint_threshold)
-        self._rng = np.random.default_rng()
+        self._rng = np.random.default_rng(seed)
 
     @property
     def _base(self) -> Any:

@@ -163,6 +163,21 @@ def test_episodes_are_recorded_with_their_reward() -> None:
     assert memory.pool_size == sum(r >= 0.3 for r in rewards)
 
 
+def test_seeded_wrappers_draw_the_same_examples_without_reset_seeds() -> None:
+    memory = ExperienceMemory(update_every=1, summarizer=_FixedSummarizer(), seed=0)
+    for n in range(8):
+        memory.add(Trajectory(Question(f"ex-{n}", f"Question {n}?", ("A",)), "tool_call", [], reward=1.0))
+    memory.add(Trajectory(Question("bad", "Who?", ("A",)), "tool_call", [], truncated=True, reward=0.0))
+    memory.step()
+
+    def examples(seed):
+        env = ExperienceWrapper(_env(), memory, record=False, seed=seed)
+        return [env.reset(options={"index": 0})[0].split("<example>")[1] for _ in range(12)]
+
+    assert examples(3) == examples(3)
+    assert len(set(examples(3))) > 1 and examples(3) != examples(4)
+
+
 def test_record_off_and_memory_without_add() -> None:
     memory = ExperienceMemory()
     env = ExperienceWrapper(_env(), memory, record=False)
@@ -214,6 +229,8 @@ def test_bad_arguments() -> None:
         ExperienceWrapper(_env(), object())
     with pytest.raises(InvalidArgumentError, match="few_shot must be a bool"):
         ExperienceWrapper(_env(), ExperienceMemory(), few_shot="yes")  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="seed must be an int >= 0"):
+        ExperienceWrapper(_env(), ExperienceMemory(), seed=-1)
     memory = ExperienceMemory()
     wrapped = ExperienceWrapper(_env(), memory, use_experience=False)
     assert wrapped._saved_kwargs["memory"] is memory and wrapped._saved_kwargs["use_experience"] is False

@@ -41,7 +41,8 @@ class ScriptedMemory:
         self, env: SyntheticFactsEnv, rng: random.Random, rotate_every: int = 50, recall: bool = False
     ):
         self.env, self.rng, self.rotate_every, self.recall = env, rng, rotate_every, recall
-        self.memory = ExperienceMemory(update_every=1, summarizer="rule", seed=rng.randrange(2**31))
+        self.seed = rng.randrange(2**31)
+        self.memory = ExperienceMemory(update_every=1, summarizer="rule", seed=self.seed)
         self._recorder = ExperienceWrapper(env, self.memory, use_experience=False, few_shot=False)
         self._wrapper: ExperienceWrapper | None = None
         self._uses = 0
@@ -56,7 +57,8 @@ class ScriptedMemory:
         if self._uses % self.rotate_every == 0:
             self._new_bank()
         if self._wrapper is None or self._wrapper.env is not env:
-            self._wrapper = ExperienceWrapper(env, self.memory, record=False)
+            # seeded: demonstrations reset without a seed, and must draw the same examples in every process
+            self._wrapper = ExperienceWrapper(env, self.memory, record=False, seed=self.seed)
         return self._wrapper
 
     def _new_bank(self) -> None:
