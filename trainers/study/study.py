@@ -45,6 +45,7 @@ COLUMNS = (
     ("SR", ("sr",), 100),
     ("SR known", ("splits", "known", "sr"), 100),
     ("SR unknown", ("splits", "unknown", "sr"), 100),
+    ("SR known recalled", ("settings", "skills", "sr_known_recalled"), 100),
     ("EM known", ("splits", "known", "em"), 100),
     ("EM unknown", ("splits", "unknown", "em"), 100),
     ("EM 2-hop", ("splits", "2-hop", "em"), 100),
