@@ -570,6 +570,18 @@ def test_study_runs_every_arm_and_writes_table_json_and_plot(tmp_path, capsys):
     assert (out / "f1" / "seed0" / "eval.json").stat().st_mtime > mtime
 
 
+def test_aggregate_leaves_out_missing_and_nan_figures():
+    from searchgym.trainers.study.study import aggregate
+
+    def run(seed, p_search_right):
+        skills = {} if p_search_right is None else {"p_search_right": p_search_right}
+        return {"arm": "sem", "seed": seed, "result": {"em": 0.5, "settings": {"skills": skills}}}
+
+    summary = aggregate([run(0, 0.2), run(1, float("nan")), run(2, None)])["sem"]
+    assert summary["P(search) recalled"] == {"mean": 20.0, "std": 0.0, "n": 1.0}
+    assert summary["EM"] == {"mean": 50.0, "std": 0.0, "n": 3.0}
+
+
 def test_a_runs_key_hashes_only_the_settings_that_differ_from_the_defaults(tmp_path):
     from searchgym.trainers.study.study import config_key
 

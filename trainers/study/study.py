@@ -216,13 +216,14 @@ def _get(result: Mapping[str, Any], path: tuple[str, ...]) -> float | None:
 
 
 def aggregate(runs: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
-    """Per arm, per column: mean, population std and count over the seeds that have it."""
+    """Per arm, per column: mean, population std and count over the seeds that have it
+    (a missing or NaN value is left out)."""
     values: dict[str, dict[str, list[float]]] = {}
     for run in runs:
         arm = values.setdefault(run["arm"], {})
         for heading, path, scale in COLUMNS:
             value = _get(run["result"], path)
-            if value is not None:
+            if value is not None and not math.isnan(value):  # NaN: the probe had no case to measure
                 arm.setdefault(heading, []).append(value * scale)
     out: dict[str, dict[str, dict[str, float]]] = {}
     for name, columns in values.items():
