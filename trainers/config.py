@@ -493,8 +493,8 @@ class SFTConfig:
         _positive_int("epochs", self.epochs)
         _finite("recall_target", self.recall_target, low=0.0, high=1.0)
         _positive_int("topup_rounds", self.topup_rounds, 0)
-        _finite("topup_share", self.topup_share, low=0.0, high=1.0)
-        check("topup_share", self.topup_share, self.topup_share > 0, "a share above 0")
+        share = self.topup_share
+        check("topup_share", share, math.isfinite(share) and 0 < share <= 1, "a finite number > 0 and <= 1")
         _positive_int("topup_samples", self.topup_samples)
         _finite("lr", self.lr, low=0.0)
         _positive_int("batch_size", self.batch_size)
