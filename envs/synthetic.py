@@ -42,6 +42,8 @@ __all__ = [
     "Fact",
     "SyntheticWorld",
     "generate_world",
+    "two_hop_chains",
+    "two_hop_question",
 ]
 
 KINDS = ("person", "city", "country", "company")
@@ -332,6 +334,26 @@ def _make_triples(seed: int, names: dict[str, list[str]]) -> list[tuple[str, str
     return [(s, rel, o) for rel in RELATIONS for s, o in tables[rel].items()]
 
 
+def two_hop_chains(facts: tuple[Fact, ...]) -> list[tuple[Fact, Fact]]:
+    """Every pair of ``facts`` that composes into a two-hop question (:data:`CHAINS`), in a
+    fixed order; circular chains (the capital of X's country, X itself) are left out."""
+    by_key = {(f.subject, f.relation): f for f in facts}
+    chains = []
+    for first_rel, second_rel in CHAINS:
+        for f in facts:
+            g = by_key.get((f.object, second_rel)) if f.relation == first_rel else None
+            if g is not None and g.object != f.subject:
+                chains.append((f, g))
+    return chains
+
+
+def two_hop_question(first: Fact, second: Fact, variant: int = 0) -> str:
+    """Question ``variant`` of ``second``'s relation about ``first``'s object, named by
+    ``first``'s phrase ("In which country is the birthplace of X?")."""
+    subject_phrase = RELATIONS[first.relation].phrase.format(s=first.subject)
+    return RELATIONS[second.relation].question_text(subject_phrase, variant)
+
+
 def _question_mix(n_one: int, n_two: int, two_hop_fraction: float, cap: int | None) -> tuple[int, int]:
     """How many one-hop and two-hop questions to draw.
 
@@ -377,21 +399,11 @@ def _build_world(
         )
         for n, f in enumerate(facts)
     )
-    by_key = {(f.subject, f.relation): f for f in facts}
-
     rng = random.Random(f"synthetic-facts/{seed}/questions")
     one_hop = [
         (RELATIONS[f.relation].question_text(f.subject, _variant(rng, f.relation)), (f,)) for f in facts
     ]
-    two_hop = []
-    for first_rel, second_rel in CHAINS:
-        first, second = RELATIONS[first_rel], RELATIONS[second_rel]
-        for f in facts:
-            g = by_key.get((f.object, second_rel)) if f.relation == first_rel else None
-            if g is None or g.object == f.subject:  # skip circular chains (capital of X's country)
-                continue
-            subject_phrase = first.phrase.format(s=f.subject)
-            two_hop.append((second.question_text(subject_phrase, _variant(rng, second_rel)), (f, g)))
+    two_hop = [(two_hop_question(f, g, _variant(rng, g.relation)), (f, g)) for f, g in two_hop_chains(facts)]
     n_one, n_two = _question_mix(len(one_hop), len(two_hop), two_hop_fraction, cap)
     picked = rng.sample(one_hop, n_one) + rng.sample(two_hop, n_two)
     rng.shuffle(picked)

@@ -107,7 +107,14 @@ def test_demonstrations_are_well_formed_episodes_with_masked_env_text(tiny, prot
 def test_warm_start_data_never_shows_an_unknown_fact_of_the_study_world(tiny):
     import random
 
-    from searchgym.trainers.study.demos import demo_env, demonstrations, recall_lessons, statements
+    from searchgym.trainers.study.demos import (
+        chain_demonstrations,
+        demo_env,
+        demonstrations,
+        recall_lessons,
+        statements,
+    )
+    from searchgym.trainers.study.sft import held_out_chains
 
     kwargs = {"world_kwargs": SMALL_WORLD, "max_turns": 3, "instructions": BRIEF}
     env = demo_env(5, kwargs, split="train")
@@ -115,6 +122,9 @@ def test_warm_start_data_never_shows_an_unknown_fact_of_the_study_world(tiny):
     examples = statements(env, tokenizer, 1.0, 0.5, random.Random(0))
     examples += recall_lessons(env.world, tokenizer, 2)
     examples += demonstrations(env, tokenizer, search_prob=0.5, rng=random.Random(0), known_only=True)
+    chains = chain_demonstrations(env, tokenizer, 1.0, 0.5, random.Random(0), held_out_chains(5, kwargs))
+    assert chains
+    examples += chains
     text = "\n".join(tokenizer.decode(e.token_ids) for e in examples)
     trained = "\n".join(trained_text(tokenizer, e) for e in examples)
     world = env.world
@@ -124,6 +134,37 @@ def test_warm_start_data_never_shows_an_unknown_fact_of_the_study_world(tiny):
     for question in split_questions(world, "eval"):
         if not question.known or question.hops == 2:  # known one-hop ones are shown by design
             assert question.question not in text
+
+
+def test_chain_demonstrations_recall_both_hops_of_known_chains_and_skip_held_out_ones(tiny):
+    import random
+
+    from searchgym.envs.synthetic import RELATIONS, two_hop_chains, two_hop_question
+    from searchgym.trainers.study.demos import chain_demonstrations, demo_env
+    from searchgym.trainers.study.sft import held_out_chains
+
+    kwargs = {"world_kwargs": {**SMALL_WORLD, "known_fraction": 0.8}, "max_turns": 3, "instructions": BRIEF}
+    env, tokenizer = demo_env(5, kwargs, split="train"), tiny[1]
+    world = env.world
+    for question, chain in zip(world.questions, world.chains, strict=True):
+        if len(chain) == 2:  # the world's own two-hop questions are worded by two_hop_question
+            assert question.question in {two_hop_question(*chain, v) for v in range(2)}
+    held_out = held_out_chains(5, kwargs)
+    known = [c for c in two_hop_chains(world.facts) if c[0].known and c[1].known]
+    shown = [c for c in known if c not in held_out]
+    assert shown and len(shown) < len(known)  # some known chains are held out
+    examples = chain_demonstrations(env, tokenizer, 1.0, 0.0, random.Random(0), held_out, recall=True)
+    assert len(examples) == sum(len(RELATIONS[second.relation].questions) for _, second in shown)
+    texts = [tokenizer.decode(e.token_ids) for e in examples]
+    for first, second in shown:
+        recollection = f"<think>Recall: {first.object}. Recall: {second.object}.</think>"
+        assert any(two_hop_question(first, second) in t and recollection in t for t in texts)
+    for first, second in set(known) & held_out:
+        assert not any(two_hop_question(first, second, v) in t for t in texts for v in range(2))
+    assert all(e.kind == "direct" for e in examples)  # search_prob 0
+    searched = chain_demonstrations(env, tokenizer, 1.0, 1.0, random.Random(0), held_out, recall=True)
+    assert searched and all(e.kind == "search" for e in searched)
+    assert all(trained_text(tokenizer, e).count("<search>") == 2 for e in searched)
 
 
 def test_reading_lessons_train_only_the_copied_part(tiny):
@@ -207,7 +248,7 @@ def test_sft_trains_and_is_cached(tmp_path):
     assert report["examples"]["search"] > 0 and report["examples"]["statement"] == 0  # passages off
     assert report["examples"]["reading"] > 0  # rehearsed reading lessons
     assert set(report["skills"]) == {"search_r1"}
-    assert set(report["skills"]["search_r1"]) == {"forced_copy", "forced_recall"}
+    assert set(report["skills"]["search_r1"]) == {"forced_copy", "forced_recall", "forced_chain"}
     assert all(0.0 <= v <= 1.0 for v in report["skills"]["search_r1"].values())
     base = Path(report["base"])
     assert base.name.startswith("read-") and base.parent == path.parent
@@ -263,6 +304,17 @@ def test_forced_probes_open_like_the_demonstrations_and_score_their_continuation
         assert demo.startswith(opening)
         assert probe_score(skill, name, demo[len(opening) :]) == 1.0
         assert probe_score(skill, name, f" {name} junior </answer>") == 0.0
+    chains = [p for p in probes if p[1] == "forced_chain"]
+    known = [q for q in env.questions if q.known and q.hops == 2]
+    assert len(chains) == len(known) > 0
+    for (ids, skill, name), question in zip(chains, known, strict=True):
+        chain = env.world.chain(question.id)
+        demo = write_demo_actions(protocol, chain, search=False, known=True, recall=recall_think)[0]
+        text = tokenizer.decode(ids)
+        opening = text[text.rindex("<think>") :]
+        assert demo.startswith(opening) and name == chain[-1].object
+        assert probe_score(skill, name, demo[len(opening) :]) == 1.0  # scored on the last hop
+        assert probe_score(skill, name, f" {name}. Recall: {chain[0].object}.</think>") == 0.0
 
 
 @pytest.mark.parametrize("hops", [1, 2])
@@ -280,15 +332,16 @@ def test_recall_demonstrations_state_the_recollection_and_never_invent_a_name(ti
         assert _episode(env, index, actions, tokenizer, ChatFormatter(tokenizer)) is not None
         return actions, env.unwrapped.trajectory
 
+    recollection = " ".join(f"Recall: {fact.object}." for fact in chain)  # a known chain: every hop
     actions, trajectory = run(search=False, known=True)
-    assert actions == [f"<think>Recall: {answer}.</think>\n<answer> {answer} </answer>"]
+    assert actions == [f"<think>{recollection}</think>\n<answer> {answer} </answer>"]
     assert trajectory.em == 1.0
     actions, trajectory = run(search=False, known=False)
     assert actions == ["<think>Recall: unknown.</think>\n<answer> unknown </answer>"]
     assert trajectory.em == 0.0 and trajectory.num_searches == 0
     for known in (True, False):
         actions, trajectory = run(search=True, known=known)
-        assert actions[0].startswith(f"<think>Recall: {answer if known else 'unknown'}.</think>\n<search>")
+        assert actions[0].startswith(f"<think>{recollection if known else 'Recall: unknown.'}</think>\n<search>")
         assert trajectory.num_searches == hops and trajectory.em == 1.0
 
 
@@ -322,7 +375,8 @@ def test_recall_think_writes_every_episode_of_the_protocol_stage_with_a_recollec
     from searchgym.trainers.study.sft import sft_examples
 
     tokenizer = tiny[1]
-    config = _smoke_config(tmp_path, sft={"enabled": True, "shadow_worlds": 2, "recall_think": True})
+    sft = {"enabled": True, "shadow_worlds": 2, "recall_think": True, "chain_repeats": 1.0}
+    config = _smoke_config(tmp_path, sft=sft)
     first_thoughts = []
     for example in sft_examples(config, tokenizer):
         if example.kind in ("direct", "search"):
@@ -330,6 +384,7 @@ def test_recall_think_writes_every_episode_of_the_protocol_stage_with_a_recollec
             first_thoughts.append(trained.split("</think>")[0])
     assert first_thoughts and all(t.startswith("<think>Recall: ") for t in first_thoughts)
     named = [t for t in first_thoughts if t != "<think>Recall: unknown."]
+    assert any(t.count("Recall:") == 2 for t in named)  # chained recollections of two known facts
     # known facts (one-hop statements and two-hop demonstrations) name their answer; shadows do not
     assert 0.2 < len(named) / len(first_thoughts) < 0.8
 

@@ -406,6 +406,12 @@ class SFTConfig:
         fact_repeats: How often each phrasing of each known fact is shown as an episode in
             the protocol's format, searching or answering by a coin flip (a float: 2.5 shows
             it 2 or 3 times). Carries the memorised facts over to the protocol's format.
+        chain_repeats: How often each two-hop chain of two known facts is shown as an
+            episode, per phrasing of its question, split over ``protocols`` as
+            ``fact_repeats`` is; the held-out questions' chains are never shown. With
+            ``recall_think`` the recollection names both hops (``Recall: <bridge>. Recall:
+            <answer>.``), so a known two-hop question can be answered without a search.
+            0 (default) shows only the world's two-hop training questions, once each.
         passages: Also show each known fact's passage as plain text, once per episode of
             the first protocol (off by default: measured, it does not help the model answer).
         search_prob: Share of demonstrations that search, whatever the fact's known flag.
@@ -457,6 +463,7 @@ class SFTConfig:
     dir: str = "runs/sft"
     recall_repeats: int = 0
     fact_repeats: float = 3.0
+    chain_repeats: float = 0.0
     passages: bool = False
     search_prob: float = 0.5
     shadow_worlds: int = 2
@@ -479,6 +486,7 @@ class SFTConfig:
     def __post_init__(self) -> None:
         _positive_int("recall_repeats", self.recall_repeats, 0)
         _finite("fact_repeats", self.fact_repeats, low=0.0)
+        _finite("chain_repeats", self.chain_repeats, low=0.0)
         check("passages", self.passages, isinstance(self.passages, bool), "true or false")
         _finite("search_prob", self.search_prob, low=0.0, high=1.0)
         _positive_int("shadow_worlds", self.shadow_worlds, 0)

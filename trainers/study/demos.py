@@ -48,7 +48,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ...envs.synthetic import RELATIONS, Fact, SyntheticWorld
+from ...envs.synthetic import RELATIONS, Fact, SyntheticWorld, two_hop_chains, two_hop_question
 from ...envs.synthetic_env import SyntheticFactsEnv
 from ...policies.chat import ChatFormatter
 
@@ -56,6 +56,7 @@ __all__ = [
     "Example",
     "statements",
     "demonstrations",
+    "chain_demonstrations",
     "reading_examples",
     "recall_lessons",
     "write_demo_actions",
@@ -197,6 +198,49 @@ def statements(
     return out
 
 
+def chain_demonstrations(
+    env: SyntheticFactsEnv,
+    tokenizer: Any,
+    repeats: float,
+    search_prob: float,
+    rng: random.Random,
+    held_out: set[tuple[Fact, ...]],
+    memory: Any = None,
+    memory_share: float = 0.0,
+    recall: bool = False,
+) -> list[Example]:
+    """Episodes of every two-hop chain of two *known* facts of ``env``'s world, one per
+    phrasing of the second relation, ``repeats`` times on average (as ``fact_repeats`` in
+    :func:`statements`), searching by a coin flip; chains in ``held_out`` (the held-out
+    questions') are left out, so a held-out two-hop question is answered by chaining two
+    recollections or not at all. With ``recall`` the recollection names both hops
+    (:func:`write_demo_actions`).
+
+    A world's own two-hop questions cover only some of its chains (world 0: 23 of the 49
+    known ones are training questions, 6 held out), and each is shown once; these teach
+    the chaining itself.
+    """
+    protocol, formatter = env.protocol.name, ChatFormatter(tokenizer)
+    out = []
+    for first, second in two_hop_chains(env.world.facts):
+        if not (first.known and second.known) or (first, second) in held_out:
+            continue
+        for _ in range(_repeats(rng, repeats)):
+            for variant in range(len(RELATIONS[second.relation].questions)):
+                question = {
+                    "question": two_hop_question(first, second, variant),
+                    "golden_answers": [second.object],
+                    "id": f"chain-{first.subject}-{second.relation}",
+                }
+                search = rng.random() < search_prob
+                actions = write_demo_actions(protocol, (first, second), search, known=True, recall=recall)
+                run_env = _episode_env(env, memory, memory_share, rng)
+                example = _episode(run_env, question, actions, tokenizer, formatter)
+                if example is not None:
+                    out.append(example)
+    return out
+
+
 def _episode_env(env: SyntheticFactsEnv, memory: Any, share: float, rng: random.Random) -> Any:
     """``memory``'s wrapper of ``env`` for a ``share`` of the episodes (by a coin flip), else ``env``."""
     return memory.wrapped(env) if memory is not None and rng.random() < share else env
@@ -240,7 +284,9 @@ def write_demo_actions(
 
     With ``recall`` (``search_r1`` and other one-answer protocols) the first thought states
     what the model recalls before it acts: ``Recall: <answer>.`` when it was shown the fact
-    (``known``), ``Recall: unknown.`` otherwise; a direct answer to a fact it was not shown
+    (``known``), one recollection per hop for a known chain (``Recall: <bridge>. Recall:
+    <answer>.``, so a two-hop question is answered by chaining two facts it knows),
+    ``Recall: unknown.`` otherwise; a direct answer to a fact it was not shown
     is ``unknown`` (never a made-up name, which teaches the model to invent names). For
     ``sem`` the first answer is the recollection (the answer, or ``unknown``) and both
     branches open with the same thought, so the choice to search comes after the first
@@ -262,9 +308,10 @@ def write_demo_actions(
         return _sem_actions(chain, search, known, recall)
     if recall:
         recalled = answer if known else UNKNOWN
+        recollection = " ".join(_recall(f.object) for f in chain) if known else _recall(UNKNOWN)
         if not search:
-            return [_answer(protocol, recalled, _recall(recalled))]
-        thoughts = [_recall(recalled)] + [_THINK_SEARCH] * (len(chain) - 1)
+            return [_answer(protocol, recalled, recollection)]
+        thoughts = [recollection] + [_THINK_SEARCH] * (len(chain) - 1)
     elif not search:
         return [_answer(protocol, answer, _THINK_KNOW)]
     else:

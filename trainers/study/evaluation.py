@@ -108,7 +108,9 @@ def forced_skills(model: Any, tokenizer: Any, config: TrainConfig) -> dict[str, 
     writes the rest, so both skills are measured whatever the policy would choose:
 
     * ``forced_copy``: share of questions whose query names the first hop's subject;
-    * ``forced_recall``: EM of known one-hop questions answered at once.
+    * ``forced_recall``: EM of known one-hop questions answered at once;
+    * ``forced_chain``: the same on known two-hop questions, scored on the last
+      recollection (``Recall: <bridge>. Recall: <answer>.``); absent when there are none.
     """
     probes = forced_probes(config, tokenizer)
     settings = SamplingSettings(0.0, 1.0, config.rollout.generation_batch_size)
@@ -118,7 +120,7 @@ def forced_skills(model: Any, tokenizer: Any, config: TrainConfig) -> dict[str, 
     )
     scores: dict[str, list[float]] = {"forced_copy": [], "forced_recall": []}
     for (_, skill, name), action in zip(probes, actions, strict=True):
-        scores[skill].append(probe_score(skill, name, action.text))
+        scores.setdefault(skill, []).append(probe_score(skill, name, action.text))
     return {skill: sum(values) / max(1, len(values)) for skill, values in scores.items()}
 
 
@@ -142,12 +144,12 @@ def forced_probes(config: TrainConfig, tokenizer: Any) -> list[tuple[list[int], 
                 fact.subject,
             )
         )
-        if question.known and question.hops == 1:
+        if question.known:
             probes.append(
                 (
                     prompt + encode(forced_opening(protocol, search=False, recall=recall)),
-                    "forced_recall",
-                    fact.object,
+                    "forced_recall" if (question.hops or 1) == 1 else "forced_chain",
+                    env.world.chain(question.id)[-1].object,
                 )
             )
     env.close()
@@ -192,10 +194,14 @@ def recall_by_fact(
 
 def probe_score(skill: str, name: str, text: str) -> float:
     """1.0 when the model's continuation ``text`` of a probe holds ``name`` as it should
-    (a recall: the text up to ``</answer>``, or up to ``.</think>`` after ``Recall:``)."""
+    (a recall: the text up to ``</answer>``, or up to ``.</think>`` after ``Recall:``; a
+    chain: its last recollection)."""
     if skill == "forced_copy":
         return float(name in text.split("</search>")[0])
-    return exact_match(re.split(r"</answer>|\.</think>", text)[0], [name])
+    recalled = re.split(r"</answer>|\.</think>", text)[0]
+    if skill == "forced_chain":
+        recalled = recalled.split("Recall:")[-1]
+    return exact_match(recalled, [name])
 
 
 def decision_probe(

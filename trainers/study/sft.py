@@ -28,7 +28,7 @@ import logging
 import math
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,11 +36,12 @@ import torch
 from tqdm.auto import tqdm
 
 from ...envs.errors import InvalidArgumentError
-from ...envs.synthetic import generate_world
+from ...envs.synthetic import Fact, generate_world
 from ...policies.cached_folder import build_once
 from ..config import SFTConfig, TrainConfig
 from .demos import (
     Example,
+    chain_demonstrations,
     demo_env,
     demonstrations,
     reading_examples,
@@ -108,7 +109,7 @@ def sft_key(config: TrainConfig, source: Path) -> str:
         "instructions": protocol_instructions(config),
         "sft": {k: v for k, v in vars(sft).items() if k not in _NOT_PROTOCOL_STAGE},
         "seed": config.seed,
-        "version": 9,
+        "version": 10,
     }
     return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -171,6 +172,18 @@ def sft_examples(config: TrainConfig, tokenizer: Any) -> list[Example]:
             memory_share=memory_share,
             recall=sft.recall_think,
         )
+        if sft.chain_repeats:
+            examples += chain_demonstrations(
+                study_env,
+                tokenizer,
+                sft.chain_repeats / len(protocols),
+                sft.search_prob,
+                rng,
+                held_out_chains(world_seed, protocol_kwargs(protocol)),
+                memory=memory,
+                memory_share=memory_share,
+                recall=sft.recall_think,
+            )
     shadow_search = sft.search_prob if sft.shadow_search_prob is None else sft.shadow_search_prob
     for k, shadow in enumerate(shadow_seeds(config.seed, sft.shadow_worlds)):
         protocol = protocols[k % len(protocols)]
@@ -188,6 +201,14 @@ def sft_examples(config: TrainConfig, tokenizer: Any) -> list[Example]:
     examples += reading_lessons(sft.replay_worlds, tokenizer)
     rng.shuffle(examples)
     return examples
+
+
+def held_out_chains(world_seed: int, env_kwargs: Mapping[str, Any]) -> set[tuple[Fact, ...]]:
+    """The fact chains of the held-out two-hop questions of ``env_kwargs``'s world."""
+    env = demo_env(world_seed, env_kwargs, split="eval")
+    chains = {tuple(env.world.chain(q.id)) for q in env.questions if (q.hops or 1) > 1}
+    env.close()
+    return chains
 
 
 def reading_lessons(worlds: int, tokenizer: Any) -> list[Example]:
