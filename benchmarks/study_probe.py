@@ -39,9 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     from searchgym.trainers.grpo.model import load_model, load_tokenizer_for, resolve_device
     from searchgym.trainers.study.evaluation import decision_probe
     from searchgym.trainers.study.sft import protocol_instructions, warm_start
-    from searchgym.trainers.study.study import _run_config, load_study
+    from searchgym.trainers.study.study import arm_config, load_study
 
-    config = _run_config(load_study(args.config), args.arm, args.seed)
+    config = arm_config(load_study(args.config), args.arm, args.seed)
     folder = latest_checkpoint(Path(args.run)) if args.run else warm_start(config)
     if folder is None:
         parser.error(f"{args.run} holds no checkpoint")

@@ -115,6 +115,25 @@ def test_micro_batches_do_not_change_the_gradient(tiny_root, tmp_path, advantage
         torch.testing.assert_close(grads[0][name], grads[1][name], rtol=1e-4, atol=1e-7)
 
 
+def test_micro_batches_group_episodes_by_length_and_keep_each_episodes_log_probabilities(tiny_root, tmp_path):
+    from searchgym.trainers.grpo.trainer import by_length
+
+    config = make_config(tiny_root, tmp_path / "run", algo={"micro_batch_size": 2})
+    trainer = GRPOTrainer(config, progress=False)
+    trainer.setup()
+    episodes = trainer.collector.collect([0, 1], 3, seed=0)
+    lengths = [len(e.token_ids) for e in episodes]
+    assert len(set(lengths)) > 1 and lengths != sorted(lengths)  # arrival order is not length order
+    order = by_length(episodes, range(len(episodes)))
+    assert sorted(order) == list(range(len(episodes))) and [lengths[i] for i in order] == sorted(lengths)
+    batched = trainer._logprobs(trainer.model, episodes)
+    for episode, logprobs in zip(episodes, batched, strict=True):
+        alone = trainer._logprobs(trainer.model, [episode])[0]
+        assert logprobs.shape == (len(episode.token_ids) - 1,)
+        torch.testing.assert_close(logprobs, alone, rtol=1e-4, atol=1e-5)
+    trainer.close()
+
+
 def test_the_envs_share_one_reward_scheme(tiny_root, tmp_path):
     config = make_config(
         tiny_root, tmp_path / "run", env={"id": ENV_ID, "kwargs": {"reward": "lightsearcher"}}

@@ -341,7 +341,9 @@ def test_recall_demonstrations_state_the_recollection_and_never_invent_a_name(ti
     assert trajectory.em == 0.0 and trajectory.num_searches == 0
     for known in (True, False):
         actions, trajectory = run(search=True, known=known)
-        assert actions[0].startswith(f"<think>{recollection if known else 'Recall: unknown.'}</think>\n<search>")
+        assert actions[0].startswith(
+            f"<think>{recollection if known else 'Recall: unknown.'}</think>\n<search>"
+        )
         assert trajectory.num_searches == hops and trajectory.em == 1.0
 
 

@@ -27,7 +27,7 @@ import math
 import re
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -262,17 +262,19 @@ class GRPOTrainer:
         return out
 
     def _logprobs(self, model: Any, episodes: Sequence[Episode]) -> list[torch.Tensor]:
-        """Per-episode token log-probabilities (no gradient), in micro-batches."""
-        out: list[torch.Tensor] = []
+        """Per-episode token log-probabilities (no gradient), in micro-batches of similar length."""
+        out: list[torch.Tensor] = [torch.empty(0)] * len(episodes)
         size = self.config.algo.micro_batch_size
+        order = by_length(episodes, range(len(episodes)))
         with torch.no_grad():
-            for first in range(0, len(episodes), size):
-                chunk = episodes[first : first + size]
+            for first in range(0, len(order), size):
+                chunk = order[first : first + size]
                 ids, attention = pad_batch(
-                    [e.token_ids for e in chunk], self.tokenizer.pad_token_id, self.device
+                    [episodes[i].token_ids for i in chunk], self.tokenizer.pad_token_id, self.device
                 )
                 lp = token_logprobs(model, ids, attention, self.config.rollout.temperature)
-                out.extend(lp[row, : len(e.token_ids) - 1].cpu() for row, e in enumerate(chunk))
+                for row, i in enumerate(chunk):
+                    out[i] = lp[row, : len(episodes[i].token_ids) - 1].cpu()
         return out
 
     def update(self, episodes: Sequence[Episode], advantages: Sequence[float], step: int) -> dict[str, float]:
@@ -298,7 +300,7 @@ class GRPOTrainer:
         for _ in range(algo.ppo_epochs):
             order = rng.permutation(len(episodes)) if algo.mini_batches > 1 else np.arange(len(episodes))
             for chunk in np.array_split(order, algo.mini_batches):
-                part = [int(i) for i in chunk]
+                part = by_length(episodes, (int(i) for i in chunk))  # less padding per micro-batch
                 if not part:
                     continue
                 weights = token_weights([masks[i] for i in part], algo.resolved_loss_agg, norm_length)
@@ -481,3 +483,13 @@ def train(config: TrainConfig, *, progress: bool = True) -> TrainerState:
         return trainer.train()
     finally:
         trainer.close()
+
+
+def by_length(episodes: Sequence[Episode], indices: Iterable[int]) -> list[int]:
+    """``indices`` sorted by their episode's length, so micro-batches pad little.
+
+    The loss weights are set per mini-batch before it is split, so the gradient does not
+    depend on which episodes share a micro-batch; only the padding does (41% of the
+    token positions of the study's update in arrival order).
+    """
+    return sorted(indices, key=lambda i: len(episodes[i].token_ids))

@@ -33,7 +33,7 @@ from ...envs.errors import InvalidArgumentError
 from ..config import ConfigError, TrainConfig
 from ..config_base import to_dict
 
-__all__ = ["load_study", "run_study", "aggregate", "format_results", "plot_frontier", "merge"]
+__all__ = ["load_study", "arm_config", "run_study", "aggregate", "format_results", "plot_frontier", "merge"]
 
 logger = logging.getLogger("searchgym.trainers")
 
@@ -50,6 +50,7 @@ COLUMNS = (
     ("EM unknown", ("splits", "unknown", "em"), 100),
     ("EM 2-hop", ("splits", "2-hop", "em"), 100),
     ("Recall", ("settings", "skills", "forced_recall"), 100),
+    ("Chain recall", ("settings", "skills", "forced_chain"), 100),
     ("Copy", ("settings", "skills", "forced_copy"), 100),
     ("P(search) recalled", ("settings", "skills", "p_search_right"), 100),
     ("P(search) 'unknown'", ("settings", "skills", "p_search_said_unknown"), 100),
@@ -106,7 +107,8 @@ def load_study(path: str | Path) -> dict[str, Any]:
     }
 
 
-def _run_config(study: Mapping[str, Any], arm: str, seed: int) -> TrainConfig:
+def arm_config(study: Mapping[str, Any], arm: str, seed: int) -> TrainConfig:
+    """The run config of ``arm`` and ``seed`` in ``study`` (a :func:`load_study` result)."""
     data = merge(study["base"], study["arms"][arm])
     data["seed"] = seed
     data["output_dir"] = str(Path(study["output_dir"]) / arm / f"seed{seed}")
@@ -179,7 +181,7 @@ def run_study(study: Mapping[str, Any], *, progress: bool = True, collect: bool 
     runs: list[dict[str, Any]] = []
     for seed in study["seeds"]:
         for arm in study["arms"]:
-            config = _run_config(study, arm, seed)
+            config = arm_config(study, arm, seed)
             done, key = Path(config.output_dir) / "eval.json", config_key(config)
             result = _finished(done, key)
             if result is None and collect:
