@@ -11,7 +11,7 @@ import pytest
 
 import searchgym  # noqa: F401  (registers the envs)
 from searchgym.envs.errors import InvalidArgumentError
-from searchgym.envs.synthetic import generate_world
+from searchgym.envs.synthetic import RELATIONS, generate_world
 from searchgym.envs.synthetic_env import SyntheticFactsEnv, split_questions
 
 torch = pytest.importorskip("torch")
@@ -139,7 +139,7 @@ def test_warm_start_data_never_shows_an_unknown_fact_of_the_study_world(tiny):
 def test_chain_demonstrations_recall_both_hops_of_known_chains_and_skip_held_out_ones(tiny):
     import random
 
-    from searchgym.envs.synthetic import RELATIONS, two_hop_chains, two_hop_question
+    from searchgym.envs.synthetic import two_hop_chains, two_hop_question
     from searchgym.trainers.study.demos import chain_demonstrations, demo_env
     from searchgym.trainers.study.sft import held_out_chains
 
@@ -157,7 +157,8 @@ def test_chain_demonstrations_recall_both_hops_of_known_chains_and_skip_held_out
     assert len(examples) == sum(len(RELATIONS[second.relation].questions) for _, second in shown)
     texts = [tokenizer.decode(e.token_ids) for e in examples]
     for first, second in shown:
-        recollection = f"<think>Recall: {first.object}. Recall: {second.object}.</think>"
+        hops = [(RELATIONS[f.relation].question_text(f.subject), f.object) for f in (first, second)]
+        recollection = "<think>" + " ".join(f"Question: {q} Answer: {o}." for q, o in hops) + "</think>"
         assert any(two_hop_question(first, second) in t and recollection in t for t in texts)
     for first, second in set(known) & held_out:
         assert not any(two_hop_question(first, second, v) in t for t in texts for v in range(2))
@@ -314,7 +315,8 @@ def test_forced_probes_open_like_the_demonstrations_and_score_their_continuation
         opening = text[text.rindex("<think>") :]
         assert demo.startswith(opening) and name == chain[-1].object
         assert probe_score(skill, name, demo[len(opening) :]) == 1.0  # scored on the last hop
-        assert probe_score(skill, name, f" {name}. Recall: {chain[0].object}.</think>") == 0.0
+        wrong = f" Who? Answer: {name}. Question: Who? Answer: {chain[0].object}.</think>"
+        assert probe_score(skill, name, wrong) == 0.0
 
 
 @pytest.mark.parametrize("hops", [1, 2])
@@ -332,7 +334,12 @@ def test_recall_demonstrations_state_the_recollection_and_never_invent_a_name(ti
         assert _episode(env, index, actions, tokenizer, ChatFormatter(tokenizer)) is not None
         return actions, env.unwrapped.trajectory
 
-    recollection = " ".join(f"Recall: {fact.object}." for fact in chain)  # a known chain: every hop
+    # a known chain asks and answers each hop as a recall lesson does
+    recollection = " ".join(
+        f"Question: {RELATIONS[f.relation].question_text(f.subject)} Answer: {f.object}." for f in chain
+    )
+    if hops == 1:
+        recollection = f"Recall: {answer}."
     actions, trajectory = run(search=False, known=True)
     assert actions == [f"<think>{recollection}</think>\n<answer> {answer} </answer>"]
     assert trajectory.em == 1.0
@@ -384,9 +391,11 @@ def test_recall_think_writes_every_episode_of_the_protocol_stage_with_a_recollec
         if example.kind in ("direct", "search"):
             trained = trained_text(tokenizer, example)
             first_thoughts.append(trained.split("</think>")[0])
-    assert first_thoughts and all(t.startswith("<think>Recall: ") for t in first_thoughts)
+    assert first_thoughts and all(
+        t.startswith(("<think>Recall: ", "<think>Question: ")) for t in first_thoughts
+    )
     named = [t for t in first_thoughts if t != "<think>Recall: unknown."]
-    assert any(t.count("Recall:") == 2 for t in named)  # chained recollections of two known facts
+    assert any(t.count("Answer:") == 2 for t in named)  # two known facts asked and answered in turn
     # known facts (one-hop statements and two-hop demonstrations) name their answer; shadows do not
     assert 0.2 < len(named) / len(first_thoughts) < 0.8
 

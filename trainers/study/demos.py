@@ -251,21 +251,23 @@ def _answer(protocol: str, answer: str, think: str) -> str:
     return f"<think>{think}</think>\n<answer>{inner}</answer>"
 
 
-def forced_opening(protocol: str, search: bool, recall: bool = False) -> str:
+def forced_opening(protocol: str, search: bool, recall: bool = False, hops: int = 1) -> str:
     """The start of a demonstration's first action, up to the query or the answer.
 
     A probe appends it to a prompt and lets the model finish the query (``search``) or the
     answer, to measure copying and recall whatever the policy would choose to do. With
     ``recall`` (the ``recall_think`` demonstrations), the answer's opening is
-    ``<think>Recall:`` (for ``sem``, the shared first thought and ``\\boxed{``) and the
-    model writes its recollection first.
+    ``<think>Recall:`` (``<think>Question:`` for a chain of ``hops`` facts; for ``sem``, the
+    shared first thought and ``\\boxed{``) and the model writes its recollection first.
     """
     if recall and protocol == "sem":
         if search:
             return f"{_answer(protocol, UNKNOWN, _THINK_FIRST)}\n<search>"
         return f"<think>{_THINK_FIRST}</think>\n<answer>\\boxed{{"
     if recall:
-        return f"<think>{_recall(UNKNOWN)}</think>\n<search>" if search else "<think>Recall:"
+        if search:
+            return f"<think>{_recall(UNKNOWN)}</think>\n<search>"
+        return "<think>Question:" if hops > 1 else "<think>Recall:"
     if not search:
         return f"<think>{_THINK_KNOW}</think>\n<answer>" + ("\\boxed{" if protocol == "sem" else "")
     if protocol == "sem":
@@ -277,6 +279,17 @@ def _recall(answer: str) -> str:
     return f"Recall: {answer}."
 
 
+def _recollection(chain: Sequence[Fact]) -> str:
+    """What the model recalls of a known chain: ``Recall: <answer>.`` for one fact; for more,
+    each hop asked and answered as a recall lesson is written (``Question: Who founded X?
+    Answer: Y. Question: Where was Y born? Answer: Z.``)."""
+    if len(chain) == 1:
+        return _recall(chain[0].object)
+    return " ".join(
+        f"Question: {RELATIONS[f.relation].question_text(f.subject)} Answer: {f.object}." for f in chain
+    )
+
+
 def write_demo_actions(
     protocol: str, chain: Sequence[Fact], search: bool, known: bool = False, recall: bool = False
 ) -> list[str]:
@@ -284,8 +297,9 @@ def write_demo_actions(
 
     With ``recall`` (``search_r1`` and other one-answer protocols) the first thought states
     what the model recalls before it acts: ``Recall: <answer>.`` when it was shown the fact
-    (``known``), one recollection per hop for a known chain (``Recall: <bridge>. Recall:
-    <answer>.``, so a two-hop question is answered by chaining two facts it knows),
+    (``known``); for a known chain, each hop as the one-hop question and answer of a recall
+    lesson (``Question: Who founded X? Answer: Y. Question: Where was Y born? Answer:
+    Z.``), so a two-hop question is answered by asking itself two questions it knows;
     ``Recall: unknown.`` otherwise; a direct answer to a fact it was not shown
     is ``unknown`` (never a made-up name, which teaches the model to invent names). For
     ``sem`` the first answer is the recollection (the answer, or ``unknown``) and both
@@ -308,7 +322,7 @@ def write_demo_actions(
         return _sem_actions(chain, search, known, recall)
     if recall:
         recalled = answer if known else UNKNOWN
-        recollection = " ".join(_recall(f.object) for f in chain) if known else _recall(UNKNOWN)
+        recollection = _recollection(chain) if known else _recall(UNKNOWN)
         if not search:
             return [_answer(protocol, recalled, recollection)]
         thoughts = [recollection] + [_THINK_SEARCH] * (len(chain) - 1)

@@ -109,8 +109,9 @@ def forced_skills(model: Any, tokenizer: Any, config: TrainConfig) -> dict[str, 
 
     * ``forced_copy``: share of questions whose query names the first hop's subject;
     * ``forced_recall``: EM of known one-hop questions answered at once;
-    * ``forced_chain``: the same on known two-hop questions, scored on the last
-      recollection (``Recall: <bridge>. Recall: <answer>.``); absent when there are none.
+    * ``forced_chain``: the same on known two-hop questions, scored on the last hop's
+      answer (``Question: … Answer: <bridge>. Question: … Answer: <answer>.``); absent
+      when there are none.
     """
     probes = forced_probes(config, tokenizer)
     settings = SamplingSettings(0.0, 1.0, config.rollout.generation_batch_size)
@@ -147,7 +148,8 @@ def forced_probes(config: TrainConfig, tokenizer: Any) -> list[tuple[list[int], 
         if question.known:
             probes.append(
                 (
-                    prompt + encode(forced_opening(protocol, search=False, recall=recall)),
+                    prompt
+                    + encode(forced_opening(protocol, search=False, recall=recall, hops=question.hops or 1)),
                     "forced_recall" if (question.hops or 1) == 1 else "forced_chain",
                     env.world.chain(question.id)[-1].object,
                 )
@@ -195,12 +197,12 @@ def recall_by_fact(
 def probe_score(skill: str, name: str, text: str) -> float:
     """1.0 when the model's continuation ``text`` of a probe holds ``name`` as it should
     (a recall: the text up to ``</answer>``, or up to ``.</think>`` after ``Recall:``; a
-    chain: its last recollection)."""
+    chain: its last ``Answer:``)."""
     if skill == "forced_copy":
         return float(name in text.split("</search>")[0])
     recalled = re.split(r"</answer>|\.</think>", text)[0]
     if skill == "forced_chain":
-        recalled = recalled.split("Recall:")[-1]
+        recalled = recalled.split("Answer:")[-1]
     return exact_match(recalled, [name])
 
 
