@@ -409,9 +409,10 @@ class SFTConfig:
         chain_repeats: How often each two-hop chain of two known facts is shown as an
             episode, per phrasing of its question, split over ``protocols`` as
             ``fact_repeats`` is; the held-out questions' chains are never shown. With
-            ``recall_think`` the recollection names both hops (``Recall: <bridge>. Recall:
-            <answer>.``), so a known two-hop question can be answered without a search.
-            0 (default) shows only the world's two-hop training questions, once each.
+            ``recall_think`` the recollection asks and answers each hop as a recall lesson
+            (``Question: Who founded X? Answer: Y. Question: Where was Y born? Answer: Z.``),
+            so a known two-hop question can be answered without a search. 0 (default) shows
+            only the world's two-hop training questions, once each.
         passages: Also show each known fact's passage as plain text, once per episode of
             the first protocol (off by default: measured, it does not help the model answer).
         search_prob: Share of demonstrations that search, whatever the fact's known flag.

@@ -213,7 +213,7 @@ def chain_demonstrations(
     phrasing of the second relation, ``repeats`` times on average (as ``fact_repeats`` in
     :func:`statements`), searching by a coin flip; chains in ``held_out`` (the held-out
     questions') are left out, so a held-out two-hop question is answered by chaining two
-    recollections or not at all. With ``recall`` the recollection names both hops
+    facts or not at all. With ``recall`` the recollection asks and answers each hop
     (:func:`write_demo_actions`).
 
     A world's own two-hop questions cover only some of its chains (world 0: 23 of the 49
