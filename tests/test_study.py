@@ -270,15 +270,16 @@ def test_sft_trains_and_is_cached(tmp_path):
     assert folders == ["read", "sft", "sft"]
 
 
+@pytest.mark.parametrize("chain_repeats", [0.0, 1.0])
 @pytest.mark.parametrize("recall_think", [False, True])
 @pytest.mark.parametrize("protocol", ["search_r1", "sem"])
 def test_forced_probes_open_like_the_demonstrations_and_score_their_continuation(
-    tmp_path, tiny, protocol, recall_think
+    tmp_path, tiny, protocol, recall_think, chain_repeats
 ):
     from searchgym.trainers.study.demos import write_demo_actions
     from searchgym.trainers.study.evaluation import forced_probes, probe_score
 
-    config = _smoke_config(tmp_path, sft={"recall_think": recall_think})
+    config = _smoke_config(tmp_path, sft={"recall_think": recall_think, "chain_repeats": chain_repeats})
     config = config.replace(env={"id": config.env.id, "kwargs": {**config.env.kwargs, "protocol": protocol}})
     tokenizer = tiny[1]
     probes = forced_probes(config, tokenizer)
@@ -310,7 +311,9 @@ def test_forced_probes_open_like_the_demonstrations_and_score_their_continuation
     assert len(chains) == len(known) > 0
     for (ids, skill, name), question in zip(chains, known, strict=True):
         chain = env.world.chain(question.id)
-        demo = write_demo_actions(protocol, chain, search=False, known=True, recall=recall_think)[0]
+        demo = write_demo_actions(
+            protocol, chain, search=False, known=True, recall=recall_think, ask_hops=bool(chain_repeats)
+        )[0]
         text = tokenizer.decode(ids)
         opening = text[text.rindex("<think>") :]
         assert demo.startswith(opening) and name == chain[-1].object
@@ -319,8 +322,9 @@ def test_forced_probes_open_like_the_demonstrations_and_score_their_continuation
         assert probe_score(skill, name, wrong) == 0.0
 
 
+@pytest.mark.parametrize("ask_hops", [False, True])
 @pytest.mark.parametrize("hops", [1, 2])
-def test_recall_demonstrations_state_the_recollection_and_never_invent_a_name(tiny, hops):
+def test_recall_demonstrations_state_the_recollection_and_never_invent_a_name(tiny, hops, ask_hops):
     from searchgym.policies.chat import ChatFormatter
     from searchgym.trainers.study.demos import _episode, write_demo_actions
 
@@ -330,16 +334,15 @@ def test_recall_demonstrations_state_the_recollection_and_never_invent_a_name(ti
     answer, tokenizer = chain[-1].object, tiny[1]
 
     def run(search, known):
-        actions = write_demo_actions("search_r1", chain, search, known=known, recall=True)
+        actions = write_demo_actions("search_r1", chain, search, known=known, recall=True, ask_hops=ask_hops)
         assert _episode(env, index, actions, tokenizer, ChatFormatter(tokenizer)) is not None
         return actions, env.unwrapped.trajectory
 
-    # a known chain asks and answers each hop as a recall lesson does
-    recollection = " ".join(
-        f"Question: {RELATIONS[f.relation].question_text(f.subject)} Answer: {f.object}." for f in chain
-    )
-    if hops == 1:
-        recollection = f"Recall: {answer}."
+    recollection = f"Recall: {answer}."
+    if ask_hops and hops == 2:  # a known chain asks and answers each hop as a recall lesson does
+        recollection = " ".join(
+            f"Question: {RELATIONS[f.relation].question_text(f.subject)} Answer: {f.object}." for f in chain
+        )
     actions, trajectory = run(search=False, known=True)
     assert actions == [f"<think>{recollection}</think>\n<answer> {answer} </answer>"]
     assert trajectory.em == 1.0

@@ -233,7 +233,9 @@ def chain_demonstrations(
                     "id": f"chain-{first.subject}-{second.relation}",
                 }
                 search = rng.random() < search_prob
-                actions = write_demo_actions(protocol, (first, second), search, known=True, recall=recall)
+                actions = write_demo_actions(
+                    protocol, (first, second), search, known=True, recall=recall, ask_hops=True
+                )
                 run_env = _episode_env(env, memory, memory_share, rng)
                 example = _episode(run_env, question, actions, tokenizer, formatter)
                 if example is not None:
@@ -291,16 +293,21 @@ def _recollection(chain: Sequence[Fact]) -> str:
 
 
 def write_demo_actions(
-    protocol: str, chain: Sequence[Fact], search: bool, known: bool = False, recall: bool = False
+    protocol: str,
+    chain: Sequence[Fact],
+    search: bool,
+    known: bool = False,
+    recall: bool = False,
+    ask_hops: bool = False,
 ) -> list[str]:
     """The scripted actions of one demonstration (the answer is the chain's last object).
 
     With ``recall`` (``search_r1`` and other one-answer protocols) the first thought states
     what the model recalls before it acts: ``Recall: <answer>.`` when it was shown the fact
-    (``known``); for a known chain, each hop as the one-hop question and answer of a recall
-    lesson (``Question: Who founded X? Answer: Y. Question: Where was Y born? Answer:
-    Z.``), so a two-hop question is answered by asking itself two questions it knows;
-    ``Recall: unknown.`` otherwise; a direct answer to a fact it was not shown
+    (``known``), and with ``ask_hops`` for a known chain each hop as the one-hop question
+    and answer of a recall lesson (``Question: Who founded X? Answer: Y. Question: Where
+    was Y born? Answer: Z.``), so a two-hop question is answered by asking itself two
+    questions it knows; ``Recall: unknown.`` otherwise; a direct answer to a fact it was not shown
     is ``unknown`` (never a made-up name, which teaches the model to invent names). For
     ``sem`` the first answer is the recollection (the answer, or ``unknown``) and both
     branches open with the same thought, so the choice to search comes after the first
@@ -322,7 +329,7 @@ def write_demo_actions(
         return _sem_actions(chain, search, known, recall)
     if recall:
         recalled = answer if known else UNKNOWN
-        recollection = _recollection(chain) if known else _recall(UNKNOWN)
+        recollection = _recollection(chain) if known and ask_hops else _recall(recalled)
         if not search:
             return [_answer(protocol, recalled, recollection)]
         thoughts = [recollection] + [_THINK_SEARCH] * (len(chain) - 1)
@@ -398,6 +405,7 @@ def demonstrations(
     memory: Any = None,
     memory_share: float = 0.0,
     recall: bool = False,
+    ask_hops: bool = False,
 ) -> Iterator[Example]:
     """One demonstration per question of ``env`` with at least ``min_hops`` hops (only its
     known ones when ``known_only``); a ``memory_share`` of them behind ``memory``'s wrapper.
@@ -413,7 +421,9 @@ def demonstrations(
         chain = env.world.chain(question.id)
         # only the study world's known facts are ever shown to the model
         search = rng.random() < search_prob
-        actions = write_demo_actions(protocol, chain, search, known=known_only, recall=recall)
+        actions = write_demo_actions(
+            protocol, chain, search, known=known_only, recall=recall, ask_hops=ask_hops
+        )
         example = _episode(_episode_env(env, memory, memory_share, rng), index, actions, tokenizer, formatter)
         if example is not None:
             yield example

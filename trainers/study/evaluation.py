@@ -131,7 +131,7 @@ def forced_probes(config: TrainConfig, tokenizer: Any) -> list[tuple[list[int], 
     env = demo_env(int(kwargs.get("world_seed", 0)), kwargs, str(kwargs.get("split", "eval")))
     formatter, protocol = ChatFormatter(tokenizer), env.protocol.name
     recall = config.sft.recall_think
-
+    asks_hops = bool(config.sft.chain_repeats)  # a chain's recollection then opens with its first question
     encode = partial(_encode, tokenizer)
 
     probes = []
@@ -146,10 +146,10 @@ def forced_probes(config: TrainConfig, tokenizer: Any) -> list[tuple[list[int], 
             )
         )
         if question.known:
+            hops = (question.hops or 1) if asks_hops else 1
             probes.append(
                 (
-                    prompt
-                    + encode(forced_opening(protocol, search=False, recall=recall, hops=question.hops or 1)),
+                    prompt + encode(forced_opening(protocol, search=False, recall=recall, hops=hops)),
                     "forced_recall" if (question.hops or 1) == 1 else "forced_chain",
                     env.world.chain(question.id)[-1].object,
                 )

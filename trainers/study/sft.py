@@ -171,6 +171,7 @@ def sft_examples(config: TrainConfig, tokenizer: Any) -> list[Example]:
             memory=memory,
             memory_share=memory_share,
             recall=sft.recall_think,
+            ask_hops=bool(sft.chain_repeats),
         )
         if sft.chain_repeats:
             examples += chain_demonstrations(
