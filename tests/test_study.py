@@ -537,6 +537,7 @@ def test_pipeline_smoke_warm_start_grpo_and_held_out_table(tmp_path, capsys):
         "sr_known_2hop",
         "forced_copy",
         "forced_recall",
+        "forced_chain",
     }
     saved = (tmp_path / "run" / "config.yaml").read_text()
     assert "sft-" in saved  # GRPO started from the warm start
@@ -553,6 +554,15 @@ def test_pipeline_smoke_warm_start_grpo_and_held_out_table(tmp_path, capsys):
     before = sorted(p.relative_to(tmp_path) for p in (tmp_path / "run").rglob("*"))
     again = reeval.reevaluate(tmp_path / "run")
     assert again["repeats_eval_json"] and again["settings"]["skills"] == result["settings"]["skills"]
+    assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "run").rglob("*")) == before
+    # benchmarks/study_searches.py rolls the final policy out on known training questions.
+    spec = importlib.util.spec_from_file_location("study_searches", REPO / "benchmarks" / "study_searches.py")
+    searches = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(searches)
+    counts = searches.count(tmp_path / "run", "train", hops=2, samples=2)
+    env = SyntheticFactsEnv(world_seed=7, world_kwargs=SMALL_WORLD, split="train")
+    known = sum(q.known and q.hops == 2 for q in env.questions)
+    assert known and sum(counts["greedy"].values()) == known and sum(counts["T=1"].values()) == 2 * known
     assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "run").rglob("*")) == before
 
 
