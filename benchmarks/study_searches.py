@@ -19,12 +19,10 @@ from pathlib import Path
 
 def count(run: Path, split: str, hops: int, samples: int) -> dict[str, dict[str, int]]:
     """``{"greedy" | "T=1": {"searched, right": n, ...}}`` for ``run``'s last checkpoint."""
-    from searchgym.policies.chat import ChatFormatter
     from searchgym.trainers.config import load_config
     from searchgym.trainers.grpo.envs import build_reward, env_factory
-    from searchgym.trainers.grpo.generation import SamplingSettings
     from searchgym.trainers.grpo.model import load_model, load_tokenizer_for
-    from searchgym.trainers.grpo.rollout import RolloutCollector
+    from searchgym.trainers.study.evaluation import rollout_collector
 
     checkpoints = sorted((run / "checkpoints").glob("step_*"))
     if not checkpoints:
@@ -39,21 +37,15 @@ def count(run: Path, split: str, hops: int, samples: int) -> dict[str, dict[str,
     model = load_model(config.model, weights, "cpu")
     out = {}
     for name, temperature, repeats in (("greedy", 0.0, 1), ("T=1", 1.0, samples)):
-        collector = RolloutCollector(
-            env_factory(env_config, build_reward(env_config), None, None),
-            model,
-            tokenizer,
-            ChatFormatter(tokenizer),
-            max_new_tokens=config.rollout.max_new_tokens,
-            max_context_tokens=config.rollout.max_context_tokens,
-            sampling=SamplingSettings(temperature, 1.0, config.rollout.generation_batch_size),
-        )
+        make_env = env_factory(env_config, build_reward(env_config), None, None)
+        collector = rollout_collector(make_env, model, tokenizer, config, temperature)
         questions = collector.env(0).unwrapped.questions
         picked = [i for i, q in enumerate(questions) if q.known and (q.hops or 1) == hops]
         cells: collections.Counter[str] = collections.Counter()
         for episode in collector.collect(picked, repeats, seed=config.seed):
             searched = "searched" if episode.info["num_searches"] else "direct"
             cells[f"{searched}, {'right' if episode.info['em'] > 0 else 'wrong'}"] += 1
+        collector.close()
         out[name] = dict(sorted(cells.items()))
     return out
 

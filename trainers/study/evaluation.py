@@ -37,6 +37,7 @@ __all__ = [
     "probe_score",
     "decision_probe",
     "recall_by_fact",
+    "rollout_collector",
 ]
 
 
@@ -137,12 +138,12 @@ def forced_probes(config: TrainConfig, tokenizer: Any) -> list[tuple[list[int], 
     probes = []
     for index, question in enumerate(env.questions):
         obs, _ = env.reset(options={"index": index})
-        prompt, fact = encode(formatter.prompt(obs)), env.world.chain(question.id)[0]
+        prompt, chain = encode(formatter.prompt(obs)), env.world.chain(question.id)
         probes.append(
             (
                 prompt + encode(forced_opening(protocol, search=True, recall=recall)),
                 "forced_copy",
-                fact.subject,
+                chain[0].subject,
             )
         )
         if question.known:
@@ -151,7 +152,7 @@ def forced_probes(config: TrainConfig, tokenizer: Any) -> list[tuple[list[int], 
                 (
                     prompt + encode(forced_opening(protocol, search=False, recall=recall, hops=hops)),
                     "forced_recall" if (question.hops or 1) == 1 else "forced_chain",
-                    env.world.chain(question.id)[-1].object,
+                    chain[-1].object,
                 )
             )
     env.close()
@@ -303,6 +304,22 @@ def _first_choice_probability(model: Any, context: list[int], first: list[int], 
     return float(torch.softmax(torch.tensor(scores, dtype=torch.float64), dim=0)[0])
 
 
+def rollout_collector(
+    make_env: Any, model: Any, tokenizer: Any, config: TrainConfig, temperature: float
+) -> Any:
+    """A :class:`RolloutCollector` of ``model`` on ``make_env``'s envs, with ``config``'s
+    rollout budgets, sampling at ``temperature`` (greedy at 0)."""
+    return RolloutCollector(
+        make_env,
+        model,
+        tokenizer,
+        ChatFormatter(tokenizer),
+        max_new_tokens=config.rollout.max_new_tokens,
+        max_context_tokens=config.rollout.max_context_tokens,
+        sampling=SamplingSettings(temperature, 1.0, config.rollout.generation_batch_size),
+    )
+
+
 def evaluate_model(
     model: Any, tokenizer: Any, config: TrainConfig, *, name: str = "policy", memory: Any = None
 ) -> EvalResult:
@@ -326,15 +343,7 @@ def evaluate_model(
             env.record = False  # evaluation never writes into the store
             return env
 
-    collector = RolloutCollector(
-        make_env,
-        model,
-        tokenizer,
-        ChatFormatter(tokenizer),
-        max_new_tokens=config.rollout.max_new_tokens,
-        max_context_tokens=config.rollout.max_context_tokens,
-        sampling=SamplingSettings(config.eval.temperature, 1.0, config.rollout.generation_batch_size),
-    )
+    collector = rollout_collector(make_env, model, tokenizer, config, config.eval.temperature)
     try:
         probe: Any = collector.env(0).unwrapped
         total = len(probe.questions)

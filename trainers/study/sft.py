@@ -142,6 +142,7 @@ def sft_examples(config: TrainConfig, tokenizer: Any) -> list[Example]:
         else None
         for p in protocols
     }
+    held_out = held_out_chains(world_seed, env_kwargs) if sft.chain_repeats else set()
     examples: list[Example] = []
     for protocol in protocols:
         memory, memory_share = memories[protocol], sft.memory_share
@@ -180,7 +181,7 @@ def sft_examples(config: TrainConfig, tokenizer: Any) -> list[Example]:
                 sft.chain_repeats / len(protocols),
                 sft.search_prob,
                 rng,
-                held_out_chains(world_seed, protocol_kwargs(protocol)),
+                held_out,
                 memory=memory,
                 memory_share=memory_share,
                 recall=sft.recall_think,
