@@ -510,6 +510,11 @@ class SFTConfig:
         _finite("lr", self.lr, low=0.0)
         _positive_int("batch_size", self.batch_size)
 
+    @property
+    def asks_hops(self) -> bool:
+        """Whether a known chain's recollection asks each hop (``chain_repeats`` > 0)."""
+        return self.chain_repeats > 0
+
 
 @dataclass
 class EvalConfig:

@@ -132,7 +132,7 @@ def forced_probes(config: TrainConfig, tokenizer: Any) -> list[tuple[list[int], 
     env = demo_env(int(kwargs.get("world_seed", 0)), kwargs, str(kwargs.get("split", "eval")))
     formatter, protocol = ChatFormatter(tokenizer), env.protocol.name
     recall = config.sft.recall_think
-    asks_hops = bool(config.sft.chain_repeats)  # a chain's recollection then opens with its first question
+    asks_hops = config.sft.asks_hops  # a chain's recollection then opens with its first question
     encode = partial(_encode, tokenizer)
 
     probes = []

@@ -172,7 +172,7 @@ def sft_examples(config: TrainConfig, tokenizer: Any) -> list[Example]:
             memory=memory,
             memory_share=memory_share,
             recall=sft.recall_think,
-            ask_hops=bool(sft.chain_repeats),
+            ask_hops=sft.asks_hops,
         )
         if sft.chain_repeats:
             examples += chain_demonstrations(
