@@ -503,6 +503,24 @@ def test_replayed_examples_are_learned_during_grpo(tiny_root, tmp_path):
     assert nll[5.0] < 0.7 * nll[0.0]  # measured: 3.6 against 6.7
 
 
+def test_ptx_lines_marked_eos_false_end_without_the_end_token(tiny_root, tmp_path):
+    from searchgym.trainers.grpo.model import load_tokenizer_for, model_source
+    from searchgym.trainers.grpo.ptx import load_ptx_examples, write_ptx_examples
+
+    model = make_config(tiny_root, tmp_path / "t").model
+    tokenizer = load_tokenizer_for(model, model_source(model))
+    pair = [("Question: Where was Ada Quill born?", "<think>Recall: Lindmark.</think>")]
+    with_end, without = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    write_ptx_examples(with_end, pair)
+    write_ptx_examples(without, pair, eos=False)
+    (ended,), (open_,) = load_ptx_examples(with_end, tokenizer), load_ptx_examples(without, tokenizer)
+    assert ended.token_ids == open_.token_ids + (tokenizer.eos_token_id,)
+    assert ended.prompt_len == open_.prompt_len
+    without.write_text('{"prompt": "Q", "completion": " A", "eos": "no"}\n', encoding="utf-8")
+    with pytest.raises(DataFileError, match="boolean 'eos'"):
+        load_ptx_examples(without, tokenizer)
+
+
 def test_bad_ptx_data_is_named(tiny_root, tmp_path):
     from searchgym.trainers.grpo.model import load_tokenizer_for, model_source
     from searchgym.trainers.grpo.ptx import load_ptx_examples

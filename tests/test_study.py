@@ -563,6 +563,27 @@ def test_pipeline_smoke_warm_start_grpo_and_held_out_table(tmp_path, capsys):
     env = SyntheticFactsEnv(world_seed=7, world_kwargs=SMALL_WORLD, split="train")
     known = sum(q.known and q.hops == 2 for q in env.questions)
     assert known and sum(counts["greedy"].values()) == known and sum(counts["T=1"].values()) == 2 * known
+    # benchmarks/study_recall_spread.py: per-fact recall of the final policy and of its warm start.
+    spec = importlib.util.spec_from_file_location("spread", REPO / "benchmarks" / "study_recall_spread.py")
+    spread = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(spread)
+    env = SyntheticFactsEnv(world_seed=7, world_kwargs=SMALL_WORLD, split="eval")
+    known_eval = [q for q in env.questions if q.known]
+    one_hop = [q for q in known_eval if q.hops == 1]
+    facts = {env.world.chain(q.id)[0] for q in one_hop}
+    for warm in (False, True):
+        rows = spread.spread(
+            tmp_path / "run",
+            warm_start=warm,
+            split="eval",
+            samples=2,
+            temperatures=[0.0, 1.0],
+            thresholds=[0.5],
+        )
+        assert [(r["T"], r["facts"]) for r in rows] == [(0.0, len(facts)), (1.0, len(facts))]
+        for row in rows:
+            assert 0.0 <= row["skippable >= 0.5"] <= len(one_hop) / len(known_eval)
+            assert (row["facts >= 0.5"] == 0.0) == (row["skippable >= 0.5"] == 0.0)
     assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "run").rglob("*")) == before
 
 

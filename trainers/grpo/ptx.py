@@ -8,7 +8,9 @@ what it knew while the reward moves its behaviour::
 
 averaged over the completion tokens of ``ptx_batch_size`` examples drawn for each optimizer
 step. The examples are a JSON-lines file, one ``{"prompt": ..., "completion": ...}``
-object per line; only the completion (and an end token) is trained.
+object per line; only the completion (and an end token) is trained. ``"eos": false`` on a
+line trains its completion without the end token, for the first part of an action (a
+thought the model goes on from).
 """
 
 from __future__ import annotations
@@ -37,9 +39,13 @@ class PtxExample:
     prompt_len: int
 
 
-def write_ptx_examples(path: str | os.PathLike[str], pairs: Iterable[tuple[str, str]]) -> int:
-    """Write ``(prompt, completion)`` pairs as a ptx JSON-lines file (atomically); returns the count."""
-    lines = [json.dumps({"prompt": p, "completion": c}) for p, c in pairs]
+def write_ptx_examples(
+    path: str | os.PathLike[str], pairs: Iterable[tuple[str, str]], *, eos: bool = True
+) -> int:
+    """Write ``(prompt, completion)`` pairs as a ptx JSON-lines file (atomically); returns the
+    count. ``eos=False`` marks every line to be trained without the end token."""
+    extra = {} if eos else {"eos": False}
+    lines = [json.dumps({"prompt": p, "completion": c, **extra}) for p, c in pairs]
     write_atomically(path, ("\n".join(lines) + "\n").encode("utf-8"))
     return len(lines)
 
@@ -65,14 +71,16 @@ def load_ptx_examples(path: str | os.PathLike[str], tokenizer: Any) -> list[PtxE
         except ValueError:
             record = None
         ok = isinstance(record, dict) and isinstance(record.get("prompt"), str)
+        ok = ok and isinstance(record.get("eos", True), bool)
         if not ok or not isinstance(record.get("completion"), str) or not record["completion"]:
             raise DataFileError(
-                f"{os.fspath(path)}, line {number}: expected a JSON object with a string 'prompt' and a "
-                f"non-empty string 'completion', got {line[:120]!r}."
+                f"{os.fspath(path)}, line {number}: expected a JSON object with a string 'prompt', a "
+                f"non-empty string 'completion' and optionally a boolean 'eos', got {line[:120]!r}."
             )
         head = tokenizer(record["prompt"], add_special_tokens=False)["input_ids"]
         tail = tokenizer(record["completion"], add_special_tokens=False)["input_ids"]
-        examples.append(PtxExample(tuple(head + tail + [tokenizer.eos_token_id]), len(head)))
+        end = [tokenizer.eos_token_id] if record.get("eos", True) else []
+        examples.append(PtxExample(tuple(head + tail + end), len(head)))
     if not examples:
         raise DataFileError(f"the ptx data {os.fspath(path)!r} holds no examples.")
     return examples

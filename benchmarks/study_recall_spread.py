@@ -1,0 +1,116 @@
+"""How many known facts a study model recalls reliably enough that skipping their search pays.
+
+For each run folder (``{output_dir}/{arm}/seed{S}`` of ``searchgym study``), samples
+``--samples`` direct answers per known one-hop question of ``--split`` at each
+``--temperatures`` (0 = greedy, once) with
+:func:`searchgym.trainers.study.evaluation.recall_by_fact`, from the run's last checkpoint,
+or with ``--warm-start`` from the warm start it began with. Prints, per temperature, the
+mean share of right answers per fact and the share of facts whose rate reaches each
+``--thresholds``; ``skippable`` is the share of the split's *known* questions (two-hop
+ones included) that are one-hop questions about such facts: the cut in known-question
+searches a policy would make if it skipped exactly the searches that pay. A direct answer
+pays against a search that finds the answer 80% of the time when the fact's rate exceeds
+0.59 under LightSearcher (a needless search earns 0.74) and 0.8 under F1::
+
+    python benchmarks/study_recall_spread.py runs/study/lightsearcher_no_memory/seed2 [--warm-start]
+        [--split eval] [--samples 16] [--temperatures 0 0.7 1] [--thresholds 0.59 0.8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+from typing import Any
+
+
+def spread(
+    run: Path,
+    *,
+    warm_start: bool,
+    split: str,
+    samples: int,
+    temperatures: list[float],
+    thresholds: list[float],
+) -> list[dict[str, Any]]:
+    """One row per temperature: the mean rate, and per threshold the share of facts and
+    the share of known questions that are skippable."""
+    from searchgym.trainers.config import load_config
+    from searchgym.trainers.grpo.model import load_model, load_tokenizer_for
+    from searchgym.trainers.study.demos import demo_env
+    from searchgym.trainers.study.evaluation import recall_by_fact
+
+    config = load_config(run / "config.yaml")
+    if warm_start:
+        if config.model.path is None:
+            raise SystemExit(f"{run} did not start from a warm start (its model.path is empty)")
+        weights = Path(config.model.path)
+    else:
+        checkpoints = sorted((run / "checkpoints").glob("step_*"))
+        if not checkpoints:
+            raise SystemExit(f"{run} holds no checkpoint")
+        weights = checkpoints[-1] / "model"
+    config = config.replace(model={**vars(config.model), "path": str(weights), "tiny": None})
+    env = demo_env(int(config.env.kwargs.get("world_seed", 0)), config.env.kwargs, split)
+    known = [q for q in env.questions if q.known]
+    one_hop = [env.world.chain(q.id)[0] for q in known if (q.hops or 1) == 1]
+    env.close()
+    tokenizer = load_tokenizer_for(config.model, weights)
+    model = load_model(config.model, weights, "cpu")
+    rows = []
+    for temperature in temperatures:
+        rates = recall_by_fact(
+            model,
+            tokenizer,
+            config,
+            split=split,
+            samples=samples if temperature > 0 else 1,
+            temperature=temperature,
+        )
+        row: dict[str, Any] = {
+            "T": temperature,
+            "facts": len(rates),
+            "mean": sum(rates.values()) / len(rates),
+        }
+        for threshold in thresholds:
+            row[f"facts >= {threshold:g}"] = sum(r >= threshold for r in rates.values()) / len(rates)
+            row[f"skippable >= {threshold:g}"] = sum(rates[f] >= threshold for f in one_hop) / len(known)
+        rows.append(row)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("runs", nargs="+", type=Path, help="run folders of searchgym study")
+    parser.add_argument(
+        "--warm-start", action="store_true", help="probe the warm start, not the last checkpoint"
+    )
+    parser.add_argument("--split", default="eval", help="train or eval (default: %(default)s)")
+    parser.add_argument("--samples", type=int, default=16, help="answers per question when T > 0")
+    parser.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 0.7, 1.0])
+    parser.add_argument("--thresholds", type=float, nargs="+", default=[0.59, 0.8])
+    args = parser.parse_args()
+    logging.disable(logging.INFO)
+    for run in args.runs:
+        rows = spread(
+            run,
+            warm_start=args.warm_start,
+            split=args.split,
+            samples=args.samples,
+            temperatures=args.temperatures,
+            thresholds=args.thresholds,
+        )
+        names = list(rows[0])
+        print(f"{run} ({'warm start' if args.warm_start else 'last checkpoint'}, {args.split} split)")
+        print("| " + " | ".join(names) + " |")
+        print("|" + "---|" * len(names))
+        for row in rows:
+            print(
+                "| " + " | ".join(f"{v:.2f}" if isinstance(v, float) else str(v) for v in row.values()) + " |"
+            )
+
+
+if __name__ == "__main__":
+    main()
