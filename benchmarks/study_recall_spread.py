@@ -40,6 +40,8 @@ def spread(
     from searchgym.trainers.study.demos import demo_env
     from searchgym.trainers.study.evaluation import recall_by_fact
 
+    if not (run / "config.yaml").is_file():
+        raise SystemExit(f"{run} is not a run folder: it holds no config.yaml")
     config = load_config(run / "config.yaml")
     if warm_start:
         if config.model.path is None:
@@ -55,6 +57,8 @@ def spread(
     known = [q for q in env.questions if q.known]
     one_hop = [env.world.chain(q.id)[0] for q in known if (q.hops or 1) == 1]
     env.close()
+    if not one_hop:
+        raise SystemExit(f"the {split} split of {run} holds no known one-hop question")
     tokenizer = load_tokenizer_for(config.model, weights)
     model = load_model(config.model, weights, "cpu")
     rows = []
@@ -87,7 +91,9 @@ def main() -> None:
     parser.add_argument(
         "--warm-start", action="store_true", help="probe the warm start, not the last checkpoint"
     )
-    parser.add_argument("--split", default="eval", help="train or eval (default: %(default)s)")
+    parser.add_argument(
+        "--split", default="eval", choices=["train", "eval", "all"], help="default: %(default)s"
+    )
     parser.add_argument("--samples", type=int, default=16, help="answers per question when T > 0")
     parser.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 0.7, 1.0])
     parser.add_argument("--thresholds", type=float, nargs="+", default=[0.59, 0.8])

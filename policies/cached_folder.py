@@ -4,8 +4,8 @@ A build writes into a temporary folder beside the target, marks it done, and ren
 into place, so a folder with its done-file is always complete. A build holds a lock file
 beside the target (``.<name>.lock``, on POSIX; left in place, since deleting it would race
 a process waiting on it), so a second process that needs the same folder waits for it
-instead of building it again, and staging folders left by a build
-that was killed (a signal skips the clean-up) are removed before the next one starts.
+instead of building it again, and staging folders left by a build that was killed (a
+signal skips the clean-up) are removed before the next one starts.
 """
 
 from __future__ import annotations
