@@ -1,7 +1,7 @@
-"""Helpers shared by the retrieval benchmark scripts (imported as ``_common`` when they run).
+"""Helpers shared by the benchmark scripts (imported as ``_common`` when they run).
 
-Gold-passage recall over the shared question sets, per-query latency medians, and the JSON
-report every script writes with ``--out``.
+Gold-passage recall over the shared question sets, per-query latency medians, the JSON
+report every script writes with ``--out``, and the policy of a finished study run.
 """
 
 from __future__ import annotations
@@ -17,11 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # searchgym is imported where it is used, so a child process pays only for what it needs
     from searchgym.envs.retrieval import Retriever
+    from searchgym.trainers.config import TrainConfig
 
 __all__ = [
     "REPO",
     "SHARED_DATA",
     "median_ms_per_query",
+    "run_policy",
     "search_latency_ms",
     "support_shares",
     "supported_records",
@@ -87,3 +89,27 @@ def write_report(path: Path | None, report: dict[str, Any]) -> None:
         "cpus": os.cpu_count(),
     }
     path.write_text(json.dumps({**report, **machine}, indent=2) + "\n", encoding="utf-8")
+
+
+def run_policy(run: Path, *, warm_start: bool = False) -> tuple[TrainConfig, Any, Any]:
+    """A finished study run's config (its ``model.path`` set to the weights loaded), tokenizer
+    and model: its last complete checkpoint, or with ``warm_start`` the warm start it began
+    from. Exits with a message when ``run`` is not a run folder or has no such weights."""
+    from searchgym.trainers.config import load_config
+    from searchgym.trainers.grpo.checkpoint import latest_checkpoint
+    from searchgym.trainers.grpo.model import load_model, load_tokenizer_for
+
+    if not (run / "config.yaml").is_file():
+        raise SystemExit(f"{run} is not a run folder: it holds no config.yaml")
+    config = load_config(run / "config.yaml")
+    if warm_start:
+        if config.model.path is None:
+            raise SystemExit(f"{run} did not start from a warm start (its model.path is empty)")
+        weights = Path(config.model.path)
+    else:
+        checkpoint = latest_checkpoint(run)
+        if checkpoint is None:
+            raise SystemExit(f"{run} holds no checkpoint")
+        weights = checkpoint / "model"
+    config = config.replace(model={**vars(config.model), "path": str(weights), "tiny": None})
+    return config, load_tokenizer_for(config.model, weights), load_model(config.model, weights, "cpu")

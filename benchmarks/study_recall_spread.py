@@ -20,8 +20,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import run_policy  # noqa: E402
 
 
 def spread(
@@ -35,32 +39,16 @@ def spread(
 ) -> list[dict[str, Any]]:
     """One row per temperature: the mean rate, and per threshold the share of facts and
     the share of known questions that are skippable."""
-    from searchgym.trainers.config import load_config
-    from searchgym.trainers.grpo.model import load_model, load_tokenizer_for
     from searchgym.trainers.study.demos import demo_env
     from searchgym.trainers.study.evaluation import recall_by_fact
 
-    if not (run / "config.yaml").is_file():
-        raise SystemExit(f"{run} is not a run folder: it holds no config.yaml")
-    config = load_config(run / "config.yaml")
-    if warm_start:
-        if config.model.path is None:
-            raise SystemExit(f"{run} did not start from a warm start (its model.path is empty)")
-        weights = Path(config.model.path)
-    else:
-        checkpoints = sorted((run / "checkpoints").glob("step_*"))
-        if not checkpoints:
-            raise SystemExit(f"{run} holds no checkpoint")
-        weights = checkpoints[-1] / "model"
-    config = config.replace(model={**vars(config.model), "path": str(weights), "tiny": None})
+    config, tokenizer, model = run_policy(run, warm_start=warm_start)
     env = demo_env(int(config.env.kwargs.get("world_seed", 0)), config.env.kwargs, split)
     known = [q for q in env.questions if q.known]
     one_hop = [env.world.chain(q.id)[0] for q in known if (q.hops or 1) == 1]
     env.close()
     if not one_hop:
         raise SystemExit(f"the {split} split of {run} holds no known one-hop question")
-    tokenizer = load_tokenizer_for(config.model, weights)
-    model = load_model(config.model, weights, "cpu")
     rows = []
     for temperature in temperatures:
         rates = recall_by_fact(

@@ -14,27 +14,22 @@ from __future__ import annotations
 import argparse
 import collections
 import logging
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import run_policy  # noqa: E402
 
 
 def count(run: Path, split: str, hops: int, samples: int) -> dict[str, dict[str, int]]:
     """``{"greedy" | "T=1": {"searched, right": n, ...}}`` for ``run``'s last checkpoint."""
-    from searchgym.trainers.config import load_config
     from searchgym.trainers.grpo.envs import build_reward, env_factory
-    from searchgym.trainers.grpo.model import load_model, load_tokenizer_for
     from searchgym.trainers.study.evaluation import rollout_collector
 
-    checkpoints = sorted((run / "checkpoints").glob("step_*"))
-    if not checkpoints:
-        raise SystemExit(f"{run} holds no checkpoint")
-    weights = checkpoints[-1] / "model"
-    config = load_config(run / "config.yaml")
-    config = config.replace(model={**vars(config.model), "path": str(weights), "tiny": None})
+    config, tokenizer, model = run_policy(run)
     env_config = config.replace(
         env={"id": config.env.id, "kwargs": {**config.env.kwargs, "split": split}}
     ).env
-    tokenizer = load_tokenizer_for(config.model, weights)
-    model = load_model(config.model, weights, "cpu")
     out = {}
     for name, temperature, repeats in (("greedy", 0.0, 1), ("T=1", 1.0, samples)):
         make_env = env_factory(env_config, build_reward(env_config), None, None)
