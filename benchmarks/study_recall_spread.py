@@ -10,10 +10,12 @@ mean share of right answers per fact and the share of facts whose rate reaches e
 ones included) that are one-hop questions about such facts: the cut in known-question
 searches a policy would make if it skipped exactly the searches that pay. A direct answer
 pays against a search that finds the answer 80% of the time when the fact's rate exceeds
-0.59 under LightSearcher (a needless search earns 0.74) and 0.8 under F1::
+0.59 under LightSearcher (a needless search earns 0.74) and 0.8 under F1. With ``--plain``
+each question is asked as a recall lesson asks it (``Question: <q> Answer:``, no prompt):
+how well the facts are stored, whatever the protocol's format::
 
     python benchmarks/study_recall_spread.py runs/study/lightsearcher_no_memory/seed2 [--warm-start]
-        [--split eval] [--samples 16] [--temperatures 0 0.7 1] [--thresholds 0.59 0.8]
+        [--split eval] [--samples 16] [--temperatures 0 0.7 1] [--thresholds 0.59 0.8] [--plain]
 """
 
 from __future__ import annotations
@@ -36,11 +38,14 @@ def spread(
     samples: int,
     temperatures: list[float],
     thresholds: list[float],
+    plain: bool = False,
 ) -> list[dict[str, Any]]:
     """One row per temperature: the mean rate, and per threshold the share of facts and
     the share of known questions that are skippable."""
     from searchgym.trainers.study.demos import demo_env
     from searchgym.trainers.study.evaluation import recall_by_fact
+
+    measure = plain_recall_by_fact if plain else recall_by_fact
 
     config, tokenizer, model = run_policy(run, warm_start=warm_start)
     env = demo_env(int(config.env.kwargs.get("world_seed", 0)), config.env.kwargs, split)
@@ -51,7 +56,7 @@ def spread(
         raise SystemExit(f"the {split} split of {run} holds no known one-hop question")
     rows = []
     for temperature in temperatures:
-        rates = recall_by_fact(
+        rates = measure(
             model,
             tokenizer,
             config,
@@ -71,6 +76,31 @@ def spread(
     return rows
 
 
+def plain_recall_by_fact(
+    model: Any, tokenizer: Any, config: Any, *, split: str, samples: int, temperature: float
+) -> dict[Any, float]:
+    """As :func:`~searchgym.trainers.study.evaluation.recall_by_fact`, each known one-hop
+    question of ``split`` asked in a recall lesson's words, without the prompt."""
+    from searchgym.envs.metrics import exact_match
+    from searchgym.trainers.grpo.generation import SamplingSettings, sample_actions
+    from searchgym.trainers.study.demos import demo_env
+
+    env = demo_env(int(config.env.kwargs.get("world_seed", 0)), config.env.kwargs, split)
+    contexts, facts = [], []
+    for question in env.questions:
+        if question.known and (question.hops or 1) == 1:
+            text = f"Question: {question.question} Answer:"
+            contexts += [tokenizer(text, add_special_tokens=False)["input_ids"]] * samples
+            facts += [env.world.chain(question.id)[0]] * samples
+    env.close()
+    settings = SamplingSettings(temperature, 1.0, config.rollout.generation_batch_size)
+    actions = sample_actions(model, tokenizer, contexts, [24] * len(contexts), ["\n"], settings)
+    scores: dict[Any, list[float]] = {}
+    for fact, action in zip(facts, actions, strict=True):
+        scores.setdefault(fact, []).append(exact_match(action.text.split("Question:")[0], [fact.object]))
+    return {fact: sum(v) / len(v) for fact, v in scores.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -85,6 +115,9 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=16, help="answers per question when T > 0")
     parser.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 0.7, 1.0])
     parser.add_argument("--thresholds", type=float, nargs="+", default=[0.59, 0.8])
+    parser.add_argument(
+        "--plain", action="store_true", help="ask as the recall lessons do, without the prompt"
+    )
     args = parser.parse_args()
     logging.disable(logging.INFO)
     for run in args.runs:
@@ -95,9 +128,11 @@ def main() -> None:
             samples=args.samples,
             temperatures=args.temperatures,
             thresholds=args.thresholds,
+            plain=args.plain,
         )
         names = list(rows[0])
-        print(f"{run} ({'warm start' if args.warm_start else 'last checkpoint'}, {args.split} split)")
+        form = "recall lessons' words" if args.plain else "protocol's format"
+        print(f"{run} ({'warm start' if args.warm_start else 'last checkpoint'}, {args.split} split, {form})")
         print("| " + " | ".join(names) + " |")
         print("|" + "---|" * len(names))
         for row in rows:

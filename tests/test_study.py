@@ -271,15 +271,25 @@ def test_sft_trains_and_is_cached(tmp_path):
 
 
 @pytest.mark.parametrize("chain_repeats", [0.0, 1.0])
-@pytest.mark.parametrize("recall_think", [False, True])
+@pytest.mark.parametrize("recall_form", [None, "recall", "question"])
 @pytest.mark.parametrize("protocol", ["search_r1", "sem"])
 def test_forced_probes_open_like_the_demonstrations_and_score_their_continuation(
-    tmp_path, tiny, protocol, recall_think, chain_repeats
+    tmp_path, tiny, protocol, recall_form, chain_repeats
 ):
     from searchgym.trainers.study.demos import write_demo_actions
     from searchgym.trainers.study.evaluation import forced_probes, probe_score
 
-    config = _smoke_config(tmp_path, sft={"recall_think": recall_think, "chain_repeats": chain_repeats})
+    recall_think = recall_form is not None
+    sft = {
+        "recall_think": recall_think,
+        "chain_repeats": chain_repeats,
+        "recall_form": recall_form or "recall",
+    }
+    config = _smoke_config(tmp_path, sft=sft)
+
+    def asked(question):
+        return question.question if recall_form == "question" else None
+
     config = config.replace(env={"id": config.env.id, "kwargs": {**config.env.kwargs, "protocol": protocol}})
     tokenizer = tiny[1]
     probes = forced_probes(config, tokenizer)
@@ -290,7 +300,9 @@ def test_forced_probes_open_like_the_demonstrations_and_score_their_continuation
     assert len(recall) == sum(q.known and q.hops == 1 for q in env.questions) > 0
     for (ids, skill, name), question in zip(copy, env.questions, strict=True):
         fact = env.world.chain(question.id)[0]
-        demo = write_demo_actions(protocol, [fact], search=True, recall=recall_think)[0]
+        demo = write_demo_actions(
+            protocol, [fact], search=True, recall=recall_think, question=asked(question)
+        )[0]
         text = tokenizer.decode(ids)
         opening = text[text.rindex("<think>") :]
         assert demo.startswith(opening) and question.question in text and name == fact.subject
@@ -300,7 +312,12 @@ def test_forced_probes_open_like_the_demonstrations_and_score_their_continuation
     for (ids, skill, name), question in zip(recall, known, strict=True):
         text = tokenizer.decode(ids)
         demo = write_demo_actions(
-            protocol, env.world.chain(question.id), search=False, known=True, recall=recall_think
+            protocol,
+            env.world.chain(question.id),
+            search=False,
+            known=True,
+            recall=recall_think,
+            question=asked(question),
         )[0]
         opening = text[text.rindex("<think>") :]
         assert demo.startswith(opening)
@@ -312,7 +329,13 @@ def test_forced_probes_open_like_the_demonstrations_and_score_their_continuation
     for (ids, skill, name), question in zip(chains, known, strict=True):
         chain = env.world.chain(question.id)
         demo = write_demo_actions(
-            protocol, chain, search=False, known=True, recall=recall_think, ask_hops=bool(chain_repeats)
+            protocol,
+            chain,
+            search=False,
+            known=True,
+            recall=recall_think,
+            ask_hops=bool(chain_repeats),
+            question=asked(question),
         )[0]
         text = tokenizer.decode(ids)
         opening = text[text.rindex("<think>") :]
@@ -355,6 +378,33 @@ def test_recall_demonstrations_state_the_recollection_and_never_invent_a_name(ti
             f"<think>{recollection if known else 'Recall: unknown.'}</think>\n<search>"
         )
         assert trajectory.num_searches == hops and trajectory.em == 1.0
+
+
+@pytest.mark.parametrize("hops", [1, 2])
+def test_question_form_recollections_restate_the_question_in_a_recall_lessons_words(tiny, hops):
+    from searchgym.policies.chat import ChatFormatter
+    from searchgym.trainers.study.demos import _episode, forced_opening, recall_pairs, write_demo_actions
+
+    env = SyntheticFactsEnv(world_seed=3, world_kwargs=SMALL_WORLD, max_turns=3, instructions=BRIEF)
+    index = next(i for i, q in enumerate(env.questions) if q.hops == hops and q.known)
+    question, chain, tokenizer = env.questions[index], env.world.chain(env.questions[index].id), tiny[1]
+    lessons = dict(recall_pairs(env.world))
+    for known in (True, False):
+        recalled = chain[-1].object if known else "unknown"
+        for search in (True, False):
+            actions = write_demo_actions(
+                "search_r1", chain, search, known=known, recall=True, question=question.question
+            )
+            thought = f"<think>Question: {question.question} Answer: {recalled}.</think>\n"
+            assert actions[0].startswith(thought)
+            assert _episode(env, index, actions, tokenizer, ChatFormatter(tokenizer)) is not None
+            assert env.unwrapped.trajectory.num_searches == (hops if search else 0)
+            if not (known and search):  # the probes open as the demonstrations do
+                opening = forced_opening("search_r1", search, recall=True, question=question.question)
+                assert actions[0].startswith(opening)
+    if hops == 1:  # a known fact's recollection is the recall lesson of its question, word for word
+        context = f"Question: {question.question} Answer:"
+        assert lessons[context] == f" {chain[0].object}"
 
 
 @pytest.mark.parametrize("hops", [1, 2])
@@ -401,6 +451,24 @@ def test_recall_think_writes_every_episode_of_the_protocol_stage_with_a_recollec
     assert any(t.count("Answer:") == 2 for t in named)  # two known facts asked and answered in turn
     # known facts (one-hop statements and two-hop demonstrations) name their answer; shadows do not
     assert 0.2 < len(named) / len(first_thoughts) < 0.8
+
+
+def test_question_form_writes_every_recollection_of_the_protocol_stage_about_its_own_question(tmp_path, tiny):
+    import re
+
+    from searchgym.trainers.study.sft import sft_examples
+
+    tokenizer = tiny[1]
+    sft = {"enabled": True, "shadow_worlds": 2, "recall_think": True, "recall_form": "question"}
+    answers = []
+    for example in sft_examples(_smoke_config(tmp_path, sft=sft), tokenizer):
+        if example.kind in ("direct", "search"):
+            prompt = tokenizer.decode(example.token_ids).split("<think>")[0]
+            thought = trained_text(tokenizer, example).split("</think>")[0]
+            asked, answer = re.fullmatch(r"<think>Question: (.+) Answer: (.+)", thought).groups()
+            assert f"Question: {asked}<|im_end|>" in prompt  # the question of its own prompt
+            answers.append(answer)
+    assert answers and 0.2 < sum(a != "unknown." for a in answers) / len(answers) < 0.8
 
 
 def test_recall_lessons_repeat_every_phrasing_of_known_facts_only(tiny):
@@ -571,7 +639,7 @@ def test_pipeline_smoke_warm_start_grpo_and_held_out_table(tmp_path, capsys):
     known_eval = [q for q in env.questions if q.known]
     one_hop = [q for q in known_eval if q.hops == 1]
     facts = {env.world.chain(q.id)[0] for q in one_hop}
-    for warm in (False, True):
+    for warm, plain in ((False, False), (True, False), (True, True)):
         rows = spread.spread(
             tmp_path / "run",
             warm_start=warm,
@@ -579,6 +647,7 @@ def test_pipeline_smoke_warm_start_grpo_and_held_out_table(tmp_path, capsys):
             samples=2,
             temperatures=[0.0, 1.0],
             thresholds=[0.5],
+            plain=plain,
         )
         assert [(r["T"], r["facts"]) for r in rows] == [(0.0, len(facts)), (1.0, len(facts))]
         for row in rows:
@@ -614,6 +683,8 @@ def test_greedy_sampling_is_deterministic(tiny):
         ("sft", {"replay_worlds": -1}, "replay_worlds"),
         ("sft", {"memory_share": 2}, "memory_share"),
         ("sft", {"recall_think": "yes"}, "recall_think"),
+        ("sft", {"recall_think": True, "recall_form": "lesson"}, "recall_form"),
+        ("sft", {"recall_form": "question"}, "recall_form"),  # needs recall_think
         ("sft", {"protocols": []}, "protocols"),
         ("sft", {"epochs": 0}, "epochs"),
         ("sft", {"recall_target": 1.5}, "recall_target"),

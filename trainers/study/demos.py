@@ -168,10 +168,12 @@ def statements(
     memory: Any = None,
     memory_share: float = 0.0,
     recall: bool = False,
+    ask_question: bool = False,
 ) -> list[Example]:
     """Each known fact as a passage (unless ``passages`` is off) and as one episode per
     phrasing of its question, ``fact_repeats`` times on average; a ``memory_share`` of the
-    episodes behind ``memory``'s wrapper (a :class:`~.memory_demos.ScriptedMemory`)."""
+    episodes behind ``memory``'s wrapper (a :class:`~.memory_demos.ScriptedMemory`).
+    ``recall`` and ``ask_question`` as in :func:`write_demo_actions`."""
     world, formatter = env.world, ChatFormatter(tokenizer)
     protocol = env.protocol.name
     out = []
@@ -190,7 +192,10 @@ def statements(
                     "id": doc.id,
                 }
                 search = rng.random() < search_prob
-                actions = write_demo_actions(protocol, (fact,), search, known=True, recall=recall)
+                asked = question["question"] if ask_question else None
+                actions = write_demo_actions(
+                    protocol, (fact,), search, known=True, recall=recall, question=asked
+                )
                 run_env = _episode_env(env, memory, memory_share, rng)
                 example = _episode(run_env, question, actions, tokenizer, formatter)
                 if example is not None:
@@ -253,13 +258,16 @@ def _answer(protocol: str, answer: str, think: str) -> str:
     return f"<think>{think}</think>\n<answer>{inner}</answer>"
 
 
-def forced_opening(protocol: str, search: bool, recall: bool = False, hops: int = 1) -> str:
+def forced_opening(
+    protocol: str, search: bool, recall: bool = False, hops: int = 1, question: str | None = None
+) -> str:
     """The start of a demonstration's first action, up to the query or the answer.
 
     A probe appends it to a prompt and lets the model finish the query (``search``) or the
     answer, to measure copying and recall whatever the policy would choose to do. With
     ``recall`` (the ``recall_think`` demonstrations), the answer's opening is
-    ``<think>Recall:`` (``<think>Question:`` for a chain of ``hops`` facts; for ``sem``, the
+    ``<think>Recall:`` (``<think>Question:`` for a chain of ``hops`` facts; with ``question``,
+    the recall-lesson form ``<think>Question: <question> Answer:``; for ``sem``, the
     shared first thought and ``\\boxed{``) and the model writes its recollection first.
     """
     if recall and protocol == "sem":
@@ -268,8 +276,10 @@ def forced_opening(protocol: str, search: bool, recall: bool = False, hops: int 
         return f"<think>{_THINK_FIRST}</think>\n<answer>\\boxed{{"
     if recall:
         if search:
-            return f"<think>{_recall(UNKNOWN)}</think>\n<search>"
-        return "<think>Question:" if hops > 1 else "<think>Recall:"
+            return f"<think>{_recall(UNKNOWN, question)}</think>\n<search>"
+        if hops > 1:
+            return "<think>Question:"
+        return "<think>Recall:" if question is None else f"<think>Question: {question} Answer:"
     if not search:
         return f"<think>{_THINK_KNOW}</think>\n<answer>" + ("\\boxed{" if protocol == "sem" else "")
     if protocol == "sem":
@@ -277,8 +287,10 @@ def forced_opening(protocol: str, search: bool, recall: bool = False, hops: int 
     return f"<think>{_THINK_SEARCH}</think>\n<search>"
 
 
-def _recall(answer: str) -> str:
-    return f"Recall: {answer}."
+def _recall(answer: str, question: str | None = None) -> str:
+    """A recollection of one fact: ``Recall: <answer>.``, or with ``question`` in the words
+    of a recall lesson, ``Question: <question> Answer: <answer>.``"""
+    return f"Recall: {answer}." if question is None else f"Question: {question} Answer: {answer}."
 
 
 def _recollection(chain: Sequence[Fact]) -> str:
@@ -299,6 +311,7 @@ def write_demo_actions(
     known: bool = False,
     recall: bool = False,
     ask_hops: bool = False,
+    question: str | None = None,
 ) -> list[str]:
     """The scripted actions of one demonstration (the answer is the chain's last object).
 
@@ -308,7 +321,10 @@ def write_demo_actions(
     and answer of a recall lesson (``Question: Who founded X? Answer: Y. Question: Where
     was Y born? Answer: Z.``), so a two-hop question is answered by asking itself two
     questions it knows; ``Recall: unknown.`` otherwise; a direct answer to a fact it was not shown
-    is ``unknown`` (never a made-up name, which teaches the model to invent names). For
+    is ``unknown`` (never a made-up name, which teaches the model to invent names). With
+    ``question`` (the question as asked; ``sft.recall_form: question``) every recollection
+    but a known chain's restates it as a recall lesson does: ``Question: <question> Answer:
+    <answer or unknown>.`` For
     ``sem`` the first answer is the recollection (the answer, or ``unknown``) and both
     branches open with the same thought, so the choice to search comes after the first
     answer and can read it (without ``recall`` the thought chooses the branch before the
@@ -329,7 +345,7 @@ def write_demo_actions(
         return _sem_actions(chain, search, known, recall)
     if recall:
         recalled = answer if known else UNKNOWN
-        recollection = _recollection(chain) if known and ask_hops else _recall(recalled)
+        recollection = _recollection(chain) if known and ask_hops else _recall(recalled, question)
         if not search:
             return [_answer(protocol, recalled, recollection)]
         thoughts = [recollection] + [_THINK_SEARCH] * (len(chain) - 1)
@@ -406,9 +422,11 @@ def demonstrations(
     memory_share: float = 0.0,
     recall: bool = False,
     ask_hops: bool = False,
+    ask_question: bool = False,
 ) -> Iterator[Example]:
     """One demonstration per question of ``env`` with at least ``min_hops`` hops (only its
     known ones when ``known_only``); a ``memory_share`` of them behind ``memory``'s wrapper.
+    ``recall``, ``ask_hops`` and ``ask_question`` as in :func:`write_demo_actions`.
 
     The env sets the protocol, instructions, retriever and top-k; its world must be the
     one the questions come from.
@@ -422,7 +440,13 @@ def demonstrations(
         # only the study world's known facts are ever shown to the model
         search = rng.random() < search_prob
         actions = write_demo_actions(
-            protocol, chain, search, known=known_only, recall=recall, ask_hops=ask_hops
+            protocol,
+            chain,
+            search,
+            known=known_only,
+            recall=recall,
+            ask_hops=ask_hops,
+            question=question.question if ask_question else None,
         )
         example = _episode(_episode_env(env, memory, memory_share, rng), index, actions, tokenizer, formatter)
         if example is not None:

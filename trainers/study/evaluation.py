@@ -131,7 +131,7 @@ def forced_probes(config: TrainConfig, tokenizer: Any) -> list[tuple[list[int], 
     kwargs = {**config.env.kwargs, **config.eval.env_kwargs}
     env = demo_env(int(kwargs.get("world_seed", 0)), kwargs, str(kwargs.get("split", "eval")))
     formatter, protocol = ChatFormatter(tokenizer), env.protocol.name
-    recall = config.sft.recall_think
+    recall, asks_question = config.sft.recall_think, config.sft.asks_question
     asks_hops = config.sft.asks_hops  # a chain's recollection then opens with its first question
     encode = partial(_encode, tokenizer)
 
@@ -139,18 +139,20 @@ def forced_probes(config: TrainConfig, tokenizer: Any) -> list[tuple[list[int], 
     for index, question in enumerate(env.questions):
         obs, _ = env.reset(options={"index": index})
         prompt, chain = encode(formatter.prompt(obs)), env.world.chain(question.id)
+        asked = question.question if asks_question else None
         probes.append(
             (
-                prompt + encode(forced_opening(protocol, search=True, recall=recall)),
+                prompt + encode(forced_opening(protocol, search=True, recall=recall, question=asked)),
                 "forced_copy",
                 chain[0].subject,
             )
         )
         if question.known:
             hops = (question.hops or 1) if asks_hops else 1
+            opening = forced_opening(protocol, search=False, recall=recall, hops=hops, question=asked)
             probes.append(
                 (
-                    prompt + encode(forced_opening(protocol, search=False, recall=recall, hops=hops)),
+                    prompt + encode(opening),
                     "forced_recall" if (question.hops or 1) == 1 else "forced_chain",
                     chain[-1].object,
                 )
@@ -177,12 +179,14 @@ def recall_by_fact(
     """
     env = demo_env(int(config.env.kwargs.get("world_seed", 0)), config.env.kwargs, split)
     formatter, encode = ChatFormatter(tokenizer), partial(_encode, tokenizer)
-    opening = encode(forced_opening(env.protocol.name, search=False, recall=config.sft.recall_think))
+    recall, asks_question = config.sft.recall_think, config.sft.asks_question
     contexts, facts = [], []
     for index, question in enumerate(env.questions):
         if question.known and (question.hops or 1) == 1:
             obs, _ = env.reset(options={"index": index})
-            contexts += [encode(formatter.prompt(obs)) + opening] * samples
+            asked = question.question if asks_question else None
+            opening = forced_opening(env.protocol.name, search=False, recall=recall, question=asked)
+            contexts += [encode(formatter.prompt(obs)) + encode(opening)] * samples
             facts += [env.world.chain(question.id)[0]] * samples
     env.close()
     settings = SamplingSettings(temperature, 1.0, config.rollout.generation_batch_size)
@@ -240,20 +244,23 @@ def decision_probe(
 
     encode = partial(_encode, tokenizer)
 
-    prompts, questions = [], []
+    prompts, openings, questions = [], [], []
     for index, question in enumerate(env.questions):
         if (question.hops or 1) == 1:
             obs, _ = env.reset(options={"index": index})
+            asked = question.question if config.sft.asks_question else None
             prompts += [encode(formatter.prompt(obs))] * samples
+            openings += [
+                forced_opening(env.protocol.name, search=False, recall=True, question=asked)
+            ] * samples
             questions += [(question.known, env.world.chain(question.id)[0].object)] * samples
     env.close()
     settings = SamplingSettings(temperature, 1.0, config.rollout.generation_batch_size)
-    opening = forced_opening(env.protocol.name, search=False, recall=True)
     stop = "</answer>" if sem else "</think>"
-    contexts = [p + encode(opening) for p in prompts]
+    contexts = [p + encode(o) for p, o in zip(prompts, openings, strict=True)]
     written = sample_actions(model, tokenizer, contexts, [24] * len(prompts), [stop], settings)
     groups: dict[str, list[float]] = {name: [] for name in _PROBE_FIGURES}
-    for prompt, (known, answer), action in zip(prompts, questions, written, strict=True):
+    for prompt, opening, (known, answer), action in zip(prompts, openings, questions, written, strict=True):
         head = opening + action.text.split(stop)[0] + stop
         said = re.split(r"\.</think>|}", action.text)[0].strip()
         search = encode(head + "\n<search>")

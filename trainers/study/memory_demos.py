@@ -35,12 +35,19 @@ class ScriptedMemory:
         rotate_every: Wrapped episodes between two banks.
         recall: Write the episodes as ``recall`` demonstrations
             (:func:`~searchgym.trainers.study.demos.write_demo_actions`).
+        ask_question: Their recollections restate the question (``sft.recall_form: question``).
     """
 
     def __init__(
-        self, env: SyntheticFactsEnv, rng: random.Random, rotate_every: int = 50, recall: bool = False
+        self,
+        env: SyntheticFactsEnv,
+        rng: random.Random,
+        rotate_every: int = 50,
+        recall: bool = False,
+        ask_question: bool = False,
     ):
         self.env, self.rng, self.rotate_every, self.recall = env, rng, rotate_every, recall
+        self.ask_question = ask_question
         self.seed = rng.randrange(2**31)
         self.memory = ExperienceMemory(update_every=1, summarizer="rule", seed=self.seed)
         self._recorder = ExperienceWrapper(env, self.memory, use_experience=False, few_shot=False)
@@ -68,7 +75,10 @@ class ScriptedMemory:
             index = self.rng.randrange(len(env.questions))
             chain = env.world.chain(env.questions[index].id)
             search, right = self.rng.choices([(1, 1), (1, 0), (0, 1), (0, 0)], weights=shares)[0]
-            actions = write_demo_actions(env.protocol.name, chain, bool(search), recall=self.recall)
+            asked = env.questions[index].question if self.ask_question else None
+            actions = write_demo_actions(
+                env.protocol.name, chain, bool(search), recall=self.recall, question=asked
+            )
             if not right:
                 last = chain[-1]
                 others = [

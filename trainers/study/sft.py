@@ -136,7 +136,10 @@ def sft_examples(config: TrainConfig, tokenizer: Any) -> list[Example]:
     memory_seed = shadow_seeds(config.seed, sft.shadow_worlds + 1)[-1]
     memories = {
         p: ScriptedMemory(
-            demo_env(memory_seed, protocol_kwargs(p), split="all"), rng, recall=sft.recall_think
+            demo_env(memory_seed, protocol_kwargs(p), split="all"),
+            rng,
+            recall=sft.recall_think,
+            ask_question=sft.asks_question,
         )
         if sft.memory_share
         else None
@@ -161,6 +164,7 @@ def sft_examples(config: TrainConfig, tokenizer: Any) -> list[Example]:
             memory=memory,
             memory_share=memory_share,
             recall=sft.recall_think,
+            ask_question=sft.asks_question,
         )
         examples += demonstrations(
             study_env,
@@ -173,6 +177,7 @@ def sft_examples(config: TrainConfig, tokenizer: Any) -> list[Example]:
             memory_share=memory_share,
             recall=sft.recall_think,
             ask_hops=sft.asks_hops,
+            ask_question=sft.asks_question,
         )
         if sft.chain_repeats:
             examples += chain_demonstrations(
@@ -199,6 +204,7 @@ def sft_examples(config: TrainConfig, tokenizer: Any) -> list[Example]:
             memory=memories[protocol],
             memory_share=sft.memory_share,
             recall=sft.recall_think,
+            ask_question=sft.asks_question,
         )
     examples += reading_lessons(sft.replay_worlds, tokenizer)
     rng.shuffle(examples)
