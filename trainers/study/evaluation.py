@@ -218,8 +218,9 @@ def decision_probe(
 
     On the one-hop questions of a noise-free copy of the eval env (``eval.env_kwargs``
     choose the split), the model writes its recollection after the demonstrations' opening
-    (``<think>Recall:``; for ``sem``, its first answer), greedily or ``samples`` times at
-    ``temperature``; the probe then compares the probabilities of the two ways on:
+    (``<think>Recall:``, or the question form's; for ``sem``, its first answer), greedily
+    or ``samples`` times at ``temperature``; the probe then compares the probabilities of
+    the two ways on:
     ``\\n<search>`` against ``\\n<answer>`` after the thought (``sem``: against ending the
     episode after the first answer). It reports:
 
