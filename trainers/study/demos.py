@@ -186,13 +186,10 @@ def statements(
             if passages:
                 out.append(Example(tuple(ids), (1,) * len(ids), "statement"))
             for variant in range(len(relation.questions)):
-                question = {
-                    "question": relation.question_text(fact.subject, variant),
-                    "golden_answers": [fact.object],
-                    "id": doc.id,
-                }
+                text = relation.question_text(fact.subject, variant)
+                question = {"question": text, "golden_answers": [fact.object], "id": doc.id}
                 search = rng.random() < search_prob
-                asked = question["question"] if ask_question else None
+                asked = text if ask_question else None
                 actions = write_demo_actions(
                     protocol, (fact,), search, known=True, recall=recall, question=asked
                 )
