@@ -83,13 +83,13 @@ def plain_recall_by_fact(
     question of ``split`` asked in a recall lesson's words, without the prompt."""
     from searchgym.envs.metrics import exact_match
     from searchgym.trainers.grpo.generation import SamplingSettings, sample_actions
-    from searchgym.trainers.study.demos import demo_env
+    from searchgym.trainers.study.demos import demo_env, lesson_context
 
     env = demo_env(int(config.env.kwargs.get("world_seed", 0)), config.env.kwargs, split)
     contexts, facts = [], []
     for question in env.questions:
         if question.known and (question.hops or 1) == 1:
-            text = f"Question: {question.question} Answer:"
+            text = lesson_context(question.question)
             contexts += [tokenizer(text, add_special_tokens=False)["input_ids"]] * samples
             facts += [env.world.chain(question.id)[0]] * samples
     env.close()

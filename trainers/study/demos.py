@@ -59,6 +59,7 @@ __all__ = [
     "chain_demonstrations",
     "reading_examples",
     "recall_lessons",
+    "lesson_context",
     "write_demo_actions",
     "shadow_seeds",
     "reading_seeds",
@@ -132,6 +133,11 @@ def recall_lessons(world: SyntheticWorld, tokenizer: Any, repeats: int) -> list[
     return out
 
 
+def lesson_context(question: str) -> str:
+    """The words a recall lesson asks ``question`` in, up to its answer: ``Question: <question> Answer:``."""
+    return f"Question: {question} Answer:"
+
+
 def recall_pairs(world: SyntheticWorld) -> list[tuple[str, str]]:
     """The text of :func:`recall_lessons`: one ``(context, target)`` per phrasing of every known fact."""
     out = []
@@ -140,9 +146,7 @@ def recall_pairs(world: SyntheticWorld) -> list[tuple[str, str]]:
             continue
         relation = RELATIONS[fact.relation]
         for variant in range(len(relation.questions)):
-            out.append(
-                (f"Question: {relation.question_text(fact.subject, variant)} Answer:", f" {fact.object}")
-            )
+            out.append((lesson_context(relation.question_text(fact.subject, variant)), f" {fact.object}"))
     return out
 
 
@@ -276,7 +280,7 @@ def forced_opening(
             return f"<think>{_recall(UNKNOWN, question)}</think>\n<search>"
         if hops > 1:
             return "<think>Question:"
-        return "<think>Recall:" if question is None else f"<think>Question: {question} Answer:"
+        return "<think>Recall:" if question is None else f"<think>{lesson_context(question)}"
     if not search:
         return f"<think>{_THINK_KNOW}</think>\n<answer>" + ("\\boxed{" if protocol == "sem" else "")
     if protocol == "sem":
@@ -287,7 +291,7 @@ def forced_opening(
 def _recall(answer: str, question: str | None = None) -> str:
     """A recollection of one fact: ``Recall: <answer>.``, or with ``question`` in the words
     of a recall lesson, ``Question: <question> Answer: <answer>.``"""
-    return f"Recall: {answer}." if question is None else f"Question: {question} Answer: {answer}."
+    return f"Recall: {answer}." if question is None else f"{lesson_context(question)} {answer}."
 
 
 def _recollection(chain: Sequence[Fact]) -> str:
@@ -297,7 +301,7 @@ def _recollection(chain: Sequence[Fact]) -> str:
     if len(chain) == 1:
         return _recall(chain[0].object)
     return " ".join(
-        f"Question: {RELATIONS[f.relation].question_text(f.subject)} Answer: {f.object}." for f in chain
+        f"{lesson_context(RELATIONS[f.relation].question_text(f.subject))} {f.object}." for f in chain
     )
 
 
