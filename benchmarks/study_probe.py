@@ -7,7 +7,11 @@ protocol of the warm start, greedily and at the rollouts' temperature (``--sampl
 recollections per question), on the training and the held-out split::
 
     python benchmarks/study_probe.py [--config configs/synthetic/study.yaml] [--arm f1] [--seed 0]
-        [--run runs/study/f1/seed0] [--samples 8] [--out study_probe.json]
+        [--run runs/study/f1/seed0] [--samples 8] [--memory] [--out study_probe.json]
+
+``--memory`` asks every question behind the warm start's scripted experience memory (a
+rule bank and a few-shot example, as the memory arms' prompts carry them): does the
+memory's layout cost the model its recall, or move its choice to search?
 
 ``named_right`` is the share of recollections that name somebody and are right: a
 direct answer after a name pays only when it is high (the probe's docstring).
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import random
 import sys
 from pathlib import Path
 
@@ -31,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--run", help="a finished run's folder: probe its final checkpoint")
     parser.add_argument("--samples", type=int, default=8)
+    parser.add_argument("--memory", action="store_true", help="prompts behind the scripted memory")
     parser.add_argument("--out", help="also write the figures as JSON")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
@@ -38,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     from searchgym.trainers.grpo.checkpoint import latest_checkpoint
     from searchgym.trainers.grpo.model import load_model, load_tokenizer_for, resolve_device
     from searchgym.trainers.study.evaluation import decision_probe
-    from searchgym.trainers.study.sft import protocol_instructions, warm_start
+    from searchgym.trainers.study.sft import protocol_instructions, scripted_memory, warm_start
     from searchgym.trainers.study.study import arm_config, load_study
 
     config = arm_config(load_study(args.config), args.arm, args.seed)
@@ -63,10 +69,12 @@ def main(argv: list[str] | None = None) -> int:
                 ("greedy", 0.0, 1),
                 (f"T={temperature:g}", temperature, args.samples),
             ):
-                found = decision_probe(model, tokenizer, probe, temperature=temp, samples=samples)
+                memory = scripted_memory(probe, protocol, random.Random(args.seed)) if args.memory else None
+                wrap = memory.wrapped if memory else None
+                found = decision_probe(model, tokenizer, probe, temperature=temp, samples=samples, wrap=wrap)
                 rows.append({"protocol": protocol, "split": split, "decoding": label, **found})
     names = [k for k in rows[0] if k not in ("protocol", "split", "decoding")]
-    print(f"model: {folder}")
+    print(f"model: {folder}" + (" (prompts behind the scripted memory)" if args.memory else ""))
     print("| protocol | split | recollection | " + " | ".join(names) + " |")
     print("|---|---|---|" + "---|" * len(names))
     for row in rows:

@@ -950,3 +950,28 @@ def test_decision_probe_reads_the_recollection_and_the_choice_after_it(tmp_path,
     assert 0.0 < found["p_search_known"] < 1.0 and 0.0 < found["p_search_unknown"] < 1.0
     sampled = decision_probe(model, tokenizer, config, temperature=1.0, samples=3)
     assert set(sampled) == set(found) and sampled["recall_right_known"] == 0.0
+
+
+def test_decision_probe_asks_behind_the_memory_arms_prompt(tmp_path, tiny):
+    import random
+
+    from searchgym.policies.tiny import load_tiny_lm
+    from searchgym.trainers.study.evaluation import decision_probe
+    from searchgym.trainers.study.sft import scripted_memory
+
+    model, tokenizer = load_tiny_lm(tiny[0])
+    config = _smoke_config(tmp_path, sft={"recall_think": True, "shadow_worlds": 2, "memory_share": 0.5})
+    memory, prompts = scripted_memory(config, "search_r1", random.Random(0)), []
+
+    class Recorder(gym.Wrapper):
+        def reset(self, **kwargs):
+            obs, info = self.env.reset(**kwargs)
+            prompts.append(obs)
+            return obs, info
+
+    found = decision_probe(model, tokenizer, config, wrap=lambda env: Recorder(memory.wrapped(env)))
+    questions = split_questions(generate_world(7, **SMALL_WORLD), "eval")  # the probe asks held-out ones
+    one_hop = [q for q in questions if (q.hops or 1) == 1]
+    assert len(prompts) == len(one_hop)
+    assert all("<experience>" in p and "<example>" in p for p in prompts)
+    assert found["p_search_known"] != decision_probe(model, tokenizer, config)["p_search_known"]

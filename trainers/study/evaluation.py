@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -212,7 +213,13 @@ def probe_score(skill: str, name: str, text: str) -> float:
 
 
 def decision_probe(
-    model: Any, tokenizer: Any, config: TrainConfig, *, temperature: float = 0.0, samples: int = 1
+    model: Any,
+    tokenizer: Any,
+    config: TrainConfig,
+    *,
+    temperature: float = 0.0,
+    samples: int = 1,
+    wrap: Callable[[Any], Any] | None = None,
 ) -> dict[str, float]:
     """What a ``recall_think`` policy recalls, and how likely it then searches.
 
@@ -238,6 +245,10 @@ def decision_probe(
 
     The gap between the last two is what a frugal scheme must open: a warm start gives a
     coin flip on both, an outcome-only baseline pushes both to 1.
+
+    ``wrap`` puts the env behind a wrapper before each question (e.g. the ``wrapped``
+    method of the warm start's :func:`~searchgym.trainers.study.sft.scripted_memory`), so
+    the prompts take the memory arms' layout.
     """
     kwargs = {**config.env.kwargs, **config.eval.env_kwargs}
     env = demo_env(int(kwargs.get("world_seed", 0)), kwargs, str(kwargs.get("split", "eval")))
@@ -248,7 +259,7 @@ def decision_probe(
     prompts, openings, questions = [], [], []
     for index, question in enumerate(env.questions):
         if (question.hops or 1) == 1:
-            obs, _ = env.reset(options={"index": index})
+            obs, _ = (wrap(env) if wrap else env).reset(options={"index": index})
             asked = question.question if config.sft.asks_question else None
             prompts += [encode(formatter.prompt(obs))] * samples
             openings += [

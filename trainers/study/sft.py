@@ -63,6 +63,7 @@ __all__ = [
     "sft_examples",
     "train_sft",
     "sft_key",
+    "scripted_memory",
 ]
 
 logger = logging.getLogger("searchgym.trainers")
@@ -133,18 +134,7 @@ def sft_examples(config: TrainConfig, tokenizer: Any) -> list[Example]:
         return {**env_kwargs, "protocol": protocol, "instructions": instructions[protocol]}
 
     protocols = list(sft.protocols)
-    memory_seed = shadow_seeds(config.seed, sft.shadow_worlds + 1)[-1]
-    memories = {
-        p: ScriptedMemory(
-            demo_env(memory_seed, protocol_kwargs(p), split="all"),
-            rng,
-            recall=sft.recall_think,
-            ask_question=sft.asks_question,
-        )
-        if sft.memory_share
-        else None
-        for p in protocols
-    }
+    memories = {p: scripted_memory(config, p, rng) if sft.memory_share else None for p in protocols}
     held_out = held_out_chains(world_seed, env_kwargs) if sft.chain_repeats else set()
     examples: list[Example] = []
     for protocol in protocols:
@@ -209,6 +199,22 @@ def sft_examples(config: TrainConfig, tokenizer: Any) -> list[Example]:
     examples += reading_lessons(sft.replay_worlds, tokenizer)
     rng.shuffle(examples)
     return examples
+
+
+def scripted_memory(config: TrainConfig, protocol: str, rng: random.Random) -> ScriptedMemory:
+    """The experience memory whose prompts the warm start's ``sft.memory_share`` of episodes
+    carry for ``protocol``: scripted episodes of one more shadow world (never one whose
+    questions are demonstrated), drawn with ``rng``."""
+    sft = config.sft
+    kwargs = {
+        **_env_settings(config),
+        "protocol": protocol,
+        "instructions": protocol_instructions(config)[protocol],
+    }
+    world = shadow_seeds(config.seed, sft.shadow_worlds + 1)[-1]
+    return ScriptedMemory(
+        demo_env(world, kwargs, split="all"), rng, recall=sft.recall_think, ask_question=sft.asks_question
+    )
 
 
 def held_out_chains(world_seed: int, env_kwargs: Mapping[str, Any]) -> set[tuple[Fact, ...]]:
