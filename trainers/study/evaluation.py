@@ -237,7 +237,7 @@ def decision_probe(
       right, known and unknown questions together. A direct answer after a name pays only
       when this share q is high enough. With searches that find the answer 80% of the time
       (the study's retrieval noise), answering beats searching when q > 0.8 under F1
-      (a right direct answer 1, a search 0.8), q > 0.66 under LightSearcher (a needless
+      (a right direct answer 1, a search 0.8), q > 0.59 under LightSearcher (a needless
       search 0.74 × 0.8) and q > 0.44 under SEM (a needless search 0);
     * ``p_search_known`` / ``p_search_unknown``: mean P(search) after the recollection;
     * ``p_search_right`` / ``p_search_said_unknown``: the same on known questions recalled
