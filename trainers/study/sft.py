@@ -127,11 +127,8 @@ def sft_examples(config: TrainConfig, tokenizer: Any) -> list[Example]:
     on one more shadow world (never one whose questions are demonstrated).
     """
     sft, rng = config.sft, random.Random(f"sft/{config.seed}")
-    env_kwargs, instructions = _env_settings(config), protocol_instructions(config)
+    env_kwargs = _env_settings(config)
     world_seed = int(env_kwargs.get("world_seed", 0))
-
-    def protocol_kwargs(protocol: str) -> dict[str, Any]:
-        return {**env_kwargs, "protocol": protocol, "instructions": instructions[protocol]}
 
     protocols = list(sft.protocols)
     memories = {p: scripted_memory(config, p, rng) if sft.memory_share else None for p in protocols}
@@ -139,7 +136,7 @@ def sft_examples(config: TrainConfig, tokenizer: Any) -> list[Example]:
     examples: list[Example] = []
     for protocol in protocols:
         memory, memory_share = memories[protocol], sft.memory_share
-        study_env = demo_env(world_seed, protocol_kwargs(protocol), split="train")
+        study_env = demo_env(world_seed, _protocol_env_kwargs(config, protocol), split="train")
         if protocol == protocols[0]:
             examples += recall_lessons(study_env.world, tokenizer, sft.recall_repeats)
         share = sft.fact_repeats / len(protocols)
@@ -184,7 +181,7 @@ def sft_examples(config: TrainConfig, tokenizer: Any) -> list[Example]:
     shadow_search = sft.search_prob if sft.shadow_search_prob is None else sft.shadow_search_prob
     for k, shadow in enumerate(shadow_seeds(config.seed, sft.shadow_worlds)):
         protocol = protocols[k % len(protocols)]
-        env = demo_env(shadow, protocol_kwargs(protocol), split="all")
+        env = demo_env(shadow, _protocol_env_kwargs(config, protocol), split="all")
         examples += demonstrations(
             env,
             tokenizer,
@@ -206,15 +203,19 @@ def scripted_memory(config: TrainConfig, protocol: str, rng: random.Random) -> S
     carry for ``protocol``: scripted episodes of one more shadow world (never one whose
     questions are demonstrated), drawn with ``rng``."""
     sft = config.sft
-    kwargs = {
-        **_env_settings(config),
-        "protocol": protocol,
-        "instructions": protocol_instructions(config)[protocol],
-    }
     world = shadow_seeds(config.seed, sft.shadow_worlds + 1)[-1]
     return ScriptedMemory(
-        demo_env(world, kwargs, split="all"), rng, recall=sft.recall_think, ask_question=sft.asks_question
+        demo_env(world, _protocol_env_kwargs(config, protocol), split="all"),
+        rng,
+        recall=sft.recall_think,
+        ask_question=sft.asks_question,
     )
+
+
+def _protocol_env_kwargs(config: TrainConfig, protocol: str) -> dict[str, Any]:
+    """The demonstration env's settings for ``protocol``, with its warm-start instructions."""
+    instructions = protocol_instructions(config)[protocol]
+    return {**_env_settings(config), "protocol": protocol, "instructions": instructions}
 
 
 def held_out_chains(world_seed: int, env_kwargs: Mapping[str, Any]) -> set[tuple[Fact, ...]]:
