@@ -253,7 +253,10 @@ def test_sft_trains_and_is_cached(tmp_path):
     assert all(0.0 <= v <= 1.0 for v in report["skills"]["search_r1"].values())
     base = Path(report["base"])
     assert base.name.startswith("read-") and base.parent == path.parent
-    assert len(json.loads((base / "searchgym_sft.json").read_text())["epoch_losses"]) == 1
+    base_report = json.loads((base / "searchgym_sft.json").read_text())
+    assert len(base_report["epoch_losses"]) == 1
+    for built in (report, base_report):  # what the cache key leaves out is recorded
+        assert built["build"] == {"torch": torch.__version__, "torch_threads": torch.get_num_threads()}
     start = load_file(model_source(config.model) / "model.safetensors")
     read = load_file(base / "model.safetensors")
     after = load_file(path / "model.safetensors")

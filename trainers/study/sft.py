@@ -352,7 +352,12 @@ def reading_model(config: TrainConfig, *, progress: bool = True) -> Path:
         losses = train_sft(model, lessons, stage, pad_id=tokenizer.pad_token_id, seed=0, progress=progress)
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
-        return {"lessons": len(lessons), "epoch_losses": losses, "seconds": time.perf_counter() - start}
+        return {
+            "lessons": len(lessons),
+            "epoch_losses": losses,
+            "seconds": time.perf_counter() - start,
+            "build": build_facts(),
+        }
 
     return build_once(Path(sft.dir) / f"read-{key}", _DONE, build)
 
@@ -364,7 +369,7 @@ def warm_start(config: TrainConfig, *, progress: bool = True) -> Path:
     :func:`sft_examples` and, with ``sft.recall_target``, tops the known facts up to that
     recall level (:func:`~searchgym.trainers.study.topup.recall_topup`, a folder of its
     own on top of the protocol stage's). Each folder's ``searchgym_sft.json`` records its
-    examples, losses and the skills of :func:`probe_skills`; a warm start that copies the
+    examples, losses, the skills of :func:`probe_skills` and :func:`build_facts`; a warm start that copies the
     subject into fewer than half of its queries is logged as a warning, since the study's
     arms cannot learn to search without it.
 
@@ -423,7 +428,13 @@ def save_warm_start(
     skills = probe_skills(model, tokenizer, config)
     model.save_pretrained(staging)
     tokenizer.save_pretrained(staging)
-    return {**report, "skills": skills, "seconds": time.perf_counter() - start}
+    return {**report, "skills": skills, "seconds": time.perf_counter() - start, "build": build_facts()}
+
+
+def build_facts() -> dict[str, Any]:
+    """What the cache key leaves out but moves a build's weights: the torch version and its
+    thread count (floating-point sums run in another order on another count)."""
+    return {"torch": torch.__version__, "torch_threads": torch.get_num_threads()}
 
 
 def probe_skills(model: Any, tokenizer: Any, config: TrainConfig) -> dict[str, dict[str, float]]:
