@@ -85,7 +85,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32, help="sequences per pass (default: %(default)s)")
     parser.add_argument("--lengths", type=int, nargs="+", default=[40, 100, 200], help="tokens per sequence")
     parser.add_argument("--repeats", type=int, default=10, help="timed passes per setting")
-    parser.add_argument("--compile", action="store_true", help="also time torch.compile (about a minute to compile)")
+    parser.add_argument("--compile", action="store_true", help="also time torch.compile (10-80 s to compile)")
     parser.add_argument("--out", type=Path, help="write the figures as JSON")
     args = parser.parse_args()
     logging.disable(logging.INFO)
@@ -101,7 +101,9 @@ def main() -> None:
     folder = build_tiny_lm(tiny.pop("dir", "runs/tiny_lm"), **tiny)
     model, _ = load_tiny_lm(folder)
     params = sum(p.numel() for p in model.parameters())
-    print(f"model: {folder.name}, {params / 1e6:.2f} M parameters, {args.threads} thread(s), batch {args.batch}")
+    print(
+        f"model: {folder.name}, {params / 1e6:.2f} M parameters, {args.threads} thread(s), batch {args.batch}"
+    )
 
     modes: list[tuple[str, Any, bool]] = [("float32", model, False), ("bfloat16 autocast", model, True)]
     if args.compile:
@@ -126,9 +128,13 @@ def main() -> None:
                 "gflops": flops / seconds / 1e9,
             }
             rows.append(row)
-            print(f"| {name} | {length} | {row['ms']:.1f} | {row['tokens_per_s']:.0f} | {row['gflops']:.1f} |")
+            print(
+                f"| {name} | {length} | {row['ms']:.1f} | {row['tokens_per_s']:.0f} | {row['gflops']:.1f} |"
+            )
     ceiling = matmul_gflops(args.repeats)
-    print(f"reference: a 2048 x 2048 float32 matrix multiply runs at {ceiling:.1f} GFLOP/s on this core count")
+    print(
+        f"reference: a 2048 x 2048 float32 matrix multiply runs at {ceiling:.1f} GFLOP/s on this core count"
+    )
     report = {"threads": args.threads, "batch": args.batch, "parameters": params, "rows": rows}
     write_report(args.out, {**report, "matmul_gflops": ceiling})
 
