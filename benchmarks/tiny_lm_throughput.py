@@ -1,6 +1,6 @@
 """How fast the study's tiny model trains on this CPU, and how much faster it could.
 
-Times a forward and backward pass of the tiny Llama model of a study config (built
+Times a forward and backward pass of the tiny Llama model of a study file (built
 offline, random weights: the arithmetic does not depend on them) on batches of the
 shapes the study trains on, in float32, under bfloat16 autocast and, with
 ``--compile``, under ``torch.compile``. Prints the median time, tokens per second and
@@ -21,6 +21,7 @@ import logging
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,18 @@ def flops_per_token(config: Any, length: int) -> float:
     return 2.0 * (weights + attention)
 
 
+def median_seconds(call: Callable[[], object], repeats: int, warmup: int = 3) -> float:
+    """Median seconds of ``call()`` over ``repeats`` timed calls, after ``warmup`` untimed ones."""
+    for _ in range(warmup):
+        call()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
 def time_pass(model: Any, ids: Any, autocast: bool, repeats: int) -> float:
     """Median seconds of one forward and backward pass."""
     import torch
@@ -50,14 +63,7 @@ def time_pass(model: Any, ids: Any, autocast: bool, repeats: int) -> float:
             logits = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits
         logits.float().sum().backward()
 
-    for _ in range(3):
-        once()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        once()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return median_seconds(once, repeats)
 
 
 def matmul_gflops(repeats: int, size: int = 2048) -> float:
@@ -65,13 +71,7 @@ def matmul_gflops(repeats: int, size: int = 2048) -> float:
     import torch
 
     a, b = torch.randn(size, size), torch.randn(size, size)
-    a @ b
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        a @ b
-        times.append(time.perf_counter() - start)
-    return 2 * size**3 / statistics.median(times) / 1e9
+    return 2 * size**3 / median_seconds(lambda: a @ b, repeats, warmup=1) / 1e9
 
 
 def main() -> None:
@@ -79,7 +79,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--config", default="configs/synthetic/study.yaml", help="study or run file (default: %(default)s)"
+        "--config", default="configs/synthetic/study.yaml", help="study file (default: %(default)s)"
     )
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default: %(default)s)")
     parser.add_argument("--batch", type=int, default=32, help="sequences per pass (default: %(default)s)")
@@ -91,14 +91,17 @@ def main() -> None:
     logging.disable(logging.INFO)
 
     import torch
-    import yaml
 
-    from searchgym.policies import build_tiny_lm, load_tiny_lm
+    from searchgym.policies import load_tiny_lm
+    from searchgym.trainers.grpo.model import model_source
+    from searchgym.trainers.study.study import arm_config, load_study
 
     torch.set_num_threads(args.threads)
-    raw = yaml.safe_load(Path(args.config).read_text())
-    tiny = dict(((raw.get("base") or raw).get("model") or {}).get("tiny") or {})
-    folder = build_tiny_lm(tiny.pop("dir", "runs/tiny_lm"), **tiny)
+    study = load_study(args.config)
+    config = arm_config(
+        study, next(iter(study["arms"])), study["seeds"][0]
+    )  # every arm starts from one model
+    folder = model_source(config.model)
     model, _ = load_tiny_lm(folder)
     params = sum(p.numel() for p in model.parameters())
     print(
@@ -109,7 +112,9 @@ def main() -> None:
     if args.compile:
         start = time.perf_counter()
         compiled = torch.compile(model, dynamic=True)
-        time_pass(compiled, torch.randint(3, 1000, (args.batch, args.lengths[0])), False, 1)
+        time_pass(
+            compiled, torch.randint(3, model.config.vocab_size, (args.batch, args.lengths[0])), False, 1
+        )
         print(f"torch.compile: {time.perf_counter() - start:.0f} s to compile")
         modes.append(("float32, torch.compile", compiled, False))
 
