@@ -17,7 +17,7 @@ from searchgym.envs.synthetic_env import SyntheticFactsEnv, split_questions
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from searchgym.trainers.config import ConfigError, TrainConfig  # noqa: E402
+from searchgym.trainers.config import ConfigError, TrainConfig, load_config  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -612,6 +612,9 @@ def test_pipeline_smoke_warm_start_grpo_and_held_out_table(tmp_path, capsys):
     }
     saved = (tmp_path / "run" / "config.yaml").read_text()
     assert "sft-" in saved  # GRPO started from the warm start
+    # ... and the saved config continues from it with no second SFT.
+    continued = load_config(tmp_path / "run" / "config.yaml")
+    assert not continued.sft.enabled and Path(continued.model.path).name.startswith(("sft-", "top-"))
     # ... and replayed the warm start's recall lessons, each known fact's phrasings once.
     assert str(tmp_path / "run" / "ptx_recall.jsonl") in saved
     replayed = (tmp_path / "run" / "ptx_recall.jsonl").read_text().splitlines()
@@ -733,6 +736,11 @@ def test_study_runs_every_arm_and_writes_table_json_and_plot(tmp_path, capsys):
     mtime = (out / "f1" / "seed0" / "eval.json").stat().st_mtime
     assert main(["study", "--config", str(path), "--no-progress", "--arms", "f1"]) == 0
     assert (out / "f1" / "seed0" / "eval.json").stat().st_mtime == mtime
+    # ... and the table of a run of some arms keeps the other arms' finished runs
+    assert json.loads((out / "results.json").read_text())["arms"].keys() == {"f1", "tsas"}
+    capsys.readouterr()
+    assert main(["study", "--config", str(path), "--no-progress", "--arms", "tsa"]) == 2
+    assert "tsas" in capsys.readouterr().err  # did you mean
     # ... unless its settings changed since: then --collect leaves it out, and a run runs it again
     study["arms"]["f1"]["algo"] = {"lr": 1e-4}
     path.write_text(yaml.safe_dump(study))

@@ -26,17 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import logging
 
-    from searchgym.envs.errors import did_you_mean
     from searchgym.trainers.study.study import format_results, load_study, run_study
 
     study = load_study(args.config)
-    if args.seeds:
-        study["seeds"] = list(args.seeds)
-    if args.arms:
-        for arm in args.arms:
-            if arm not in study["arms"]:
-                raise did_you_mean("arm", arm, study["arms"])
-        study["arms"] = {arm: study["arms"][arm] for arm in args.arms}
     if args.output_dir:
         study["output_dir"] = args.output_dir
     progress = logging.getLogger("searchgym.trainers")
@@ -45,7 +37,9 @@ def run(args: argparse.Namespace) -> int:
         handler.setFormatter(logging.Formatter("%(message)s"))
         progress.addHandler(handler)
     progress.setLevel(logging.INFO)
-    results = run_study(study, progress=not args.no_progress, collect=args.collect)
+    results = run_study(
+        study, arms=args.arms, seeds=args.seeds, progress=not args.no_progress, collect=args.collect
+    )
     print(format_results(results["arms"]))
     print(f"results: {Path(study['output_dir'])} (results.md, results.json, frontier.png)", file=sys.stderr)
     return 0

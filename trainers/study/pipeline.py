@@ -40,8 +40,10 @@ def run_pipeline(config: TrainConfig, *, progress: bool = True, name: str | None
 
     With ``sft.enabled``, GRPO starts from the cached warm start of
     :func:`~searchgym.trainers.study.sft.warm_start` instead of ``model``'s own weights
-    (the tokenizer comes with it). The evaluation runs on the trained model with the env
-    of ``eval.env_kwargs`` and, for runs with experience memory, the memory's final state.
+    (the tokenizer comes with it). The run's ``config.yaml`` names that folder, with
+    ``sft.enabled`` off, so training it again with more ``steps`` resumes the run. The
+    evaluation runs on the trained model with the env of ``eval.env_kwargs`` and, for runs
+    with experience memory, the memory's final state.
     """
     start_model: Path | None = None
     if config.sft.enabled:
@@ -49,10 +51,14 @@ def run_pipeline(config: TrainConfig, *, progress: bool = True, name: str | None
 
         start_model = warm_start(config, progress=progress)
         logger.info("Warm start: %s", start_model)
-        model = config.model
-        config = config.replace(model={**vars(model), "path": str(start_model), "tiny": None})
+        algo = vars(config.algo)
         if config.algo.ptx_coef > 0 and config.algo.ptx_data is None:
-            config = config.replace(algo={**vars(config.algo), "ptx_data": str(_write_recall_replay(config))})
+            algo = {**algo, "ptx_data": str(_write_recall_replay(config))}
+        config = config.replace(
+            model={**vars(config.model), "path": str(start_model), "tiny": None},
+            sft={**vars(config.sft), "enabled": False},
+            algo=algo,
+        )
     trainer = GRPOTrainer(config, progress=progress)
     try:
         state = trainer.train()

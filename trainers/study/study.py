@@ -23,13 +23,13 @@ import hashlib
 import json
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from ...envs.errors import InvalidArgumentError
+from ...envs.errors import InvalidArgumentError, did_you_mean
 from ..config import ConfigError, TrainConfig
 from ..config_base import to_dict
 
@@ -170,22 +170,38 @@ def _finished(path: Path, key: str) -> dict[str, Any] | None:
     return result
 
 
-def run_study(study: Mapping[str, Any], *, progress: bool = True, collect: bool = False) -> dict[str, Any]:
-    """Run (or pick up) every arm for every seed; write and return the results.
+def run_study(
+    study: Mapping[str, Any],
+    *,
+    arms: Sequence[str] | None = None,
+    seeds: Sequence[int] | None = None,
+    progress: bool = True,
+    collect: bool = False,
+) -> dict[str, Any]:
+    """Run (or pick up) the ``arms`` of ``study`` for the ``seeds`` (default: all of the
+    file's); write and return the results.
 
-    With ``collect``, nothing is run: the table and plot come from the runs already
-    finished with the study's current settings, and the others are left out (logged).
+    The table and plot hold every run of the study's arms and seeds (and of ``seeds``)
+    finished with the study's current settings, not only the ones run here, so processes
+    that run different arms into one ``output_dir`` do not drop each other's rows. With
+    ``collect``, nothing is run.
     """
     from .pipeline import run_pipeline, write_json
 
+    for arm in arms or ():
+        if arm not in study["arms"]:
+            raise did_you_mean("arm", arm, study["arms"])
+    to_run = {(arm, seed) for arm in arms or study["arms"] for seed in seeds or study["seeds"]}
+    all_seeds = list(dict.fromkeys([*study["seeds"], *(seeds or [])]))
     runs: list[dict[str, Any]] = []
-    for seed in study["seeds"]:
+    for seed in all_seeds:
         for arm in study["arms"]:
             config = arm_config(study, arm, seed)
             done, key = Path(config.output_dir) / "eval.json", config_key(config)
             result = _finished(done, key)
-            if result is None and collect:
-                logger.info("study: %s, seed %d has no finished run; left out of the table", arm, seed)
+            if result is None and (collect or (arm, seed) not in to_run):
+                if (arm, seed) in to_run:
+                    logger.info("study: %s, seed %d has no finished run; left out of the table", arm, seed)
                 continue
             if result is None:
                 logger.info("study: %s, seed %d", arm, seed)
