@@ -7,7 +7,11 @@ protocol of the warm start, greedily and at the rollouts' temperature (``--sampl
 recollections per question), on the training and the held-out split::
 
     python benchmarks/study_probe.py [--config configs/synthetic/study.yaml] [--arm f1] [--seed 0]
-        [--run runs/study/f1/seed0] [--samples 8] [--memory] [--out study_probe.json]
+        [--run runs/study/f1/seed0 | --model runs/sft/sft-...] [--samples 8] [--memory]
+        [--out study_probe.json]
+
+``--model`` probes any model folder of the study's tokenizer as a warm start, such as
+the protocol stage's folder before its recall top-up.
 
 ``--memory`` asks every question behind the warm start's scripted experience memory (a
 rule bank and a few-shot example, as the memory arms' prompts carry them): does the
@@ -35,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arm", default="f1")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--run", help="a finished run's folder: probe its final checkpoint")
+    parser.add_argument("--model", help="a model folder to probe as the warm start (e.g. runs/sft/sft-...)")
     parser.add_argument("--samples", type=int, default=8)
     parser.add_argument("--memory", action="store_true", help="prompts behind the scripted memory")
     parser.add_argument("--out", help="also write the figures as JSON")
@@ -48,7 +53,14 @@ def main(argv: list[str] | None = None) -> int:
     from searchgym.trainers.study.study import arm_config, load_study
 
     config = arm_config(load_study(args.config), args.arm, args.seed)
-    folder = latest_checkpoint(Path(args.run)) if args.run else warm_start(config)
+    if args.run and args.model:
+        parser.error("give --run or --model, not both")
+    if args.model:
+        folder: Path | None = Path(args.model)
+        if not (folder / "config.json").is_file():
+            parser.error(f"{folder} is not a model folder (no config.json)")
+    else:
+        folder = latest_checkpoint(Path(args.run)) if args.run else warm_start(config)
     if folder is None:
         parser.error(f"{args.run} holds no checkpoint")
     tokenizer = load_tokenizer_for(config.model, folder)

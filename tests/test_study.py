@@ -8,6 +8,7 @@ from pathlib import Path
 
 import gymnasium as gym
 import pytest
+import yaml
 
 import searchgym  # noqa: F401  (registers the envs)
 from searchgym.envs.errors import InvalidArgumentError
@@ -660,6 +661,20 @@ def test_pipeline_smoke_warm_start_grpo_and_held_out_table(tmp_path, capsys):
             assert 0.0 <= row["skippable >= 0.5"] <= len(one_hop) / len(known_eval)
             assert (row["facts >= 0.5"] == 0.0) == (row["skippable >= 0.5"] == 0.0)
     assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "run").rglob("*")) == before
+    # benchmarks/study_probe.py --model probes a given folder (here the run's warm start).
+    spec = importlib.util.spec_from_file_location("probe", REPO / "benchmarks" / "study_probe.py")
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    study = tmp_path / "study.yaml"
+    study.write_text(
+        yaml.safe_dump({"output_dir": str(tmp_path / "s"), "base": config.to_dict(), "arms": {"a": {}}})
+    )
+    capsys.readouterr()
+    args = ["--config", str(study), "--arm", "a", "--samples", "1", "--model", continued.model.path]
+    assert probe.main(args) == 0
+    assert f"model: {continued.model.path}" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        probe.main([*args[:-1], str(tmp_path / "nowhere")])
 
 
 def test_greedy_sampling_is_deterministic(tiny):
@@ -709,7 +724,6 @@ def test_sft_and_eval_sections_are_checked(section, value, field):
 
 
 def test_study_runs_every_arm_and_writes_table_json_and_plot(tmp_path, capsys):
-    import yaml
 
     from searchgym.cli import main
 
@@ -780,7 +794,6 @@ def test_a_runs_key_hashes_only_the_settings_that_differ_from_the_defaults(tmp_p
 
 
 def test_study_file_errors_name_the_arm(tmp_path):
-    import yaml
 
     from searchgym.trainers.study.study import load_study
 
