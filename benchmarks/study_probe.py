@@ -56,9 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.run and args.model:
         parser.error("give --run or --model, not both")
     if args.model:
+        if not (Path(args.model) / "config.json").is_file():
+            parser.error(f"{args.model} is not a model folder (no config.json)")
         folder: Path | None = Path(args.model)
-        if not (folder / "config.json").is_file():
-            parser.error(f"{folder} is not a model folder (no config.json)")
     else:
         folder = latest_checkpoint(Path(args.run)) if args.run else warm_start(config)
     if folder is None:
