@@ -724,7 +724,6 @@ def test_sft_and_eval_sections_are_checked(section, value, field):
 
 
 def test_study_runs_every_arm_and_writes_table_json_and_plot(tmp_path, capsys):
-
     from searchgym.cli import main
 
     base = _smoke_config(tmp_path, steps=1).to_dict()
@@ -794,7 +793,6 @@ def test_a_runs_key_hashes_only_the_settings_that_differ_from_the_defaults(tmp_p
 
 
 def test_study_file_errors_name_the_arm(tmp_path):
-
     from searchgym.trainers.study.study import load_study
 
     path = tmp_path / "study.yaml"
