@@ -997,3 +997,24 @@ def test_decision_probe_asks_behind_the_memory_arms_prompt(tmp_path, tiny):
     assert len(prompts) == len(one_hop)
     assert all("<experience>" in p and "<example>" in p for p in prompts)
     assert found["p_search_known"] != decision_probe(model, tokenizer, config)["p_search_known"]
+
+
+@pytest.mark.parametrize("protocol", ["search_r1", "sem"])
+def test_scripted_memory_shows_right_direct_answers_and_searches(tmp_path, protocol):
+    """The warm start's memory prompts must show what RL's will: right direct answers in the
+    few-shot pool, and banks that sometimes speak for answering at once."""
+    import random
+
+    from searchgym.trainers.study.sft import scripted_memory
+
+    sft = {"recall_think": True, "shadow_worlds": 2, "memory_share": 0.5, "protocols": ["search_r1", "sem"]}
+    memory, banks = scripted_memory(_smoke_config(tmp_path, sft=sft), protocol, random.Random(0)), []
+    for _ in range(12):
+        banks.append(memory.memory.experience.to_text())
+        memory._new_bank()
+    pool = memory.memory._trajectories.pool
+    searched = [any(t.action.kind == "search" for t in trajectory.turns) for trajectory in pool]
+    assert 0.2 < sum(searched) / len(pool) < 0.8
+    assert all(trajectory.reward == 1.0 for trajectory in pool)
+    assert any("without searching" in bank for bank in banks)
+    assert any("Search for the facts" in bank for bank in banks)

@@ -75,9 +75,13 @@ class ScriptedMemory:
             index = self.rng.randrange(len(env.questions))
             chain = env.world.chain(env.questions[index].id)
             search, right = self.rng.choices([(1, 1), (1, 0), (0, 1), (0, 0)], weights=shares)[0]
-            asked = env.questions[index].question if self.ask_question else None
+            question = env.questions[index]
+            asked = question.question if self.ask_question else None
+            # a direct answer names somebody (right, or swapped for a wrong name below); a
+            # search recollects what the world's split says the model knows
+            known = question.known or not search
             actions = write_demo_actions(
-                env.protocol.name, chain, bool(search), recall=self.recall, question=asked
+                env.protocol.name, chain, bool(search), known=known, recall=self.recall, question=asked
             )
             if not right:
                 last = chain[-1]

@@ -110,7 +110,7 @@ def sft_key(config: TrainConfig, source: Path) -> str:
         "instructions": protocol_instructions(config),
         "sft": {k: v for k, v in vars(sft).items() if k not in _NOT_PROTOCOL_STAGE},
         "seed": config.seed,
-        "version": 11,
+        "version": 12,
     }
     return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
