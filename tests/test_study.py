@@ -792,6 +792,20 @@ def test_a_runs_key_hashes_only_the_settings_that_differ_from_the_defaults(tmp_p
     assert config_key(config.replace(memory={"kind": "experience"})) != config_key(config)
 
 
+def test_a_runs_key_names_its_warm_start(tmp_path):
+    """A finished run goes stale when the code would build its seed another warm start."""
+    from searchgym.trainers.study.sft import warm_start_folder
+    from searchgym.trainers.study.study import config_key, run_key
+
+    config = _smoke_config(tmp_path, sft={"enabled": True, "recall_target": 0.5})
+    assert run_key(config) == f"{config_key(config)}+{warm_start_folder(config).name}"
+    assert warm_start_folder(config).name.startswith("top-")
+    other = config.replace(sft={**vars(config.sft), "shadow_worlds": 3})
+    assert warm_start_folder(other) != warm_start_folder(config)
+    off = config.replace(sft={**vars(config.sft), "enabled": False})
+    assert run_key(off) == config_key(off)
+
+
 def test_study_file_errors_name_the_arm(tmp_path):
     from searchgym.trainers.study.study import load_study
 

@@ -54,6 +54,7 @@ from .memory_demos import ScriptedMemory
 
 __all__ = [
     "warm_start",
+    "warm_start_folder",
     "protocol_model",
     "probe_skills",
     "protocol_config",
@@ -389,12 +390,28 @@ def warm_start(config: TrainConfig, *, progress: bool = True) -> Path:
     return recall_topup(config, model, progress=progress)
 
 
+def warm_start_folder(config: TrainConfig) -> Path:
+    """The folder :func:`warm_start` returns for ``config``, named without building it."""
+    target = _protocol_folder(config)
+    if not config.sft.recall_target:
+        return target
+    from .topup import topup_folder
+
+    return topup_folder(config, target)
+
+
+def _protocol_folder(config: TrainConfig) -> Path:
+    from ..grpo.model import model_source
+
+    return Path(config.sft.dir) / f"sft-{sft_key(config, model_source(config.model))}"
+
+
 def protocol_model(config: TrainConfig, *, progress: bool = True) -> Path:
     """The model after the protocol stage, ``{sft.dir}/sft-<hash>`` (built once, then cached)."""
-    from ..grpo.model import load_model, load_tokenizer_for, model_source, resolve_device
+    from ..grpo.model import load_model, load_tokenizer_for, resolve_device
 
     _check_env(config)
-    target = Path(config.sft.dir) / f"sft-{sft_key(config, model_source(config.model))}"
+    target = _protocol_folder(config)
     if (target / _DONE).is_file():
         return target
     base = reading_model(config, progress=progress)

@@ -131,6 +131,17 @@ def config_key(config: TrainConfig) -> str:
     return hashlib.sha256(json.dumps(changed, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def run_key(config: TrainConfig) -> str:
+    """:func:`config_key`, and with ``sft.enabled`` the warm start's folder name too: a run
+    stays finished only while the code would build it the same warm start (a change to how
+    warm starts are written moves their hash, e.g. ``sft_key``'s version)."""
+    if not config.sft.enabled:
+        return config_key(config)
+    from .sft import warm_start_folder
+
+    return f"{config_key(config)}+{warm_start_folder(config).name}"
+
+
 def _non_defaults(section: Any) -> dict[str, Any]:
     """The fields of a config dataclass that differ from their defaults, nested sections recursed."""
     out: dict[str, Any] = {}
@@ -197,7 +208,7 @@ def run_study(
     for seed in all_seeds:
         for arm in study["arms"]:
             config = arm_config(study, arm, seed)
-            done, key = Path(config.output_dir) / "eval.json", config_key(config)
+            done, key = Path(config.output_dir) / "eval.json", run_key(config)
             result = _finished(done, key)
             if result is None and (collect or (arm, seed) not in to_run):
                 if (arm, seed) in to_run:

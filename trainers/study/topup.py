@@ -46,18 +46,13 @@ from ...policies.cached_folder import build_once
 from ..config import TrainConfig
 from .sft import _DONE, protocol_config, save_warm_start, sft_examples, train_sft
 
-__all__ = ["recall_topup"]
+__all__ = ["recall_topup", "topup_folder"]
 
 logger = logging.getLogger("searchgym.trainers")
 
 
-def recall_topup(config: TrainConfig, base: Path, *, progress: bool = True) -> Path:
-    """``base`` (the protocol stage's folder) topped up to ``sft.recall_target``, as
-    ``{sft.dir}/top-<hash>`` (built on the first call, then cached). The folder's
-    ``searchgym_sft.json`` records the recall level before each round."""
-    from ..grpo.model import load_model, load_tokenizer_for, resolve_device
-    from .evaluation import recall_by_fact
-
+def topup_folder(config: TrainConfig, base: Path) -> Path:
+    """The folder :func:`recall_topup` builds on ``base`` (named by a hash of its settings)."""
     sft = config.sft
     settings = {
         "base": base.name,
@@ -66,6 +61,17 @@ def recall_topup(config: TrainConfig, base: Path, *, progress: bool = True) -> P
         "version": 5,
     }
     key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+    return Path(sft.dir) / f"top-{key}"
+
+
+def recall_topup(config: TrainConfig, base: Path, *, progress: bool = True) -> Path:
+    """``base`` (the protocol stage's folder) topped up to ``sft.recall_target``, as
+    :func:`topup_folder` (built on the first call, then cached). The folder's
+    ``searchgym_sft.json`` records the recall level before each round."""
+    from ..grpo.model import load_model, load_tokenizer_for, resolve_device
+    from .evaluation import recall_by_fact
+
+    sft = config.sft
 
     def build(staging: Path) -> dict[str, Any]:
         start = time.perf_counter()
@@ -104,4 +110,4 @@ def recall_topup(config: TrainConfig, base: Path, *, progress: bool = True) -> P
         report = {"base": str(base), "recall_levels": levels, "examples_per_round": size}
         return save_warm_start(model, tokenizer, config, staging, report, start)
 
-    return build_once(Path(sft.dir) / f"top-{key}", _DONE, build)
+    return build_once(topup_folder(config, base), _DONE, build)
