@@ -391,7 +391,7 @@ def warm_start(config: TrainConfig, *, progress: bool = True) -> Path:
 
 
 def warm_start_folder(config: TrainConfig) -> Path:
-    """The folder :func:`warm_start` returns for ``config``, named without building it."""
+    """The folder :func:`warm_start` returns for ``config``, named without training anything."""
     target = _protocol_folder(config)
     if not config.sft.recall_target:
         return target
