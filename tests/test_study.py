@@ -1013,6 +1013,27 @@ def test_decision_probe_asks_behind_the_memory_arms_prompt(tmp_path, tiny):
     assert found["p_search_known"] != decision_probe(model, tokenizer, config)["p_search_known"]
 
 
+def test_memory_arms_evaluation_probes_behind_their_memory(tmp_path, tiny):
+    """A memory arm's eval skills describe the model as the arm meets it: behind its memory."""
+    import random
+
+    from searchgym.policies.tiny import load_tiny_lm
+    from searchgym.trainers.study.evaluation import evaluate_model
+    from searchgym.trainers.study.sft import scripted_memory
+
+    model, tokenizer = load_tiny_lm(tiny[0])
+    config = _smoke_config(
+        tmp_path, sft={"recall_think": True, "shadow_worlds": 2}, eval={"max_questions": 2}
+    )
+    memory = scripted_memory(config, "search_r1", random.Random(0)).memory
+    before = memory.experience
+    behind = evaluate_model(model, tokenizer, config, memory=memory).settings["skills"]
+    plain = evaluate_model(model, tokenizer, config).settings["skills"]
+    assert memory.experience == before  # evaluation wrote nothing into the store
+    assert behind["p_search_known"] != plain["p_search_known"]
+    assert behind["forced_recall"] == plain["forced_recall"]  # the other probes stay plain
+
+
 @pytest.mark.parametrize("protocol", ["search_r1", "sem"])
 def test_scripted_memory_shows_right_direct_answers_and_searches(tmp_path, protocol):
     """The warm start's memory prompts must show what RL's will: right direct answers in the

@@ -67,22 +67,34 @@ def env_factory(
 
     def make() -> gym.Env:
         built = gym.make(env.id, disable_env_checker=True, **kwargs)
-        if memory is None:
-            return built
-        from ...memory import ExperienceWrapper
-
-        options = memory_config or MemoryConfig()
-        return ExperienceWrapper(
-            built,
-            memory,
-            use_experience=options.use_experience,
-            few_shot=options.few_shot,
-            record=True,
-            top_k=options.top_k,
-            hint_threshold=options.hint_threshold,
-        )
+        return built if memory is None else memory_wrapper(built, memory, memory_config)
 
     return make
+
+
+def memory_wrapper(
+    env: gym.Env,
+    memory: Any,
+    memory_config: MemoryConfig | None = None,
+    *,
+    record: bool = True,
+    seed: int | None = None,
+) -> gym.Env:
+    """``env`` behind the run's :class:`~searchgym.memory.ExperienceWrapper` of ``memory``,
+    with ``memory_config``'s options; ``record=False`` never writes into the store."""
+    from ...memory import ExperienceWrapper
+
+    options = memory_config or MemoryConfig()
+    return ExperienceWrapper(
+        env,
+        memory,
+        use_experience=options.use_experience,
+        few_shot=options.few_shot,
+        record=record,
+        top_k=options.top_k,
+        hint_threshold=options.hint_threshold,
+        seed=seed,
+    )
 
 
 def question_schedule(num_questions: int, per_step: int, step: int, seed: int) -> list[int]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
-from functools import partial
+from functools import cache, partial
 from typing import Any
 
 import torch
@@ -24,7 +24,7 @@ from ...envs.synthetic import Fact
 from ...policies.chat import ChatFormatter
 from ...policies.evaluation import EpisodeRecord, EvalResult, summarise
 from ..config import EnvConfig, TrainConfig
-from ..grpo.envs import build_reward, env_factory
+from ..grpo.envs import build_reward, env_factory, memory_wrapper
 from ..grpo.generation import SamplingSettings, sample_actions
 from ..grpo.rollout import Episode, RolloutCollector
 from .demos import _encode, demo_env, forced_opening
@@ -381,6 +381,11 @@ def evaluate_model(
         recalled = recall_by_fact(model, tokenizer, config.replace(env=env_config), split=split)
         found = {**skills(episodes, world, recalled), **forced_skills(model, tokenizer, config)}
         if config.sft.recall_think:
-            found.update(decision_probe(model, tokenizer, config))
+            wrap = None
+            if memory is not None:  # the probe asks in the arm's own layout, one wrapper for all questions
+                wrap = cache(
+                    lambda env: memory_wrapper(env, memory, config.memory, record=False, seed=config.seed)
+                )
+            found.update(decision_probe(model, tokenizer, config, wrap=wrap))
         result.settings["skills"] = found
     return result
