@@ -522,6 +522,35 @@ def test_recall_topup_trains_missed_facts_until_the_target_and_is_cached(tmp_pat
     assert (path / "searchgym_sft.json").stat().st_mtime == mtime
 
 
+def test_memory_arms_warm_start_is_topped_up_behind_the_scripted_memory(tmp_path):
+    from safetensors.torch import load_file
+
+    from searchgym.trainers.study.sft import warm_start, warm_start_folder
+
+    sft = {
+        **_smoke_config(tmp_path).sft.__dict__,
+        "recall_think": True,
+        "memory_share": 0.5,
+        "memory_recall_target": 1.0,
+        "topup_rounds": 1,
+        "memory_topup_share": 0.2,
+        "topup_samples": 2,
+    }
+    plain = _smoke_config(tmp_path, sft=sft)  # no memory: no top-up behind it
+    config = plain.replace(memory={"kind": "experience"})
+    assert warm_start_folder(config).name.startswith("mem-")
+    path = warm_start(config, progress=False)
+    assert path == warm_start_folder(config)
+    report = json.loads((path / "searchgym_sft.json").read_text())
+    assert Path(report["base"]) == warm_start(plain, progress=False) == warm_start_folder(plain)
+    assert len(report["recall_levels"]) == 2 and report["examples_per_round"] > 0
+    before, after = (
+        load_file(Path(report["base"]) / "model.safetensors"),
+        load_file(path / "model.safetensors"),
+    )
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+
+
 def test_recall_by_fact_scores_every_known_one_hop_fact_of_the_split(tmp_path, tiny):
     from searchgym.policies.tiny import load_tiny_lm
     from searchgym.trainers.study.demos import demo_env
@@ -534,6 +563,9 @@ def test_recall_by_fact_scores_every_known_one_hop_fact_of_the_split(tmp_path, t
     scores = recall_by_fact(model, tokenizer, config, samples=2, temperature=1.0)
     assert set(scores) == expected and expected
     assert all(v == 0.0 for v in scores.values())  # an untrained model names no fact
+    asked = []
+    recall_by_fact(model, tokenizer, config, wrap=lambda env: asked.append(env) or env)
+    assert len(asked) == sum(1 for q in env.questions if q.known and (q.hops or 1) == 1)
 
 
 def test_protocol_stage_shares_its_episodes_between_protocols(tmp_path, tiny):
@@ -713,6 +745,8 @@ def test_greedy_sampling_is_deterministic(tiny):
         ("sft", {"topup_share": 1.5}, "topup_share"),
         ("sft", {"topup_share": 0}, "topup_share"),
         ("sft", {"topup_samples": 0}, "topup_samples"),
+        ("sft", {"memory_recall_target": -0.1}, "memory_recall_target"),
+        ("sft", {"memory_topup_share": 0}, "memory_topup_share"),
         ("sft", {"nope": 1}, "nope"),
         ("eval", {"temperature": -1}, "temperature"),
         ("eval", {"max_questions": -2}, "max_questions"),

@@ -461,6 +461,14 @@ class SFTConfig:
             ``topup_samples`` at the rollouts' temperature) is below it, train one more
             slice of the protocol stage's own examples, less its recall lessons
             (:mod:`searchgym.trainers.study.topup`). 0 (default) turns it off.
+        memory_recall_target: For runs with ``memory.kind: experience``, then top the warm
+            start up again until the same recall, measured behind the warm start's scripted
+            experience memory (the memory arms' prompt layout), reaches this level; each
+            round trains ``memory_topup_share`` of the protocol stage's examples (less its
+            recall lessons) with every episode written behind that memory. 0 (default)
+            turns it off.
+        memory_topup_share: Share of those examples per round (they are about five times
+            longer than the plain ones: 0.1 trains about 1.5M tokens on the study's world).
         topup_rounds: Most top-up rounds.
         topup_share: Share of those examples trained in each round.
         topup_samples: Sampled answers per question when measuring recall.
@@ -487,6 +495,8 @@ class SFTConfig:
     reading_epochs: int = 1
     replay_worlds: int = 0
     recall_target: float = 0.0
+    memory_recall_target: float = 0.0
+    memory_topup_share: float = 0.1
     topup_rounds: int = 6
     topup_share: float = 0.3
     topup_samples: int = 4
@@ -518,9 +528,11 @@ class SFTConfig:
         _positive_int("replay_worlds", self.replay_worlds, 0)
         _positive_int("epochs", self.epochs)
         _finite("recall_target", self.recall_target, low=0.0, high=1.0)
+        _finite("memory_recall_target", self.memory_recall_target, low=0.0, high=1.0)
         _positive_int("topup_rounds", self.topup_rounds, 0)
-        share = self.topup_share
-        check("topup_share", share, math.isfinite(share) and 0 < share <= 1, "a finite number > 0 and <= 1")
+        for name in ("topup_share", "memory_topup_share"):
+            share = getattr(self, name)
+            check(name, share, math.isfinite(share) and 0 < share <= 1, "a finite number > 0 and <= 1")
         _positive_int("topup_samples", self.topup_samples)
         _finite("lr", self.lr, low=0.0)
         _positive_int("batch_size", self.batch_size)

@@ -170,6 +170,7 @@ def recall_by_fact(
     split: str = "train",
     samples: int = 1,
     temperature: float = 0.0,
+    wrap: Callable[[Any], Any] | None = None,
 ) -> dict[Fact, float]:
     """How often the model answers each known fact right at once, in the protocol's format.
 
@@ -177,6 +178,7 @@ def recall_by_fact(
     opened as a direct answer (as for ``forced_recall`` in :func:`forced_skills`) and
     answered ``samples`` times at ``temperature`` (greedy at 0; 24 new tokens at most).
     Returns the share of right answers per fact, over all of its questions and samples.
+    ``wrap`` puts the env behind a wrapper before each question, as in :func:`decision_probe`.
     """
     env = demo_env(int(config.env.kwargs.get("world_seed", 0)), config.env.kwargs, split)
     formatter, encode = ChatFormatter(tokenizer), partial(_encode, tokenizer)
@@ -184,7 +186,7 @@ def recall_by_fact(
     contexts, facts = [], []
     for index, question in enumerate(env.questions):
         if question.known and (question.hops or 1) == 1:
-            obs, _ = env.reset(options={"index": index})
+            obs, _ = (wrap(env) if wrap else env).reset(options={"index": index})
             asked = question.question if asks_question else None
             opening = forced_opening(env.protocol.name, search=False, recall=recall, question=asked)
             contexts += [encode(formatter.prompt(obs)) + encode(opening)] * samples

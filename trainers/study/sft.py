@@ -74,6 +74,8 @@ _NOT_PROTOCOL_STAGE = (
     "dir",
     "instructions",
     "recall_target",
+    "memory_recall_target",
+    "memory_topup_share",
     "topup_rounds",
     "topup_share",
     "topup_samples",
@@ -369,7 +371,9 @@ def warm_start(config: TrainConfig, *, progress: bool = True) -> Path:
     Starts from :func:`reading_model` (shared by all seeds), trains the protocol stage of
     :func:`sft_examples` and, with ``sft.recall_target``, tops the known facts up to that
     recall level (:func:`~searchgym.trainers.study.topup.recall_topup`, a folder of its
-    own on top of the protocol stage's). Each folder's ``searchgym_sft.json`` records its
+    own on top of the protocol stage's) and, for a memory arm with
+    ``sft.memory_recall_target``, once more behind the experience memory (a third folder,
+    ``mem-<hash>``). Each folder's ``searchgym_sft.json`` records its
     examples, losses, the skills of :func:`probe_skills` and :func:`build_facts`; a warm start that copies the
     subject into fewer than half of its queries is logged as a warning, since the study's
     arms cannot learn to search without it.
@@ -382,22 +386,30 @@ def warm_start(config: TrainConfig, *, progress: bool = True) -> Path:
         ``{sft.dir}/sft-<hash>`` (or ``top-<hash>`` with a recall target), a
         ``save_pretrained`` folder with the tokenizer.
     """
-    model = protocol_model(config, progress=progress)
-    if not config.sft.recall_target:
-        return model
     from .topup import recall_topup  # it builds on this module
 
-    return recall_topup(config, model, progress=progress)
+    model = protocol_model(config, progress=progress)
+    if config.sft.recall_target:
+        model = recall_topup(config, model, progress=progress)
+    if _tops_up_behind_memory(config):
+        model = recall_topup(config, model, behind_memory=True, progress=progress)
+    return model
 
 
 def warm_start_folder(config: TrainConfig) -> Path:
     """The folder :func:`warm_start` returns for ``config``, named without training anything."""
-    target = _protocol_folder(config)
-    if not config.sft.recall_target:
-        return target
     from .topup import topup_folder
 
-    return topup_folder(config, target)
+    folder = _protocol_folder(config)
+    if config.sft.recall_target:
+        folder = topup_folder(config, folder)
+    if _tops_up_behind_memory(config):
+        folder = topup_folder(config, folder, behind_memory=True)
+    return folder
+
+
+def _tops_up_behind_memory(config: TrainConfig) -> bool:
+    return bool(config.sft.memory_recall_target) and config.memory.kind == "experience"
 
 
 def _protocol_folder(config: TrainConfig) -> Path:

@@ -44,34 +44,50 @@ import torch
 
 from ...policies.cached_folder import build_once
 from ..config import TrainConfig
-from .sft import _DONE, protocol_config, save_warm_start, sft_examples, train_sft
+from .sft import _DONE, protocol_config, save_warm_start, scripted_memory, sft_examples, train_sft
 
 __all__ = ["recall_topup", "topup_folder"]
 
 logger = logging.getLogger("searchgym.trainers")
 
 
-def topup_folder(config: TrainConfig, base: Path) -> Path:
+def topup_folder(config: TrainConfig, base: Path, *, behind_memory: bool = False) -> Path:
     """The folder :func:`recall_topup` builds on ``base`` (named by a hash of its settings)."""
     sft = config.sft
-    settings = {
+    settings: dict[str, Any] = {
         "base": base.name,
         "topup": [sft.recall_target, sft.topup_rounds, sft.topup_share, sft.topup_samples],
         "temperature": config.rollout.temperature,
         "version": 5,
     }
+    if behind_memory:
+        settings["memory"] = [sft.memory_recall_target, sft.memory_topup_share]
     key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
-    return Path(sft.dir) / f"top-{key}"
+    return Path(sft.dir) / f"{'mem' if behind_memory else 'top'}-{key}"
 
 
-def recall_topup(config: TrainConfig, base: Path, *, progress: bool = True) -> Path:
-    """``base`` (the protocol stage's folder) topped up to ``sft.recall_target``, as
-    :func:`topup_folder` (built on the first call, then cached). The folder's
-    ``searchgym_sft.json`` records the recall level before each round."""
+def recall_topup(
+    config: TrainConfig, base: Path, *, behind_memory: bool = False, progress: bool = True
+) -> Path:
+    """``base`` topped up to ``sft.recall_target``, as :func:`topup_folder` (built on the
+    first call, then cached). The folder's ``searchgym_sft.json`` records the recall level
+    before each round.
+
+    With ``behind_memory``, to ``sft.memory_recall_target`` instead, with recall measured
+    behind the warm start's scripted experience memory
+    (:func:`~searchgym.trainers.study.sft.scripted_memory`) and every episode of the
+    slices written behind it (``sft.memory_share`` 1), so a memory arm starts from the same
+    recall in its own prompt layout as the other arms in theirs.
+    """
     from ..grpo.model import load_model, load_tokenizer_for, resolve_device
     from .evaluation import recall_by_fact
 
     sft = config.sft
+    target, share, wrap, source = sft.recall_target, sft.topup_share, None, config
+    if behind_memory:
+        scripted = scripted_memory(config, sft.protocols[0], random.Random(f"memory-topup/{config.seed}"))
+        target, share, wrap = sft.memory_recall_target, sft.memory_topup_share, scripted.wrapped
+        source = config.replace(sft={**vars(sft), "memory_share": 1.0})
 
     def build(staging: Path) -> dict[str, Any]:
         start = time.perf_counter()
@@ -86,28 +102,33 @@ def recall_topup(config: TrainConfig, base: Path, *, progress: bool = True) -> P
         levels = []
         for round_ in range(sft.topup_rounds + 1):
             scores = recall_by_fact(
-                model, tokenizer, probe, samples=sft.topup_samples, temperature=config.rollout.temperature
+                model,
+                tokenizer,
+                probe,
+                samples=sft.topup_samples,
+                temperature=config.rollout.temperature,
+                wrap=wrap,
             )
             levels.append(sum(scores.values()) / max(1, len(scores)))
             logger.info("Recall top-up, round %d: %.3f of known facts recalled", round_, levels[-1])
-            if levels[-1] >= sft.recall_target or round_ == sft.topup_rounds:
+            if levels[-1] >= target or round_ == sft.topup_rounds:
                 break
             if not examples:
-                examples = [e for e in sft_examples(config, tokenizer) if e.kind != "recall"]
+                examples = [e for e in sft_examples(source, tokenizer) if e.kind != "recall"]
                 random.Random(f"topup/{config.seed}").shuffle(examples)
-                size = max(1, round(sft.topup_share * len(examples)))
+                size = max(1, round(share * len(examples)))
             part = [examples[(round_ * size + k) % len(examples)] for k in range(size)]
             seed = config.seed * 1000 + round_
             train_sft(model, part, stage, pad_id=tokenizer.pad_token_id, seed=seed, progress=progress)
-        if levels[-1] < sft.recall_target:
+        if levels[-1] < target:
             logger.warning(
-                "The recall top-up reached %.3f of known facts after %d rounds, short of sft.recall_target %.3f; "
-                "give it more sft.topup_rounds or a larger sft.topup_share.",
+                "The recall top-up reached %.3f of known facts after %d rounds, short of its target %.3f; "
+                "give it more sft.topup_rounds or a larger share per round.",
                 levels[-1],
                 sft.topup_rounds,
-                sft.recall_target,
+                target,
             )
         report = {"base": str(base), "recall_levels": levels, "examples_per_round": size}
         return save_warm_start(model, tokenizer, config, staging, report, start)
 
-    return build_once(topup_folder(config, base), _DONE, build)
+    return build_once(topup_folder(config, base, behind_memory=behind_memory), _DONE, build)
