@@ -797,6 +797,10 @@ def test_study_runs_every_arm_and_writes_table_json_and_plot(tmp_path, capsys):
     assert "f1" not in collected and set(collected) == set(results["arms"]) - {"f1"}
     assert main(["study", "--config", str(path), "--no-progress", "--arms", "f1"]) == 0
     assert (out / "f1" / "seed0" / "eval.json").stat().st_mtime > mtime
+    # ... from scratch: the earlier run's folder (checkpoints and all) was set aside whole
+    assert (out / "f1" / "seed0.old-1" / "eval.json").stat().st_mtime == mtime
+    (checkpoint,) = (out / "f1" / "seed0" / "checkpoints").iterdir()
+    assert load_config(checkpoint / "config.yaml").algo.lr == 1e-4
 
 
 def test_aggregate_leaves_out_missing_and_nan_figures():

@@ -166,6 +166,16 @@ def _is_section(value: Any) -> bool:
     return dataclasses.is_dataclass(value) and not isinstance(value, type)
 
 
+def _set_aside(folder: Path) -> None:
+    """Rename a stale run's ``folder`` to ``<name>.old-<n>`` (the first free ``n``), kept whole."""
+    n = 1
+    while folder.with_name(f"{folder.name}.old-{n}").exists():
+        n += 1
+    aside = folder.with_name(f"{folder.name}.old-{n}")
+    folder.rename(aside)
+    logger.warning("study: moved the earlier run in %s to %s", folder, aside)
+
+
 def _finished(path: Path, key: str) -> dict[str, Any] | None:
     """The result in ``path`` if it was written with settings ``key``, else None."""
     try:
@@ -215,6 +225,8 @@ def run_study(
                     logger.info("study: %s, seed %d has no finished run; left out of the table", arm, seed)
                 continue
             if result is None:
+                if done.exists():  # another run's folder: its checkpoints must not be resumed
+                    _set_aside(done.parent)
                 logger.info("study: %s, seed %d", arm, seed)
                 pipeline = run_pipeline(config, progress=progress, name=arm)
                 assert pipeline.evaluation is not None  # load_study's base has eval on
