@@ -83,9 +83,12 @@ def test_config_is_validated_before_ray_starts(index_dir):
         RayServeConfig(index=str(index_dir), max_batch_size=0)
 
 
-def test_two_replicas_on_ray_serve(index_dir):
+def test_two_replicas_on_ray_serve(index_dir, monkeypatch):
     ray = pytest.importorskip("ray")
     pytest.importorskip("ray.serve")
+    # a busy 2-core machine answers Serve's proxy health checks late: give them time
+    for name in ("HEALTH_CHECK_TIMEOUT_S", "READY_CHECK_TIMEOUT_S"):
+        monkeypatch.setenv(f"RAY_SERVE_PROXY_{name}", "60")
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
