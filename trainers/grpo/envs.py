@@ -13,7 +13,14 @@ import numpy as np
 from ...envs.rewards import RewardScheme, make_reward
 from ..config import EnvConfig, MemoryConfig
 
-__all__ = ["build_reward", "build_memory", "env_factory", "question_schedule", "memory_store_dir"]
+__all__ = [
+    "build_reward",
+    "build_memory",
+    "env_factory",
+    "memory_wrapper",
+    "question_schedule",
+    "memory_store_dir",
+]
 
 
 def build_reward(env: EnvConfig) -> RewardScheme | None:
