@@ -88,14 +88,15 @@ def recall_topup(
     from .evaluation import recall_by_fact
 
     sft = config.sft
-    target, share, wrap, source = sft.recall_target, sft.topup_share, None, config
-    if behind_memory:
-        scripted = scripted_memory(config, sft.protocols[0], random.Random(f"memory-topup/{config.seed}"))
-        target, share, wrap = sft.memory_recall_target, sft.memory_topup_share, scripted.wrapped
-        source = config.replace(sft={**vars(sft), "memory_share": 1.0})
+    target = sft.memory_recall_target if behind_memory else sft.recall_target
 
     def build(staging: Path) -> dict[str, Any]:
         start = time.perf_counter()
+        share, wrap, source = sft.topup_share, None, config
+        if behind_memory:
+            scripted = scripted_memory(config, sft.protocols[0], random.Random(f"memory-topup/{config.seed}"))
+            share, wrap = sft.memory_topup_share, scripted.wrapped
+            source = config.replace(sft={**vars(sft), "memory_share": 1.0})
         tokenizer = load_tokenizer_for(config.model, base)
         torch.manual_seed(config.seed)
         model = load_model(config.model, base, resolve_device(config.model.device))
