@@ -167,6 +167,21 @@ def test_chain_demonstrations_recall_both_hops_of_known_chains_and_skip_held_out
     searched = chain_demonstrations(env, tokenizer, 1.0, 1.0, random.Random(0), held_out, recall=True)
     assert searched and all(e.kind == "search" for e in searched)
     assert all(trained_text(tokenizer, e).count("<search>") == 2 for e in searched)
+    assert all(e.hops == 2 for e in examples + searched)
+
+
+def test_demonstrations_record_their_questions_hops(tiny):
+    import random
+
+    from searchgym.trainers.study.demos import demo_env, demonstrations
+
+    env = demo_env(5, {"world_kwargs": SMALL_WORLD, "max_turns": 3, "instructions": BRIEF}, split="all")
+    examples = list(demonstrations(env, tiny[1], search_prob=1.0, rng=random.Random(0), known_only=False))
+    assert len(examples) == len(env.questions)
+    for example, question in zip(examples, env.questions, strict=True):
+        assert example.hops == (question.hops or 1)
+        assert trained_text(tiny[1], example).count("<search>") == example.hops  # one search per hop
+    assert {e.hops for e in examples} == {1, 2}
 
 
 def test_reading_lessons_train_only_the_copied_part(tiny):
@@ -549,6 +564,13 @@ def test_memory_arms_warm_start_is_topped_up_behind_the_scripted_memory(tmp_path
         load_file(path / "model.safetensors"),
     )
     assert any(not torch.equal(before[k], after[k]) for k in before)
+    # more copies of the two-hop episodes: a folder of its own, with more of them per round
+    more = config.replace(sft={**vars(config.sft), "memory_topup_two_hop": 4})
+    assert warm_start_folder(more) != path and warm_start_folder(more).name.startswith("mem-")
+    richer = json.loads((warm_start(more, progress=False) / "searchgym_sft.json").read_text())
+    assert richer["base"] == report["base"]  # the same protocol stage below it
+    assert richer["examples_per_round"] == report["examples_per_round"]
+    assert 0 < report["two_hop_share"] < richer["two_hop_share"]
 
 
 def test_recall_by_fact_scores_every_known_one_hop_fact_of_the_split(tmp_path, tiny):
@@ -747,6 +769,7 @@ def test_greedy_sampling_is_deterministic(tiny):
         ("sft", {"topup_samples": 0}, "topup_samples"),
         ("sft", {"memory_recall_target": -0.1}, "memory_recall_target"),
         ("sft", {"memory_topup_share": 0}, "memory_topup_share"),
+        ("sft", {"memory_topup_two_hop": 0}, "memory_topup_two_hop"),
         ("sft", {"nope": 1}, "nope"),
         ("eval", {"temperature": -1}, "temperature"),
         ("eval", {"max_questions": -2}, "max_questions"),

@@ -469,6 +469,10 @@ class SFTConfig:
             turns it off.
         memory_topup_share: Share of those examples per round (they are about five times
             longer than the plain ones: 0.1 trains about 1.5M tokens on the study's world).
+        memory_topup_two_hop: Copies of each two-hop episode among those examples (1: the
+            stage's own mix, where two-hop episodes are about 5% of them). Each round
+            still trains ``memory_topup_share`` of the stage's count, so more copies mean
+            more two-hop episodes and fewer one-hop ones per round.
         topup_rounds: Most top-up rounds.
         topup_share: Share of those examples trained in each round.
         topup_samples: Sampled answers per question when measuring recall.
@@ -497,6 +501,7 @@ class SFTConfig:
     recall_target: float = 0.0
     memory_recall_target: float = 0.0
     memory_topup_share: float = 0.1
+    memory_topup_two_hop: int = 1
     topup_rounds: int = 6
     topup_share: float = 0.3
     topup_samples: int = 4
@@ -529,6 +534,7 @@ class SFTConfig:
         _positive_int("epochs", self.epochs)
         _finite("recall_target", self.recall_target, low=0.0, high=1.0)
         _finite("memory_recall_target", self.memory_recall_target, low=0.0, high=1.0)
+        _positive_int("memory_topup_two_hop", self.memory_topup_two_hop)
         _positive_int("topup_rounds", self.topup_rounds, 0)
         for name in ("topup_share", "memory_topup_share"):
             share = getattr(self, name)

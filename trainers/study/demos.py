@@ -43,6 +43,7 @@ masked out.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -81,6 +82,7 @@ class Example:
     token_ids: tuple[int, ...]
     loss_mask: tuple[int, ...]
     kind: str  # "statement", "direct" or "search"
+    hops: int = 1  # the question's hops (an episode of a two-hop question: 2)
 
 
 def shadow_seeds(seed: int, count: int) -> list[int]:
@@ -245,7 +247,7 @@ def chain_demonstrations(
                 run_env = _episode_env(env, memory, memory_share, rng)
                 example = _episode(run_env, question, actions, tokenizer, formatter)
                 if example is not None:
-                    out.append(example)
+                    out.append(dataclasses.replace(example, hops=2))
     return out
 
 
@@ -451,7 +453,7 @@ def demonstrations(
         )
         example = _episode(_episode_env(env, memory, memory_share, rng), index, actions, tokenizer, formatter)
         if example is not None:
-            yield example
+            yield dataclasses.replace(example, hops=len(chain))
 
 
 def demo_env(world_seed: int, env_kwargs: Mapping[str, Any], split: str) -> SyntheticFactsEnv:

@@ -76,6 +76,7 @@ _NOT_PROTOCOL_STAGE = (
     "recall_target",
     "memory_recall_target",
     "memory_topup_share",
+    "memory_topup_two_hop",
     "topup_rounds",
     "topup_share",
     "topup_samples",

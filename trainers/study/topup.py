@@ -67,6 +67,8 @@ def topup_folder(config: TrainConfig, base: Path, *, behind_memory: bool = False
     }
     if behind_memory:
         settings["memory"] = [sft.memory_recall_target, sft.memory_topup_share]
+        if sft.memory_topup_two_hop != 1:  # folders built before the setting keep their names
+            settings["memory"].append(sft.memory_topup_two_hop)
     key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
     return Path(sft.dir) / f"{'mem' if behind_memory else 'top'}-{key}"
 
@@ -82,7 +84,8 @@ def recall_topup(
     behind the warm start's scripted experience memory
     (:func:`~searchgym.trainers.study.sft.scripted_memory`) and every episode of the
     slices written behind it (``sft.memory_share`` 1), so a memory arm starts from the same
-    recall in its own prompt layout as the other arms in theirs.
+    recall in its own prompt layout as the other arms in theirs; ``sft.memory_topup_two_hop``
+    copies of each two-hop episode go into the slices.
     """
     from ..grpo.model import load_model, load_tokenizer_for, resolve_device
     from .evaluation import recall_by_fact
@@ -121,8 +124,10 @@ def recall_topup(
                 break
             if not examples:
                 examples = [e for e in sft_examples(source, tokenizer) if e.kind != "recall"]
-                random.Random(f"topup/{config.seed}").shuffle(examples)
                 size = max(1, round(share * len(examples)))
+                if behind_memory:
+                    examples += [e for e in examples if e.hops > 1] * (sft.memory_topup_two_hop - 1)
+                random.Random(f"topup/{config.seed}").shuffle(examples)
             part = [examples[(round_ * size + k) % len(examples)] for k in range(size)]
             seed = config.seed * 1000 + round_
             train_sft(model, part, stage, pad_id=tokenizer.pad_token_id, seed=seed, progress=progress)
@@ -134,7 +139,13 @@ def recall_topup(
                 sft.topup_rounds,
                 target,
             )
-        report = {"base": str(base), "recall_levels": levels, "examples_per_round": size}
+        two_hop = sum(e.hops > 1 for e in examples) / max(1, len(examples))
+        report = {
+            "base": str(base),
+            "recall_levels": levels,
+            "examples_per_round": size,
+            "two_hop_share": two_hop,
+        }
         return save_warm_start(model, tokenizer, config, staging, report, start)
 
     return build_once(topup_folder(config, base, behind_memory=behind_memory), _DONE, build)
