@@ -139,7 +139,8 @@ def recall_topup(
                 sft.topup_rounds,
                 target,
             )
-        two_hop = sum(e.hops > 1 for e in examples) / max(1, len(examples))
+        # the share of two-hop episodes in the slices (None: no round trained)
+        two_hop = sum(e.hops > 1 for e in examples) / len(examples) if examples else None
         report = {
             "base": str(base),
             "recall_levels": levels,
