@@ -470,7 +470,7 @@ class SFTConfig:
         memory_topup_share: Share of those examples per round (they are about five times
             longer than the plain ones: 0.1 trains about 1.5M tokens on the study's world).
         memory_topup_two_hop: Copies of each two-hop episode among those examples (1: the
-            stage's own mix, where two-hop episodes are about 5% of them). Each round
+            stage's own mix, where about 10% of them are two-hop episodes). Each round
             still trains ``memory_topup_share`` of the stage's count, so more copies mean
             more two-hop episodes and fewer one-hop ones per round.
         topup_rounds: Most top-up rounds.
