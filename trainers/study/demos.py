@@ -43,7 +43,6 @@ masked out.
 
 from __future__ import annotations
 
-import dataclasses
 import random
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -245,9 +244,9 @@ def chain_demonstrations(
                     protocol, (first, second), search, known=True, recall=recall, ask_hops=True
                 )
                 run_env = _episode_env(env, memory, memory_share, rng)
-                example = _episode(run_env, question, actions, tokenizer, formatter)
+                example = _episode(run_env, question, actions, tokenizer, formatter, hops=2)
                 if example is not None:
-                    out.append(dataclasses.replace(example, hops=2))
+                    out.append(example)
     return out
 
 
@@ -387,9 +386,10 @@ def _episode(
     actions: list[str],
     tokenizer: Any,
     formatter: ChatFormatter,
+    hops: int = 1,
 ) -> Example | None:
-    """Run ``actions`` through ``env`` on ``question`` (an index, or reset options); None when
-    the env does not accept them as written."""
+    """Run ``actions`` through ``env`` on ``question`` (an index, or reset options), a
+    question of ``hops`` hops; None when the env does not accept them as written."""
     options = {"index": question} if isinstance(question, int) else question
     obs, _ = env.reset(options=options)
     ids = _encode(tokenizer, formatter.prompt(obs))
@@ -410,7 +410,7 @@ def _episode(
         feedback_ids = _encode(tokenizer, feedback)
         ids += feedback_ids
         mask += [0] * len(feedback_ids)
-    return Example(tuple(ids), tuple(mask), "search" if len(actions) > 1 else "direct")
+    return Example(tuple(ids), tuple(mask), "search" if len(actions) > 1 else "direct", hops)
 
 
 def demonstrations(
@@ -451,9 +451,10 @@ def demonstrations(
             ask_hops=ask_hops,
             question=question.question if ask_question else None,
         )
-        example = _episode(_episode_env(env, memory, memory_share, rng), index, actions, tokenizer, formatter)
+        run_env = _episode_env(env, memory, memory_share, rng)
+        example = _episode(run_env, index, actions, tokenizer, formatter, hops=len(chain))
         if example is not None:
-            yield dataclasses.replace(example, hops=len(chain))
+            yield example
 
 
 def demo_env(world_seed: int, env_kwargs: Mapping[str, Any], split: str) -> SyntheticFactsEnv:
