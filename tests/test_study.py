@@ -851,6 +851,33 @@ def test_a_runs_key_hashes_only_the_settings_that_differ_from_the_defaults(tmp_p
     assert config_key(config.replace(algo={**vars(config.algo), "kl_coef": 0.01})) != config_key(config)
     assert config_key(config.replace(seed=1)) != config_key(config)
     assert config_key(config.replace(memory={"kind": "experience"})) != config_key(config)
+    moved = config.replace(output_dir=str(tmp_path / "elsewhere"))
+    assert config_key(moved) == config_key(config)  # where a run is, not how it runs
+    assert config_key(moved, with_output_dir=True) != config_key(config, with_output_dir=True)
+
+
+def test_a_study_moved_to_another_folder_keeps_its_finished_runs(tmp_path):
+    from searchgym.cli import main
+    from searchgym.trainers.study.study import arm_config, load_study, run_key
+
+    base = _smoke_config(tmp_path, steps=1).to_dict()
+    base["eval"]["max_questions"] = 2
+    study = {"output_dir": str(tmp_path / "a"), "seeds": [0], "base": base, "arms": {"f1": {}}}
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(study))
+    assert main(["study", "--config", str(path), "--no-progress"]) == 0
+    (tmp_path / "a").rename(tmp_path / "b")
+    study["output_dir"] = str(tmp_path / "b")
+    path.write_text(yaml.safe_dump(study))
+    assert main(["study", "--config", str(path), "--no-progress", "--collect"]) == 0
+    assert json.loads((tmp_path / "b" / "results.json").read_text())["arms"].keys() == {"f1"}
+    # a key written before output_dir was left out of it still counts where the run is
+    done = tmp_path / "b" / "f1" / "seed0" / "eval.json"
+    result = json.loads(done.read_text())
+    result["settings"]["config_key"] = run_key(arm_config(load_study(path), "f1", 0), with_output_dir=True)
+    done.write_text(json.dumps(result))
+    assert main(["study", "--config", str(path), "--no-progress", "--collect"]) == 0
+    assert json.loads((tmp_path / "b" / "results.json").read_text())["arms"].keys() == {"f1"}
 
 
 def test_a_runs_key_names_its_warm_start(tmp_path):

@@ -119,27 +119,33 @@ def arm_config(study: Mapping[str, Any], arm: str, seed: int) -> TrainConfig:
     return TrainConfig.from_dict(data)
 
 
-def config_key(config: TrainConfig) -> str:
+def config_key(config: TrainConfig, *, with_output_dir: bool = False) -> str:
     """A hash of a run's settings, stored in its ``eval.json``.
 
     Only the fields that differ from their defaults are hashed, so a field added to the
     config later (at a default that keeps the old behaviour) does not make every finished
     run stale. A changed *default* is therefore not seen either: delete ``output_dir``
-    after such a change.
+    after such a change. ``output_dir`` is where a run is, not how it runs, and is left
+    out, so a study whose folder is moved or renamed keeps its finished runs; keys written
+    before that hashed it too (``with_output_dir``), and :func:`run_study` still accepts
+    them where the run has not moved.
     """
     changed = _non_defaults(config)
+    if not with_output_dir:
+        changed.pop("output_dir", None)
     return hashlib.sha256(json.dumps(changed, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def run_key(config: TrainConfig) -> str:
+def run_key(config: TrainConfig, *, with_output_dir: bool = False) -> str:
     """:func:`config_key`, and with ``sft.enabled`` the warm start's folder name too: a run
     stays finished only while the code would build it the same warm start (a change to how
     warm starts are written moves their hash, e.g. ``sft_key``'s version)."""
+    key = config_key(config, with_output_dir=with_output_dir)
     if not config.sft.enabled:
-        return config_key(config)
+        return key
     from .sft import warm_start_folder
 
-    return f"{config_key(config)}+{warm_start_folder(config).name}"
+    return f"{key}+{warm_start_folder(config).name}"
 
 
 def _non_defaults(section: Any) -> dict[str, Any]:
@@ -176,8 +182,8 @@ def _set_aside(folder: Path) -> None:
     logger.warning("study: moved the earlier run in %s to %s", folder, aside)
 
 
-def _finished(path: Path, key: str) -> dict[str, Any] | None:
-    """The result in ``path`` if it was written with settings ``key``, else None."""
+def _finished(path: Path, keys: Sequence[str]) -> dict[str, Any] | None:
+    """The result in ``path`` if it was written with settings ``keys`` (any of them), else None."""
     try:
         result = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -185,7 +191,7 @@ def _finished(path: Path, key: str) -> dict[str, Any] | None:
     except (OSError, ValueError) as exc:
         logger.warning("study: %s is unreadable (%s); running it again.", path, exc)
         return None
-    if not isinstance(result, dict) or result.get("settings", {}).get("config_key") != key:
+    if not isinstance(result, dict) or result.get("settings", {}).get("config_key") not in keys:
         logger.info("study: %s was written with other settings; running it again.", path)
         return None
     return result
@@ -219,7 +225,7 @@ def run_study(
         for arm in study["arms"]:
             config = arm_config(study, arm, seed)
             done, key = Path(config.output_dir) / "eval.json", run_key(config)
-            result = _finished(done, key)
+            result = _finished(done, (key, run_key(config, with_output_dir=True)))
             if result is None and (collect or (arm, seed) not in to_run):
                 if (arm, seed) in to_run:
                     logger.info("study: %s, seed %d has no finished run; left out of the table", arm, seed)
