@@ -29,9 +29,12 @@ from _common import write_report  # noqa: E402
 SHOWN = ("sr_known_recalled", "sr_known_unrecalled", "sr_known_2hop", "forced_recall", "forced_chain")
 
 
-def reevaluate(run: Path) -> dict[str, Any]:
-    """The held-out evaluation of ``run``'s last checkpoint, as a dict (see the module docstring)."""
+def reevaluate(run: Path, prompt: str = "own", warm_start: bool = False) -> dict[str, Any]:
+    """The held-out evaluation of ``run``'s last checkpoint (or, with ``warm_start``, its
+    starting model), as a dict; ``prompt`` is ``"own"``, ``"plain"`` or a run folder whose
+    final memory store gives the prompt (see the module docstring)."""
     from searchgym.trainers.config import load_config
+    from searchgym.trainers.grpo.envs import build_memory
     from searchgym.trainers.grpo.trainer import GRPOTrainer
     from searchgym.trainers.study.evaluation import evaluate_model
 
@@ -43,44 +46,91 @@ def reevaluate(run: Path) -> dict[str, Any]:
         shutil.copytree(run, copy, ignore=shutil.ignore_patterns("wandb"))
         config = load_config(copy / "config.yaml")
         config = config.replace(output_dir=str(copy), wandb={"enabled": False})
+        if warm_start:
+            shutil.rmtree(copy / "checkpoints")
         trainer = GRPOTrainer(config, progress=False)
         try:
             trainer.setup()
-            if trainer.state.step != config.steps:
+            if not warm_start and trainer.state.step != config.steps:
                 raise SystemExit(
                     f"{run}: its last checkpoint is step {trainer.state.step}, not {config.steps}"
                 )
-            result = evaluate_model(trainer.model, trainer.tokenizer, config, memory=trainer.memory).to_dict()
+            memory = trainer.memory
+            if prompt == "plain":
+                memory = None
+                config = config.replace(memory={"kind": "none"})
+            elif prompt != "own":
+                other = Path(prompt)
+                other_config = load_config(other / "config.yaml")
+                if other_config.memory.kind == "none":
+                    raise SystemExit(f"{other} trained without experience memory: no prompt to borrow")
+                shutil.copytree(other / "memory", Path(scratch) / "borrowed" / "memory")
+                config = config.replace(
+                    memory=vars(other_config.memory),
+                    rollout={
+                        **vars(config.rollout),
+                        "max_context_tokens": other_config.rollout.max_context_tokens,
+                    },
+                )
+                memory = build_memory(config.memory, Path(scratch) / "borrowed", config.seed)
+            result = evaluate_model(trainer.model, trainer.tokenizer, config, memory=memory).to_dict()
         finally:
             trainer.close()
     result["run"] = str(run)
-    result["repeats_eval_json"] = all(abs(result[k] - saved[k]) < 1e-9 for k in ("em", "st", "sr"))
+    result["step"] = trainer.state.step
+    result["prompt"] = prompt
+    result["warm_start"] = warm_start
+    same = prompt == "own" and not warm_start
+    result["repeats_eval_json"] = (
+        all(abs(result[k] - saved[k]) < 1e-9 for k in ("em", "st", "sr")) if same else None
+    )
     return result
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", type=Path, help="finished run folders (each holds eval.json)")
+    parser.add_argument(
+        "--prompt",
+        default="own",
+        help="'own' (default), 'plain' (no experience memory) or a run folder whose memory to use",
+    )
+    parser.add_argument(
+        "--warm-start", action="store_true", help="evaluate each run's starting model instead"
+    )
     parser.add_argument("--out", help="also write the results as JSON")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     missing = [str(run) for run in args.runs if not (run / "eval.json").is_file()]
     if missing:
         parser.error(f"not a finished run (no eval.json): {', '.join(missing)}")
-    results = [reevaluate(run) for run in args.runs]
-    print("| run | EM | ST | SR known | " + " | ".join(SHOWN) + " | repeats eval.json |")
-    print("|---|---|---|---|" + "---|" * len(SHOWN) + "---|")
+    if args.prompt not in ("own", "plain") and not (Path(args.prompt) / "memory").is_dir():
+        parser.error(f"--prompt {args.prompt}: not 'own', 'plain' or a run folder with a memory store")
+    results = [reevaluate(run, args.prompt, args.warm_start) for run in args.runs]
+    print(f"prompt: {args.prompt}; model: {'warm start' if args.warm_start else 'last checkpoint'}")
+    print(
+        "| run | EM | EM 1-hop | EM 2-hop | EM unknown | ST | SR known | "
+        + " | ".join(SHOWN)
+        + " | repeats eval.json |"
+    )
+    print("|---|---|---|---|---|---|---|" + "---|" * len(SHOWN) + "---|")
     for r in results:
         found = r["settings"]["skills"]
         cells = " | ".join("-" if found.get(k) is None else f"{100 * found[k]:.0f}" for k in SHOWN)
         known = r["splits"].get("known", {}).get("sr")
         known_cell = "-" if known is None else f"{100 * known:.0f}"
+        ems = " | ".join(_split_em(r, split) for split in ("1-hop", "2-hop", "unknown"))
         print(
-            f"| {r['run']} | {100 * r['em']:.1f} | {r['st']:.2f} | {known_cell} | {cells} | {r['repeats_eval_json']} |"
+            f"| {r['run']} | {100 * r['em']:.1f} | {ems} | {r['st']:.2f} | {known_cell} | {cells} | {r['repeats_eval_json']} |"
         )
     if args.out:
         write_report(Path(args.out), {"runs": results})
-    return 0 if all(r["repeats_eval_json"] for r in results) else 1
+    return 0 if all(r["repeats_eval_json"] is not False for r in results) else 1
+
+
+def _split_em(result: dict[str, Any], split: str) -> str:
+    em = result["splits"].get(split, {}).get("em")
+    return "-" if em is None else f"{100 * em:.1f}"
 
 
 if __name__ == "__main__":

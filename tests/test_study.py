@@ -683,6 +683,14 @@ def test_pipeline_smoke_warm_start_grpo_and_held_out_table(tmp_path, capsys):
     before = sorted(p.relative_to(tmp_path) for p in (tmp_path / "run").rglob("*"))
     again = reeval.reevaluate(tmp_path / "run")
     assert again["repeats_eval_json"] and again["settings"]["skills"] == result["settings"]["skills"]
+    # ... behind a borrowed store (here its own, so the figures repeat), without the memory,
+    # and from the warm start.
+    borrowed = reeval.reevaluate(tmp_path / "run", prompt=str(tmp_path / "run"))
+    assert borrowed["repeats_eval_json"] is None
+    assert all(borrowed[k] == result[k] for k in ("em", "st", "sr", "action_chars"))
+    plain = reeval.reevaluate(tmp_path / "run", prompt="plain")
+    assert plain["step"] == again["step"] == 2 and plain["episodes"] == 6
+    assert reeval.reevaluate(tmp_path / "run", warm_start=True)["step"] == 0
     assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "run").rglob("*")) == before
     # benchmarks/study_searches.py rolls the final policy out on known training questions.
     spec = importlib.util.spec_from_file_location("study_searches", REPO / "benchmarks" / "study_searches.py")
