@@ -31,7 +31,7 @@ from __future__ import annotations
 import inspect
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 import gymnasium as gym
@@ -132,6 +132,11 @@ class ExperienceWrapper(gym.ObservationWrapper, gym.utils.RecordConstructorArgs)
     hints follow the documents in ``<hint>`` markers. Other observations pass through
     unchanged. When nothing is added (switches off, empty memory) the observation is
     exactly the env's.
+
+    ## Reset options
+    ``prompt_seed`` (an int >= 0 or a list of them) seeds this reset's few-shot draw: envs
+    reset with the same ``prompt_seed`` show the same example (GRPO's group of rollouts of
+    one question, when ``memory.example_per`` is ``group``). The other options go to the env.
 
     ## Info
     ``memory_spans``: a list of :class:`MemorySpan` (kind, start, end), character offsets
@@ -235,13 +240,14 @@ class ExperienceWrapper(gym.ObservationWrapper, gym.utils.RecordConstructorArgs)
         bank = self.memory.experience
         return f"Guidance learnt from earlier episodes:\n{bank.to_text()}" if len(bank) else ""
 
-    def example_text(self, question_id: str, question: str) -> str:
-        """The body of the few-shot part: an example of another question ("" when none)."""
+    def example_text(self, question_id: str, question: str, rng: np.random.Generator | None = None) -> str:
+        """The body of the few-shot part: an example of another question ("" when none),
+        drawn with ``rng`` (default: the wrapper's own generator)."""
         sample = getattr(self.memory, "sample_few_shot", None)
         if not callable(sample):
             return ""
         for _ in range(_FEW_SHOT_DRAWS):
-            example = sample(self._rng)
+            example = sample(self._rng if rng is None else rng)
             if example is None:
                 return ""
             if example.question.id != question_id and example.question.question != question:
@@ -273,6 +279,11 @@ class ExperienceWrapper(gym.ObservationWrapper, gym.utils.RecordConstructorArgs)
     # -- Gymnasium API --------------------------------------------------------------------------
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        example_rng = None
+        if isinstance(options, Mapping) and "prompt_seed" in options:
+            options = dict(options)
+            example_rng = _prompt_rng(options.pop("prompt_seed"))
+            options = options or None
         obs, info = self.env.reset(seed=seed, options=options)
         if seed is not None:
             self._rng = np.random.default_rng(seed)
@@ -291,7 +302,7 @@ class ExperienceWrapper(gym.ObservationWrapper, gym.utils.RecordConstructorArgs)
                 added.append(("experience", _marked("experience", body)))
         if self.few_shot:
             body = self._safely(
-                "the few-shot example", info, self.example_text, question.id, question.question
+                "the few-shot example", info, self.example_text, question.id, question.question, example_rng
             )
             if body:
                 added.append(("example", _marked("example", body)))
@@ -336,3 +347,15 @@ class ExperienceWrapper(gym.ObservationWrapper, gym.utils.RecordConstructorArgs)
     def observation(self, observation: str) -> str:
         """Unused: :meth:`reset` and :meth:`step` build the observations themselves."""
         return observation
+
+
+def _prompt_rng(prompt_seed: Any) -> np.random.Generator:
+    """The generator of ``reset(options={"prompt_seed": ...})``: an int or a list of ints >= 0."""
+    try:
+        if isinstance(prompt_seed, (bool, float, str, bytes)):
+            raise TypeError
+        return np.random.default_rng(prompt_seed)
+    except (TypeError, ValueError):
+        raise InvalidArgumentError(
+            f"options['prompt_seed'] must be an int >= 0 or a list of them, got {prompt_seed!r}."
+        ) from None

@@ -241,6 +241,26 @@ def test_environment_and_memory_tokens_are_masked(tiny_root, tmp_path, memory_st
     assert feedback_seen > 0
 
 
+def test_a_group_shares_its_few_shot_example_when_asked(tiny_root, tmp_path, memory_store):
+    prompts = {}
+    for per in ("rollout", "group"):
+        config = make_config(
+            tiny_root,
+            tmp_path / per,
+            env={"id": ENV_ID, "kwargs": {"reward": "f1", "max_turns": 3}},
+            memory={"kind": "experience", "path": str(memory_store), "example_per": per},
+        )
+        trainer = GRPOTrainer(config, progress=False)
+        trainer.setup()
+        episodes = trainer.collector.collect([3, 7, 9], 4, seed=11)
+        trainer.close()
+        prompts[per] = [{ep.segments[0].text for ep in episodes if ep.group == g} for g in range(3)]
+    assert all(len(group) == 1 for group in prompts["group"])
+    assert any(len(group) > 1 for group in prompts["rollout"])
+    examples = {text.split("<example>")[1] for group in prompts["group"] for text in group}
+    assert len(examples) > 1  # each group draws its own
+
+
 def scripted_sampler(tokenizer, eos: bool):
     """A stand-in for the policy that searches once, then answers, with real token ids."""
 

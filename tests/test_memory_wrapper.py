@@ -140,6 +140,28 @@ def test_seeded_resets_draw_the_same_example() -> None:
     assert len(draws) > 1  # unseeded resets vary
 
 
+def test_a_prompt_seed_fixes_the_example_whatever_the_reset_seed() -> None:
+    memory = ExperienceMemory(seed=0)
+    for i in range(20):
+        t = Trajectory(Question(f"p{i}", f"Pool question {i}?", ("x",)), "tool_call", [], reward=1.0)
+        memory.add(t)
+    env = ExperienceWrapper(_env(), memory, record=False)
+
+    def example(seed, prompt_seed):
+        obs, _ = env.reset(seed=seed, options={"index": 3, "prompt_seed": prompt_seed})
+        assert env.unwrapped.questions[3].question in obs  # the index still reaches the env
+        return obs.split("<example>")[1]
+
+    # A GRPO group: one prompt seed, eight reset seeds, one example.
+    assert len({example(seed, [7, 0]) for seed in range(8)}) == 1
+    assert len({example(0, [7, g]) for g in range(8)}) > 1  # other groups draw others
+    assert example(5, 11) == example(6, 11)
+    env.reset(options={"prompt_seed": 2})  # no other option: a random question, no error
+    for bad in (-1, "7", 1.5, True, [1, -2], {"a": 1}):
+        with pytest.raises(InvalidArgumentError, match="prompt_seed"):
+            env.reset(options={"index": 0, "prompt_seed": bad})
+
+
 def test_episodes_are_recorded_with_their_reward() -> None:
     memory = ExperienceMemory(seed=0)
     env = ExperienceWrapper(_env(), memory)

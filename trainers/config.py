@@ -308,6 +308,9 @@ class MemoryConfig:
         good_reward: Good trajectories have reward at or above it (1.0).
         use_experience: Put the experience text (and HiExp's hints) in the prompt.
         few_shot: Put one earlier episode in the prompt as an example.
+        example_per: ``rollout`` (each rollout draws its own example) or ``group`` (the G
+            rollouts of a question in a GRPO step share one draw, so the group's baseline
+            compares answers to one prompt, as GRPO assumes).
         top_k: HiExp strategy records in the prompt (5).
         hint_threshold: HiExp hint cosine threshold (0.8).
     """
@@ -320,6 +323,7 @@ class MemoryConfig:
     good_reward: float = 1.0
     use_experience: bool = True
     few_shot: bool = True
+    example_per: Literal["rollout", "group"] = "rollout"
     top_k: int = 5
     hint_threshold: float = 0.8
 
@@ -335,6 +339,9 @@ class MemoryConfig:
                 "path", self.path, self.path is not None, "the HiExp store folder or hiexp_levels.jsonl file"
             )
         _positive_int("update_every", self.update_every)
+        check(
+            "example_per", self.example_per, self.example_per in ("rollout", "group"), "'rollout' or 'group'"
+        )
         _finite("theta_r", self.theta_r)
         _finite("good_reward", self.good_reward)
         _positive_int("top_k", self.top_k)

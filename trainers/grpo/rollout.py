@@ -142,6 +142,8 @@ class RolloutCollector:
         sampling: Temperature, top-p and generation batch size.
         sampler: The sampling function (default :func:`~.generation.sample_actions`); any
             function with its signature can stand in, e.g. to script actions in a test.
+        group_prompt_seeds: Reset every env of a group with the same ``prompt_seed``
+            option, so a memory wrapper draws one few-shot example for the whole group.
     """
 
     def __init__(
@@ -155,6 +157,7 @@ class RolloutCollector:
         max_context_tokens: int,
         sampling: SamplingSettings,
         sampler: Callable[..., list[Sampled]] = sample_actions,
+        group_prompt_seeds: bool = False,
     ):
         self.make_env = make_env
         self.model = model
@@ -164,6 +167,7 @@ class RolloutCollector:
         self.max_context_tokens = max_context_tokens
         self.sampling = sampling
         self.sampler = sampler
+        self.group_prompt_seeds = group_prompt_seeds
         self.envs: list[gym.Env] = []
         self._stops: list[str] | None = None
 
@@ -189,9 +193,10 @@ class RolloutCollector:
     def collect(self, question_indices: Sequence[int], group_size: int, seed: int) -> list[Episode]:
         """``group_size`` episodes of each question, group after group.
 
-        Env ``i`` (episode ``i`` of the step) is reset with seed ``seed + i``; sampling is
-        seeded with ``seed`` in a forked RNG, so a call's result depends on its arguments
-        and the model only.
+        Env ``i`` (episode ``i`` of the step) is reset with seed ``seed + i`` (and, with
+        ``group_prompt_seeds``, ``prompt_seed = [seed, group]``); sampling is seeded with
+        ``seed`` in a forked RNG, so a call's result depends on its arguments and the model
+        only.
         """
         episodes: list[Episode] = []
         envs: list[gym.Env] = []
@@ -199,7 +204,10 @@ class RolloutCollector:
             for _ in range(group_size):
                 i = len(episodes)
                 env = self.env(i)
-                obs, info = env.reset(seed=seed + i, options={"index": int(q)})
+                options: dict[str, Any] = {"index": int(q)}
+                if self.group_prompt_seeds:
+                    options["prompt_seed"] = [seed, g]
+                obs, info = env.reset(seed=seed + i, options=options)
                 ep = Episode(question_index=int(q), group=g)
                 prompt = self.formatter.prompt(obs)
                 spans = locate_spans(prompt, obs, info.get("memory_spans", ()))

@@ -182,6 +182,7 @@ class GRPOTrainer:
             sampling=SamplingSettings(
                 cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.generation_batch_size
             ),
+            group_prompt_seeds=cfg.memory.example_per == "group",
         )
         probe: Any = self.collector.env(0).unwrapped
         self.num_questions = len(probe.questions)
