@@ -120,8 +120,9 @@ def main(argv: list[str] | None = None) -> int:
         known = r["splits"].get("known", {}).get("sr")
         known_cell = "-" if known is None else f"{100 * known:.0f}"
         ems = " | ".join(_split_em(r, split) for split in ("1-hop", "2-hop", "unknown"))
+        repeats = "-" if r["repeats_eval_json"] is None else r["repeats_eval_json"]
         print(
-            f"| {r['run']} | {100 * r['em']:.1f} | {ems} | {r['st']:.2f} | {known_cell} | {cells} | {r['repeats_eval_json']} |"
+            f"| {r['run']} | {100 * r['em']:.1f} | {ems} | {r['st']:.2f} | {known_cell} | {cells} | {repeats} |"
         )
     if args.out:
         write_report(Path(args.out), {"runs": results})
