@@ -34,7 +34,7 @@ def reevaluate(run: Path, prompt: str = "own", warm_start: bool = False) -> dict
     starting model), as a dict; ``prompt`` is ``"own"``, ``"plain"`` or a run folder whose
     final memory store gives the prompt (see the module docstring)."""
     from searchgym.trainers.config import load_config
-    from searchgym.trainers.grpo.envs import build_memory
+    from searchgym.trainers.grpo.envs import build_memory, memory_store_dir
     from searchgym.trainers.grpo.trainer import GRPOTrainer
     from searchgym.trainers.study.evaluation import evaluate_model
 
@@ -64,15 +64,18 @@ def reevaluate(run: Path, prompt: str = "own", warm_start: bool = False) -> dict
                 other_config = load_config(other / "config.yaml")
                 if other_config.memory.kind == "none":
                     raise SystemExit(f"{other} trained without experience memory: no prompt to borrow")
-                shutil.copytree(other / "memory", Path(scratch) / "borrowed" / "memory")
+                borrowed = vars(other_config.memory)
+                store = memory_store_dir(other_config.memory, other)
+                if store is not None:  # an experience store: read a copy, never the run's own
+                    borrowed = {**borrowed, "path": str(shutil.copytree(store, Path(scratch) / "borrowed"))}
                 config = config.replace(
-                    memory=vars(other_config.memory),
+                    memory=borrowed,
                     rollout={
                         **vars(config.rollout),
                         "max_context_tokens": other_config.rollout.max_context_tokens,
                     },
                 )
-                memory = build_memory(config.memory, Path(scratch) / "borrowed", config.seed)
+                memory = build_memory(config.memory, copy, config.seed)
             result = evaluate_model(trainer.model, trainer.tokenizer, config, memory=memory).to_dict()
         finally:
             trainer.close()
@@ -104,8 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     missing = [str(run) for run in args.runs if not (run / "eval.json").is_file()]
     if missing:
         parser.error(f"not a finished run (no eval.json): {', '.join(missing)}")
-    if args.prompt not in ("own", "plain") and not (Path(args.prompt) / "memory").is_dir():
-        parser.error(f"--prompt {args.prompt}: not 'own', 'plain' or a run folder with a memory store")
+    if args.prompt not in ("own", "plain") and not (Path(args.prompt) / "config.yaml").is_file():
+        parser.error(f"--prompt {args.prompt}: not 'own', 'plain' or a run folder (with config.yaml)")
     results = [reevaluate(run, args.prompt, args.warm_start) for run in args.runs]
     print(f"prompt: {args.prompt}; model: {'warm start' if args.warm_start else 'last checkpoint'}")
     print(
