@@ -26,11 +26,11 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import bm25s
 from _common import SHARED_DATA, search_latency_ms, support_shares, supported_records, write_report
 
 from searchgym.envs.data import load_corpus
 from searchgym.envs.retrieval import BM25Retriever
+from searchgym.envs.retrieval.bm25 import bm25s
 
 KS = (3, 5)
 BATCH = 64

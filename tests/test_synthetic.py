@@ -235,7 +235,7 @@ def test_two_hop_question_wording():
 
 
 def _bm25(world):
-    import bm25s
+    from searchgym.envs.retrieval.bm25 import bm25s
 
     retriever = bm25s.BM25()
     corpus = [f"{d.title} {d.text}" for d in world.docs]

@@ -1,4 +1,8 @@
-"""Sparse lexical retrieval with BM25 (the ``bm25s`` library, numpy backend)."""
+"""Sparse lexical retrieval with BM25 (the ``bm25s`` library, numpy backend).
+
+``bm25s`` is imported with JAX hidden from it (:mod:`.jax_guard`): its import would
+otherwise start JAX, which takes most of a GPU's memory.
+"""
 
 from __future__ import annotations
 
@@ -7,14 +11,18 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
-
-import bm25s
+from typing import TYPE_CHECKING, Any
 
 from ..data import load_corpus
 from ..errors import DataFileError, InvalidArgumentError, RetrievalError
 from ..records import Doc
 from .base import Retriever
+from .jax_guard import import_without_jax
+
+if TYPE_CHECKING:
+    import bm25s
+else:
+    bm25s = import_without_jax("bm25s")
 
 __all__ = [
     "MAX_QUERY_CHARS",
