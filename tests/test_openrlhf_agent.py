@@ -265,7 +265,7 @@ def test_two_search_episode_matches_the_chat_rendering_token_by_token(tokenizer)
     assert result["reward"] == sum(rewards) == 1.0
     logs = result["extra_logs"]
     assert logs["num_searches"] == 2.0 and logs["searched"] == 1.0 and logs["turns"] == 3.0
-    assert logs["f1"] == 1.0 and logs["em"] == 1.0 and logs["answered"] == 1.0 and logs["truncated"] == 0.0
+    assert logs["f1"] == 1.0 and logs["em"] == 1.0 and logs["answered"] == 1.0 and logs["episode_truncated"] == 0.0
     assert logs["reasoning_steps"] == 3.0  # one <think> block per action
     assert logs["action_chars"] == float(sum(len(a) for a in actions))
 
@@ -383,7 +383,7 @@ def test_episode_out_of_token_budget_ends_truncated_with_the_scheme_reward(token
     # scores the truncated trajectory: LightSearcher's -1 for a malformed turn
     assert result["reward"] == -1.0 and result["scores"] == -1.0
     logs = result["extra_logs"]
-    assert logs["truncated"] == 1.0 and logs["answered"] == 0.0 and logs["num_searches"] == 1.0
+    assert logs["episode_truncated"] == 1.0 and logs["answered"] == 0.0 and logs["num_searches"] == 1.0
 
 
 def test_extra_logs_have_the_same_keys_on_every_sample_and_batch_in_openrlhf(tokenizer):

@@ -26,7 +26,26 @@ every ``environment_feedback`` are masked out of the loss.
 strings with ``include_stop_str_in_output`` (the default sampling parameters have none),
 OpenRLHF's tokenizer handed to the formatter, and an ending for episodes that run out of
 token budget (the base loop then stops without a last step, so the executor ends the
-episode as truncated and adds the scheme's reward for it).
+episode as truncated and adds the scheme's reward for it). It also puts right what vLLM
+hands back and what the base loop asks of it:
+
+- End of sequence: OpenRLHF keeps special tokens in the text (``skip_special_tokens``
+  off), and with ``include_stop_str_in_output`` on vLLM writes the EOS token's text into
+  ``output.text`` when a turn ends at EOS (``...</answer><|im_end|>``, the usual ending
+  of a SEM answer turn, which stops only at ``</search>``). The instance gives the env the
+  action without the trailing special tokens, and when the chat template's next turn
+  opens with the same token, the feedback leaves it out, so the tokens are still exactly
+  the chat rendering.
+- Tokens past a stop string: vLLM cuts the text at the stop string but keeps every token
+  of the engine step (several with speculative decoding). :class:`TurnEngine` drops the
+  tokens (and their logprobs) after the one that completes the stop string, so the
+  sequence trained on matches the action the env parsed.
+- The per-turn cap: the base loop sets ``max_tokens`` to the remaining context before
+  every turn, which overrides ``--rollout.max_new_tokens``. :class:`TurnEngine` applies
+  the ``max_tokens`` OpenRLHF first asked for to every turn (Light-Search: 512).
+- Evaluation episodes (``--eval.dataset``, told apart by their sampling temperature, see
+  :mod:`.eval_split`) are not written into the experience memory nor into the minimum
+  tool-call store.
 """
 
 from __future__ import annotations
@@ -46,12 +65,15 @@ from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
 from ...envs.errors import InvalidArgumentError, SearchGymError
 from .config import AGENT_CONFIG_VARIABLE, AgentConfig, agent_config_from_env, load_agent_config
 from .env_pool import env_pool
+from .eval_split import EvalSign
 
 __all__ = [
     "EXTRA_LOG_KEYS",
     "SearchGymAgentExecutor",
     "SearchGymAgentInstance",
+    "TurnEngine",
     "label_to_options",
+    "split_end_of_sequence",
     "with_stop_strings",
 ]
 
@@ -63,7 +85,7 @@ EXTRA_LOG_KEYS = (
     "cover_em",
     "format_ok",
     "answered",
-    "truncated",
+    "episode_truncated",
     "turns",
     "reasoning_steps",
     "action_chars",
@@ -73,7 +95,9 @@ EXTRA_LOG_KEYS = (
 )
 """The ``extra_logs`` keys of every step, all floats. OpenRLHF logs their batch means
 (``train/f1``, ``train/num_searches`` ...; ``searched`` is SR, ``num_searches`` ST);
-the TSAS hook reads ``num_searches`` and ``reasoning_steps``."""
+the TSAS hook reads ``num_searches`` and ``reasoning_steps``. ``episode_truncated`` is an
+episode that ended without an answer (out of turns or of context); OpenRLHF's own
+``truncated`` (the last generation hit ``max_tokens``) keeps its name."""
 
 _CONFIG_LOCK = threading.Lock()
 _CONFIG_CACHE: dict[str, AgentConfig] = {}
@@ -142,6 +166,149 @@ def with_stop_strings(sampling_params: Any, stops: list[str]) -> Any:
     return params
 
 
+_COMMON_EOS = (
+    "<|im_end|>",
+    "<|endoftext|>",
+    "</s>",
+    "<|eot_id|>",
+    "<|end_of_text|>",
+    "<eos>",
+    "<end_of_turn>",
+)
+
+
+def _special_texts(tokenizer: Any) -> tuple[str, ...]:
+    """The texts of ``tokenizer``'s special tokens, longest first (common EOS texts without one)."""
+    if tokenizer is None:
+        return _COMMON_EOS
+    texts = set(getattr(tokenizer, "all_special_tokens", None) or ())
+    added = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    texts |= {token.content for token in added.values() if getattr(token, "special", False)}
+    return tuple(sorted((t for t in texts if isinstance(t, str) and t), key=len, reverse=True))
+
+
+def split_end_of_sequence(text: str, tokenizer: Any = None) -> tuple[str, str]:
+    """``text`` without the special tokens at its end (EOS, end of turn...), and their text.
+
+    vLLM writes an EOS token's text into the output when special tokens are kept and the
+    stop string is included, so an action that ends at EOS reads ``...</answer><|im_end|>``.
+    The special tokens are ``tokenizer``'s, or common EOS texts without a tokenizer.
+    """
+    specials = _special_texts(tokenizer)
+    end = len(text)
+    while True:
+        special = next((sp for sp in specials if text.endswith(sp, 0, end)), None)
+        if special is None:
+            return text[:end], text[end:]
+        end -= len(special)
+
+
+def _without_tokens_past_stop(request_output: Any, tokenizer: Any) -> Any:
+    """``request_output`` with the tokens after the one that completes the stop string dropped.
+
+    vLLM cuts ``text`` at the stop string (``stop_reason``) but keeps every token of the
+    engine step that produced it. Logprobs are cut alike. Other outputs pass unchanged.
+    """
+    output = request_output.outputs[0]
+    stop = getattr(output, "stop_reason", None)
+    if not isinstance(stop, str) or tokenizer is None:
+        return request_output
+    ids = list(output.token_ids)
+    keep = len(ids)
+    while keep > 1 and stop in tokenizer.decode(ids[: keep - 1], skip_special_tokens=False):
+        keep -= 1
+    if keep == len(ids):
+        return request_output
+    trimmed = copy.copy(output)
+    trimmed.token_ids = ids[:keep]
+    if getattr(output, "logprobs", None) is not None:
+        trimmed.logprobs = list(output.logprobs)[:keep]
+    result = copy.copy(request_output)
+    result.outputs = [trimmed, *list(request_output.outputs)[1:]]
+    return result
+
+
+class TurnEngine:
+    """OpenRLHF's vLLM actor as one episode's turns see it (see the module docstring).
+
+    Args:
+        engine: The actor (anything with OpenRLHF's ``generate``).
+        tokenizer: The policy's tokenizer, to find where a stop string ends in tokens.
+        max_turn_tokens: The most tokens one turn may generate, or None for no cap beyond
+            the remaining context.
+    """
+
+    def __init__(self, engine: Any, tokenizer: Any, max_turn_tokens: int | None = None):
+        self.engine, self.tokenizer, self.max_turn_tokens = engine, tokenizer, max_turn_tokens
+        self.overhang = ""
+        """The text of the last turn's tokens past its stop string (a token that straddles it,
+        such as ``>\n\n`` completing ``</search>``): the model has said it, the env has not seen it."""
+
+    async def generate(
+        self, prompt_token_ids: Any, sampling_params: Any, multi_modal_data: Any = None
+    ) -> Any:
+        """The engine's answer, for at most ``max_turn_tokens`` tokens, with no tokens past a stop string."""
+        cap = self.max_turn_tokens
+        if cap is not None and (sampling_params.max_tokens is None or sampling_params.max_tokens > cap):
+            sampling_params = copy.copy(sampling_params)
+            sampling_params.max_tokens = cap
+        output = await self.engine.generate(
+            prompt_token_ids, sampling_params, multi_modal_data=multi_modal_data
+        )
+        output = _without_tokens_past_stop(output, self.tokenizer)
+        self.overhang = _overhang(output.outputs[0], self.tokenizer)
+        return output
+
+
+def _overhang(output: Any, tokenizer: Any) -> str:
+    """The decoded text of ``output``'s tokens after the end of its stop string ("" if none)."""
+    stop = getattr(output, "stop_reason", None)
+    if not isinstance(stop, str) or tokenizer is None:
+        return ""
+    text = tokenizer.decode(list(output.token_ids), skip_special_tokens=False)
+    at = text.rfind(stop)
+    return text[at + len(stop) :] if at != -1 else ""
+
+
+class _ReadOnlyStore:
+    """A minimum tool-call store that an evaluation episode reads but does not update."""
+
+    def __init__(self, store: Any):
+        self.store = store
+
+    def get(self, qid: str) -> int | None:
+        return self.store.get(qid)
+
+    def update(self, qid: str, m: int) -> None:
+        """Evaluation does not lower the training minimum."""
+
+
+def _keep_out_of_stores(env: Any) -> list[tuple[Any, str, Any]]:
+    """Stop ``env`` from writing its episodes (memory recording, minimum tool-call store).
+
+    Returns the ``(object, attribute, old value)`` triples that :func:`_put_back` restores.
+    """
+    changed: list[tuple[Any, str, Any]] = []
+    layer = env
+    while layer is not None:
+        if getattr(layer, "memory", None) is not None and getattr(layer, "record", False):
+            changed.append((layer, "record", True))
+            layer.record = False
+        inner = getattr(layer, "env", None)
+        layer = inner if inner is not layer else None
+    scheme = getattr(env.unwrapped, "reward_scheme", None)
+    store = getattr(scheme, "store", None)
+    if store is not None and callable(getattr(store, "update", None)):
+        changed.append((scheme, "store", store))
+        scheme.store = _ReadOnlyStore(store)
+    return changed
+
+
+def _put_back(changed: list[tuple[Any, str, Any]]) -> None:
+    for obj, name, value in reversed(changed):
+        setattr(obj, name, value)
+
+
 def _formatter_for(tokenizer: Any) -> Any:
     from ...policies.chat import ChatFormatter
 
@@ -154,6 +321,8 @@ class _Episode:
 
     config: AgentConfig
     formatter: Any
+    evaluating: bool = False
+    engine: TurnEngine | None = None
     instances: list[SearchGymAgentInstance] = field(default_factory=list)
 
 
@@ -170,8 +339,13 @@ class SearchGymAgentInstance(AgentInstanceBase):
 
     def __init__(self, *args: Any, **kwargs: Any):
         episode = _EPISODE.get()
+        self._engine: TurnEngine | None = None
+        self.evaluating = False
+        """An evaluation episode: it writes nothing into the memory or the minimum tool-call store."""
         if episode is not None:
             self.config, self.formatter = episode.config, episode.formatter
+            self.evaluating = episode.evaluating
+            self._engine = episode.engine
             episode.instances.append(self)
         else:
             self.config = _config_from_env()
@@ -184,6 +358,7 @@ class SearchGymAgentInstance(AgentInstanceBase):
         self._retrieval_errors = 0
         self._memory_chars = 0
         self._final_logs: dict[str, float] | None = None
+        self._restore: list[tuple[Any, str, Any]] = []
         self._lock = threading.Lock()
 
     # -- OpenRLHF's interface ----------------------------------------------------------------
@@ -192,6 +367,8 @@ class SearchGymAgentInstance(AgentInstanceBase):
         """Start the episode of ``states["label"]``; returns the rendered first turn."""
         options = label_to_options(states.get("label"))
         self._env = await asyncio.to_thread(self._pool.acquire)
+        if self.evaluating:
+            self._restore = _keep_out_of_stores(self._env)
         observation, info = await asyncio.to_thread(self._env.reset, options=options)
         self._memory_chars = sum(span[2] - span[1] for span in info.get("memory_spans", ()))
         return {"observation": self.formatter.prompt(observation)}
@@ -202,17 +379,24 @@ class SearchGymAgentInstance(AgentInstanceBase):
             return self._result(0.0, "", True)
         if self._env is None:
             raise SearchGymError("step() before reset(): OpenRLHF calls reset first; so must you.")
-        action = states.get("action_text", "")
-        observation, reward, terminated, truncated, info = await asyncio.to_thread(
-            self._env.step, action if isinstance(action, str) else ""
+        text = states.get("action_text", "")
+        action, ending = split_end_of_sequence(
+            text if isinstance(text, str) else "", self.formatter.tokenizer
         )
+        observation, reward, terminated, truncated, info = await asyncio.to_thread(self._env.step, action)
         self._format_errors += "error" in info
         self._retrieval_errors += "retrieval_error" in info
         self.total_reward += float(reward)
         if terminated or truncated:
             self._finish()
             return self._result(float(reward), "", True)
-        return self._result(float(reward), self.formatter.feedback(observation), False)
+        feedback = self.formatter.feedback(observation)
+        # what the model's own tokens already wrote (its EOS closing the turn, or a token past
+        # the stop string) is not repeated, so the tokens stay the rendering of the episode
+        said = ending or (self._engine.overhang if self._engine is not None else "")
+        if said and feedback.startswith(said):
+            feedback = feedback[len(said) :]
+        return self._result(float(reward), feedback, False)
 
     # -- ending and logs -----------------------------------------------------------------------
 
@@ -264,7 +448,7 @@ class SearchGymAgentInstance(AgentInstanceBase):
             "cover_em": float(trajectory.cover_em),
             "format_ok": float(trajectory.format_ok),
             "answered": float(answered),
-            "truncated": float(self.done and not answered),
+            "episode_truncated": float(self.done and not answered),
             "turns": float(len(trajectory.turns)),
             "reasoning_steps": float(trajectory.reasoning_steps),
             "action_chars": float(trajectory.action_chars),
@@ -277,7 +461,9 @@ class SearchGymAgentInstance(AgentInstanceBase):
         """Give the env back to the pool (at the episode's end, and by the executor in any case)."""
         with self._lock:
             env, self._env = self._env, None
+            restore, self._restore = self._restore, []
         if env is not None:
+            _put_back(restore)
             self._pool.release(env)
 
 
@@ -287,6 +473,17 @@ def _default_formatter(config: AgentConfig) -> Any:
     from ...policies.tiny import load_tokenizer  # the class the folder was saved with
 
     return _formatter_for(load_tokenizer(config.tokenizer))
+
+
+def _stores_written(config: AgentConfig) -> str:
+    """What the episodes of ``config`` write into, in words ("" for nothing)."""
+    stores = []
+    if config.memory is not None and config.memory.kind == "lightsearcher":
+        stores.append(f"the experience memory ({config.memory.path})")
+    reward_kwargs = config.env_kwargs.get("reward_kwargs")
+    if isinstance(reward_kwargs, dict) and reward_kwargs.get("store") is not None:
+        stores.append(f"the minimum tool-call store ({reward_kwargs['store']})")
+    return " and ".join(stores)
 
 
 def _end_truncated(env: Any) -> float:
@@ -318,20 +515,25 @@ class SearchGymAgentExecutor(MultiTurnAgentExecutor):
 
     Built with no arguments (OpenRLHF's loader does ``AgentExecutor()``). Each
     :meth:`execute` runs the base class's loop unchanged on a copy of the sampling
-    parameters that stops at the protocol's closing tags.
+    parameters that stops at the protocol's closing tags, with the engine seen through
+    a :class:`TurnEngine` (per-turn cap, no tokens past a stop string).
 
     Args:
         agent_instance_cls: The instance class (default :class:`SearchGymAgentInstance`).
         config: The agent config (default: read from ``$SEARCHGYM_AGENT_CONFIG`` on first use).
+        eval_sign: How evaluation episodes are told apart (default: from the ``openrlhf``
+            section of the ``$SEARCHGYM_AGENT_CONFIG`` file, OpenRLHF's defaults otherwise).
     """
 
     def __init__(
         self,
         agent_instance_cls: type[SearchGymAgentInstance] = SearchGymAgentInstance,
         config: AgentConfig | None = None,
+        eval_sign: EvalSign | None = None,
     ):
         super().__init__(agent_instance_cls)
         self._config = config
+        self._eval_sign = eval_sign
         self._protocol: Any = None
 
     @property
@@ -340,6 +542,16 @@ class SearchGymAgentExecutor(MultiTurnAgentExecutor):
         if self._config is None:
             self._config = _config_from_env()
         return self._config
+
+    @property
+    def eval_sign(self) -> EvalSign:
+        """The training and evaluation temperatures of the run, checked against the stores it writes."""
+        if self._eval_sign is None:
+            path = os.environ.get(AGENT_CONFIG_VARIABLE, "")
+            sign = EvalSign.from_run_file(path) if path else EvalSign()
+            sign.check(_stores_written(self.config))
+            self._eval_sign = sign
+        return self._eval_sign
 
     def stop_strings(self, formatter: Any) -> list[str]:
         """The protocol's stop strings, from the formatter (the same ones eval uses)."""
@@ -355,13 +567,13 @@ class SearchGymAgentExecutor(MultiTurnAgentExecutor):
         """Run one episode with ``llm_engine``; returns OpenRLHF's sample dict."""
         config = self.config
         formatter = _formatter_for(hf_tokenizer)
+        cap = getattr(sampling_params, "max_tokens", None)  # the base loop overwrites it every turn
         params = with_stop_strings(sampling_params, self.stop_strings(formatter))
-        episode = _Episode(config, formatter)
+        engine = TurnEngine(llm_engine, hf_tokenizer, cap if isinstance(cap, int) and cap > 0 else None)
+        episode = _Episode(config, formatter, self.eval_sign.is_eval(sampling_params), engine)
         token = _EPISODE.set(episode)
         try:
-            result = await super().execute(
-                prompt, label, params, max_length, hf_tokenizer, llm_engine, images
-            )
+            result = await super().execute(prompt, label, params, max_length, hf_tokenizer, engine, images)
             if episode.instances:
                 instance = episode.instances[-1]
                 if not instance.done:

@@ -1,0 +1,95 @@
+"""How the agent tells OpenRLHF's evaluation episodes from its training episodes.
+
+OpenRLHF 0.11.2 runs the ``--eval.dataset`` rows through the same agent executor as the
+training rows (``SamplesGenerator.generate_eval_samples``), and the executor's ``execute``
+gets no flag that says which is which. The one difference it can see is the sampling
+temperature: ``PPOTrainer.fit`` evaluates with ``--eval.temperature`` (default 0.6) where
+training samples at ``--rollout.temperature`` (default 1.0). The agent keeps evaluation
+episodes out of the experience memory and the minimum tool-call store by that sign, so
+the two temperatures must differ when a run has an eval set and either store
+(:meth:`EvalSign.check` says so before the run starts).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ...envs.errors import InvalidArgumentError
+from .flags import flatten
+
+__all__ = ["OPENRLHF_EVAL_TEMPERATURE", "OPENRLHF_ROLLOUT_TEMPERATURE", "EvalSign"]
+
+OPENRLHF_ROLLOUT_TEMPERATURE = 1.0
+"""``--rollout.temperature``'s default in openrlhf 0.11.2."""
+OPENRLHF_EVAL_TEMPERATURE = 0.6
+"""``--eval.temperature``'s default in openrlhf 0.11.2."""
+
+
+@dataclass(frozen=True)
+class EvalSign:
+    """The sampling temperatures of training and evaluation episodes in one run.
+
+    Attributes:
+        train_temperature: ``--rollout.temperature``.
+        eval_temperature: ``--eval.temperature`` when the run has an ``--eval.dataset``,
+            else ``None`` (no episode is an evaluation episode).
+    """
+
+    train_temperature: float = OPENRLHF_ROLLOUT_TEMPERATURE
+    eval_temperature: float | None = None
+
+    @classmethod
+    def from_flags(cls, openrlhf: Mapping[str, Any]) -> EvalSign:
+        """From a run file's ``openrlhf`` section (nested or dotted keys), with OpenRLHF's defaults."""
+        flat = flatten(openrlhf)
+        train = flat.get("rollout.temperature", OPENRLHF_ROLLOUT_TEMPERATURE)
+        evaluates = bool(flat.get("eval.dataset"))
+        evals = flat.get("eval.temperature", OPENRLHF_EVAL_TEMPERATURE)
+        for name, value in (("rollout.temperature", train), ("eval.temperature", evals)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise InvalidArgumentError(f"openrlhf.{name} must be a number, got {value!r}.")
+        return cls(float(train), float(evals) if evaluates else None)
+
+    @classmethod
+    def from_run_file(cls, path: str | os.PathLike[str]) -> EvalSign:
+        """From the run file at ``path`` (an agent-only file has no eval set)."""
+        from .config import read_yaml
+
+        section = read_yaml(path).get("openrlhf")
+        return cls.from_flags(section if isinstance(section, Mapping) else {})
+
+    @property
+    def ambiguous(self) -> bool:
+        """Whether the run has an eval set sampled at the training temperature."""
+        return self.eval_temperature is not None and math.isclose(
+            self.eval_temperature, self.train_temperature
+        )
+
+    def check(self, stores: str) -> None:
+        """Refuse an eval set whose episodes would look like training to the agent.
+
+        Args:
+            stores: What the run writes from its episodes (for the message), e.g.
+                ``"the experience memory"``; empty when it writes nothing.
+
+        Raises:
+            InvalidArgumentError: ``stores`` is non-empty and :attr:`ambiguous`.
+        """
+        if stores and self.ambiguous:
+            raise InvalidArgumentError(
+                f"openrlhf.eval.temperature equals openrlhf.rollout.temperature ({self.train_temperature}), so "
+                f"the agent cannot tell evaluation episodes from training ones and would write them into "
+                f"{stores}. Set eval.temperature to another value (OpenRLHF's default is "
+                f"{OPENRLHF_EVAL_TEMPERATURE}), or drop eval.dataset."
+            )
+
+    def is_eval(self, sampling_params: Any) -> bool:
+        """Whether an episode sampled with ``sampling_params`` is an evaluation episode."""
+        if self.eval_temperature is None or self.ambiguous:
+            return False
+        temperature = getattr(sampling_params, "temperature", None)
+        return isinstance(temperature, (int, float)) and math.isclose(temperature, self.eval_temperature)
