@@ -1,8 +1,9 @@
 """The OpenRLHF agent, driven through openrlhf 0.11.2's own ``MultiTurnAgentExecutor.execute``.
 
-The world outside the unit is a scripted vLLM engine: it decodes the token ids it is given,
-asks a scripted searchgym policy for the next action, "generates" that action followed by
-text a language model would ramble on with, and applies vLLM's stop-string rules. Tokens
+The world outside the unit is a vLLM-faithful engine (tests/fake_vllm.py): it decodes the
+token ids it is given, asks a scripted searchgym policy for the next action, "generates" that
+action followed by text a language model would ramble on with and its EOS, and applies
+vLLM's rules for stop strings, EOS text and ``max_tokens``. Tokens
 come from the tiny BPE tokenizer with a Qwen2.5-style chat template
 (``searchgym.policies.tiny``). Expected texts, tokens and rewards are rebuilt independently
 by running a second env with the same actions.
@@ -11,22 +12,21 @@ by running a second env with the same actions.
 from __future__ import annotations
 
 import asyncio
-import copy
 import importlib.util
 import json
 import re
 import subprocess
 import sys
 import threading
-from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 
 import gymnasium as gym
 import pytest
 
 pytest.importorskip("openrlhf.utils.agent", reason="needs openrlhf==0.11.2 (--no-deps) and aiohttp")
 torch = pytest.importorskip("torch")
+
+from fake_vllm import FakeVLLMEngine, SamplingParams  # noqa: E402
 
 import searchgym  # noqa: E402,F401
 from searchgym.envs.retrieval import make_retriever  # noqa: E402
@@ -54,62 +54,33 @@ def tokenizer(tmp_path_factory):
     return load_tokenizer(folder)
 
 
-@dataclass
-class SamplingParams:
-    """The fields of ``vllm.SamplingParams`` that OpenRLHF's rollout code sets and reads."""
+class ScriptedLLM(FakeVLLMEngine):
+    """A vLLM-faithful engine (tests/fake_vllm.py) whose "model" writes what a policy decides.
 
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
-    max_tokens: int | None = None
-    min_tokens: int = 1
-    skip_special_tokens: bool = False
-    logprobs: int | None = None
-    stop: list[str] | None = None
-    include_stop_str_in_output: bool = False
-
-
-class ScriptedLLM:
-    """A stand-in for OpenRLHF's vLLM actor: ``generate(token_ids, params)`` as vLLM answers it.
-
-    ``act(context) -> action`` decides the action; the "model" then writes the action
-    followed by :data:`RAMBLE`, and stops at the earliest stop string (kept when
-    ``include_stop_str_in_output``), else ends with the EOS token (its id in ``token_ids``,
-    not in ``text``), and is cut at ``max_tokens`` with ``finish_reason="length"``.
+    ``act(context) -> action`` decides the action from the decoded context; the model
+    then writes the action followed by :data:`RAMBLE` and its EOS token, and vLLM's rules
+    (stop strings, EOS text, ``max_tokens``) decide what comes back.
     """
 
     def __init__(self, tokenizer, act, ramble: str = RAMBLE):
-        self.tokenizer, self.act, self.ramble = tokenizer, act, ramble
-        self.requests: list[SamplingParams] = []
-        self.actions: list[str] = []
+        def generator(prompt_token_ids, sampling_params):
+            context = tokenizer.decode(prompt_token_ids, skip_special_tokens=False)
+            return self.encode(act(context) + ramble) + [tokenizer.eos_token_id]
+
+        super().__init__(tokenizer, generator)
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
-    async def generate(self, prompt_token_ids, sampling_params, multi_modal_data=None):
-        self.requests.append(copy.deepcopy(sampling_params))
-        context = self.tokenizer.decode(prompt_token_ids, skip_special_tokens=False)
-        intended = self.act(context)
-        written = intended + self.ramble
-        hits = [(written.find(s), s) for s in (sampling_params.stop or []) if s in written]
-        if hits:
-            start, stop = min(hits)
-            text = (
-                written[: start + len(stop)]
-                if sampling_params.include_stop_str_in_output
-                else written[:start]
-            )
-            ids = self.encode(text)
-        else:
-            text, ids = written, self.encode(written) + [self.tokenizer.eos_token_id]
-        reason = "stop"
-        if sampling_params.max_tokens is not None and len(ids) > sampling_params.max_tokens:
-            ids = ids[: sampling_params.max_tokens]
-            text, reason = self.tokenizer.decode(ids, skip_special_tokens=True), "length"
-        self.actions.append(text)
-        await asyncio.sleep(0)  # a real engine yields to the event loop while it generates
-        output = SimpleNamespace(token_ids=ids, text=text, finish_reason=reason, logprobs=None)
-        return SimpleNamespace(outputs=[output])
+    @property
+    def actions(self) -> list[str]:
+        """The text of every answer, in order."""
+        return [output.text for output in self.outputs]
+
+    @property
+    def params(self) -> list[SamplingParams]:
+        """The sampling parameters of every request, in order."""
+        return [params for _, params in self.requests]
 
 
 def plain_context(chat_text: str) -> str:
@@ -146,7 +117,7 @@ def two_hop_unknown():
 
 
 def run(executor, label, engine, tokenizer, max_length=4096, params=None):
-    params = params or SamplingParams()
+    params = params or SamplingParams.openrlhf()
     return asyncio.run(
         executor.execute(
             prompt="ignored: the agent renders the prompt from the label",
@@ -219,7 +190,7 @@ def test_two_search_episode_matches_the_chat_rendering_token_by_token(tokenizer)
     env_kwargs = {"protocol": "tool_call", "reward": "f1"}
     executor = SearchGymAgentExecutor(config=AgentConfig(ENV_ID, env_kwargs))
     engine = ScriptedLLM(tokenizer, oracle())
-    params = SamplingParams(max_tokens=256)
+    params = SamplingParams.openrlhf(max_new_tokens=256)
     result = run(executor, label_of(question), engine, tokenizer, params=params)
 
     actions = engine.actions
@@ -265,7 +236,12 @@ def test_two_search_episode_matches_the_chat_rendering_token_by_token(tokenizer)
     assert result["reward"] == sum(rewards) == 1.0
     logs = result["extra_logs"]
     assert logs["num_searches"] == 2.0 and logs["searched"] == 1.0 and logs["turns"] == 3.0
-    assert logs["f1"] == 1.0 and logs["em"] == 1.0 and logs["answered"] == 1.0 and logs["episode_truncated"] == 0.0
+    assert (
+        logs["f1"] == 1.0
+        and logs["em"] == 1.0
+        and logs["answered"] == 1.0
+        and logs["episode_truncated"] == 0.0
+    )
     assert logs["reasoning_steps"] == 3.0  # one <think> block per action
     assert logs["action_chars"] == float(sum(len(a) for a in actions))
 
@@ -273,9 +249,10 @@ def test_two_search_episode_matches_the_chat_rendering_token_by_token(tokenizer)
 def test_stop_strings_are_set_on_a_copy_with_the_stop_string_kept(tokenizer):
     executor = SearchGymAgentExecutor(config=AgentConfig(ENV_ID, {"protocol": "tool_call"}))
     engine = ScriptedLLM(tokenizer, oracle())
-    params = SamplingParams(stop=["<|endoftext|>"])
+    params = SamplingParams.openrlhf()
+    params.stop = ["<|endoftext|>"]
     run(executor, label_of(two_hop_unknown()), engine, tokenizer, params=params)
-    for request in engine.requests:
+    for request in engine.params:
         assert request.stop == ["<|endoftext|>", "</answer>", "</tool_call>"]
         assert request.include_stop_str_in_output is True
     assert params.stop == ["<|endoftext|>"] and params.include_stop_str_in_output is False
@@ -283,7 +260,7 @@ def test_stop_strings_are_set_on_a_copy_with_the_stop_string_kept(tokenizer):
     sem = SearchGymAgentExecutor(config=AgentConfig(ENV_ID, {"protocol": "sem", "reward": "sem"}))
     engine = ScriptedLLM(tokenizer, oracle("sem"))
     run(sem, label_of(two_hop_unknown()), engine, tokenizer)
-    assert engine.requests[0].stop == ["</search>"]  # SEM's first turn goes on after </answer>
+    assert engine.params[0].stop == ["</search>"]  # SEM's first turn goes on after </answer>
 
 
 def test_without_stop_strings_the_rambling_model_breaks_the_format(tokenizer):
@@ -403,7 +380,7 @@ def test_extra_logs_have_the_same_keys_on_every_sample_and_batch_in_openrlhf(tok
     async def rollouts():  # concurrently, as OpenRLHF's generate_responses gathers them
         return await asyncio.gather(
             *(
-                executor.execute("p", label, SamplingParams(), n, tokenizer, engine)
+                executor.execute("p", label, SamplingParams.openrlhf(), n, tokenizer, engine)
                 for label, engine, n in zip(labels, engines, lengths, strict=True)
             )
         )
@@ -468,7 +445,7 @@ def test_retrieval_runs_in_a_worker_thread_and_envs_are_reused(tokenizer):
             await executor.execute(
                 "p",
                 label_of(two_hop_unknown()),
-                SamplingParams(),
+                SamplingParams.openrlhf(),
                 4096,
                 tokenizer,
                 ScriptedLLM(tokenizer, oracle()),
