@@ -322,3 +322,26 @@ def test_extra_logs_do_not_shadow_openrlhf_experience_fields():
     episode_fields = {f.name for f in fields(Experience) if Experience.is_episode_tensor_field(f.name)}
     assert "truncated" in episode_fields
     assert not set(EXTRA_LOG_KEYS) & episode_fields
+
+
+@pytest.mark.parametrize("protocol", ["search_r1", "research"])
+def test_a_token_that_straddles_the_stop_string_is_not_written_twice(protocol, tiny):
+    """Qwen's pre-tokenizer merges ``>`` with the newlines after it: ``</search>\\n`` ends in one token.
+
+    vLLM's text stops at ``</search>`` but the token carries the ``\\n`` too; the env's
+    observation starts with that ``\\n``, so the agent leaves it out of the feedback.
+    """
+    tok = variant(tiny, "<|endoftext|>", None)
+    tok.add_tokens([">\n"])
+    straddle = tok.convert_tokens_to_ids(">\n")
+    env_kwargs = PROTOCOLS[protocol]
+    question = one_hop_unknown()
+    prompt, actions, observations, rewards, _ = play(env_kwargs, question)
+    assert observations[0].startswith("\n<")
+    engine = FakeVLLMEngine(tok, scripted_text(tok, [actions[0] + observations[0], actions[1]]))
+    result = execute(SearchGymAgentExecutor(config=AgentConfig(ENV_ID, env_kwargs)), question, engine, tok)
+    first = engine.outputs[0]
+    assert first.text == actions[0] and first.token_ids[-1] == straddle  # past the stop: "\n"
+    assert result["reward"] == sum(rewards) == 1.0
+    text = tok.decode(result["observation_tokens"], skip_special_tokens=False)
+    assert text == prompt + actions[0] + observations[0] + actions[1]

@@ -296,9 +296,9 @@ def _keep_out_of_stores(env: Any) -> list[tuple[Any, str, Any]]:
             layer.record = False
         inner = getattr(layer, "env", None)
         layer = inner if inner is not layer else None
-    scheme = getattr(env.unwrapped, "reward_scheme", None)
+    scheme: Any = getattr(env.unwrapped, "reward_scheme", None)
     store = getattr(scheme, "store", None)
-    if store is not None and callable(getattr(store, "update", None)):
+    if scheme is not None and store is not None and callable(getattr(store, "update", None)):
         changed.append((scheme, "store", store))
         scheme.store = _ReadOnlyStore(store)
     return changed
