@@ -322,6 +322,30 @@ def test_extra_logs_do_not_shadow_openrlhf_experience_fields():
     episode_fields = {f.name for f in fields(Experience) if Experience.is_episode_tensor_field(f.name)}
     assert "truncated" in episode_fields
     assert not set(EXTRA_LOG_KEYS) & episode_fields
+    # nor any info key OpenRLHF writes itself (reward, score, kl, return...)
+    import pathlib
+    import re
+
+    import openrlhf
+
+    source = "".join(p.read_text() for p in pathlib.Path(openrlhf.__file__).parent.rglob("*.py"))
+    info_keys = set(re.findall(r"info\[\"(\w+)\"\]", source))
+    assert {"reward", "score", "kl", "return"} <= info_keys
+    assert not set(EXTRA_LOG_KEYS) & info_keys
+
+
+def test_an_ambiguous_eval_set_stops_the_first_rollout_with_a_fix(tiny, tmp_path, monkeypatch):
+    run = tmp_path / "run.yaml"
+    run.write_text(
+        f"agent:\n  env_id: {ENV_ID}\n  env_kwargs: {{protocol: tool_call}}\n"
+        f"  memory: {{kind: lightsearcher, path: {tmp_path / 'memory'}}}\n"
+        "openrlhf:\n  rollout: {temperature: 0.6}\n  eval: {dataset: data/eval.jsonl}\n"
+    )
+    monkeypatch.setenv("SEARCHGYM_AGENT_CONFIG", str(run))
+    engine = FakeVLLMEngine(tiny, scripted_text(tiny, ["<answer>x</answer>"]))
+    with pytest.raises(searchgym.error.InvalidArgumentError, match="the experience memory"):
+        execute(SearchGymAgentExecutor(), known_one_hop(), engine, tiny)
+    assert engine.requests == []  # refused before generating anything
 
 
 @pytest.mark.parametrize("protocol", ["search_r1", "research"])
