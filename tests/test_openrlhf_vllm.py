@@ -369,3 +369,24 @@ def test_a_token_that_straddles_the_stop_string_is_not_written_twice(protocol, t
     assert result["reward"] == sum(rewards) == 1.0
     text = tok.decode(result["observation_tokens"], skip_special_tokens=False)
     assert text == prompt + actions[0] + observations[0] + actions[1]
+
+
+def test_an_eos_left_out_of_the_text_still_closes_the_turn_once(tiny):
+    """With ``skip_special_tokens`` on, vLLM's text has no EOS but its token ids do."""
+    env_kwargs = PROTOCOLS["tool_call"]
+    question = known_one_hop()
+    _, right, _, _, _ = play(env_kwargs, question)
+    actions = ["I am not sure yet", right[-1]]
+    prompt, _, observations, rewards, _ = play(env_kwargs, question, actions)
+    engine = FakeVLLMEngine(tiny, scripted_text(tiny, actions))
+    params = SamplingParams.openrlhf()
+    params.skip_special_tokens = True
+    result = execute(
+        SearchGymAgentExecutor(config=AgentConfig(ENV_ID, env_kwargs)), question, engine, tiny, params
+    )
+    assert (
+        engine.outputs[0].text == "I am not sure yet" and engine.outputs[0].token_ids[-1] == tiny.eos_token_id
+    )
+    assert result["reward"] == sum(rewards)
+    text = tiny.decode(result["observation_tokens"], skip_special_tokens=False)
+    assert text == ChatFormatter(tiny).render([prompt, actions[0], observations[0], actions[1]])

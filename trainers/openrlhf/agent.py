@@ -65,7 +65,8 @@ from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
 from ...envs.errors import InvalidArgumentError, SearchGymError
 from .config import AGENT_CONFIG_VARIABLE, AgentConfig, agent_config_from_env, load_agent_config
 from .env_pool import env_pool
-from .eval_split import EvalSign
+from .eval_split import EvalSign, keep_out_of_stores, put_back, stores_written
+from .turns import TurnEngine, split_end_of_sequence
 
 __all__ = [
     "EXTRA_LOG_KEYS",
@@ -166,149 +167,6 @@ def with_stop_strings(sampling_params: Any, stops: list[str]) -> Any:
     return params
 
 
-_COMMON_EOS = (
-    "<|im_end|>",
-    "<|endoftext|>",
-    "</s>",
-    "<|eot_id|>",
-    "<|end_of_text|>",
-    "<eos>",
-    "<end_of_turn>",
-)
-
-
-def _special_texts(tokenizer: Any) -> tuple[str, ...]:
-    """The texts of ``tokenizer``'s special tokens, longest first (common EOS texts without one)."""
-    if tokenizer is None:
-        return _COMMON_EOS
-    texts = set(getattr(tokenizer, "all_special_tokens", None) or ())
-    added = getattr(tokenizer, "added_tokens_decoder", None) or {}
-    texts |= {token.content for token in added.values() if getattr(token, "special", False)}
-    return tuple(sorted((t for t in texts if isinstance(t, str) and t), key=len, reverse=True))
-
-
-def split_end_of_sequence(text: str, tokenizer: Any = None) -> tuple[str, str]:
-    """``text`` without the special tokens at its end (EOS, end of turn...), and their text.
-
-    vLLM writes an EOS token's text into the output when special tokens are kept and the
-    stop string is included, so an action that ends at EOS reads ``...</answer><|im_end|>``.
-    The special tokens are ``tokenizer``'s, or common EOS texts without a tokenizer.
-    """
-    specials = _special_texts(tokenizer)
-    end = len(text)
-    while True:
-        special = next((sp for sp in specials if text.endswith(sp, 0, end)), None)
-        if special is None:
-            return text[:end], text[end:]
-        end -= len(special)
-
-
-def _without_tokens_past_stop(request_output: Any, tokenizer: Any) -> Any:
-    """``request_output`` with the tokens after the one that completes the stop string dropped.
-
-    vLLM cuts ``text`` at the stop string (``stop_reason``) but keeps every token of the
-    engine step that produced it. Logprobs are cut alike. Other outputs pass unchanged.
-    """
-    output = request_output.outputs[0]
-    stop = getattr(output, "stop_reason", None)
-    if not isinstance(stop, str) or tokenizer is None:
-        return request_output
-    ids = list(output.token_ids)
-    keep = len(ids)
-    while keep > 1 and stop in tokenizer.decode(ids[: keep - 1], skip_special_tokens=False):
-        keep -= 1
-    if keep == len(ids):
-        return request_output
-    trimmed = copy.copy(output)
-    trimmed.token_ids = ids[:keep]
-    if getattr(output, "logprobs", None) is not None:
-        trimmed.logprobs = list(output.logprobs)[:keep]
-    result = copy.copy(request_output)
-    result.outputs = [trimmed, *list(request_output.outputs)[1:]]
-    return result
-
-
-class TurnEngine:
-    """OpenRLHF's vLLM actor as one episode's turns see it (see the module docstring).
-
-    Args:
-        engine: The actor (anything with OpenRLHF's ``generate``).
-        tokenizer: The policy's tokenizer, to find where a stop string ends in tokens.
-        max_turn_tokens: The most tokens one turn may generate, or None for no cap beyond
-            the remaining context.
-    """
-
-    def __init__(self, engine: Any, tokenizer: Any, max_turn_tokens: int | None = None):
-        self.engine, self.tokenizer, self.max_turn_tokens = engine, tokenizer, max_turn_tokens
-        self.overhang = ""
-        """The text of the last turn's tokens past its stop string (a token that straddles it,
-        such as ``>\n\n`` completing ``</search>``): the model has said it, the env has not seen it."""
-
-    async def generate(
-        self, prompt_token_ids: Any, sampling_params: Any, multi_modal_data: Any = None
-    ) -> Any:
-        """The engine's answer, for at most ``max_turn_tokens`` tokens, with no tokens past a stop string."""
-        cap = self.max_turn_tokens
-        if cap is not None and (sampling_params.max_tokens is None or sampling_params.max_tokens > cap):
-            sampling_params = copy.copy(sampling_params)
-            sampling_params.max_tokens = cap
-        output = await self.engine.generate(
-            prompt_token_ids, sampling_params, multi_modal_data=multi_modal_data
-        )
-        output = _without_tokens_past_stop(output, self.tokenizer)
-        self.overhang = _overhang(output.outputs[0], self.tokenizer)
-        return output
-
-
-def _overhang(output: Any, tokenizer: Any) -> str:
-    """The decoded text of ``output``'s tokens after the end of its stop string ("" if none)."""
-    stop = getattr(output, "stop_reason", None)
-    if not isinstance(stop, str) or tokenizer is None:
-        return ""
-    text = tokenizer.decode(list(output.token_ids), skip_special_tokens=False)
-    at = text.rfind(stop)
-    return text[at + len(stop) :] if at != -1 else ""
-
-
-class _ReadOnlyStore:
-    """A minimum tool-call store that an evaluation episode reads but does not update."""
-
-    def __init__(self, store: Any):
-        self.store = store
-
-    def get(self, qid: str) -> int | None:
-        return self.store.get(qid)
-
-    def update(self, qid: str, m: int) -> None:
-        """Evaluation does not lower the training minimum."""
-
-
-def _keep_out_of_stores(env: Any) -> list[tuple[Any, str, Any]]:
-    """Stop ``env`` from writing its episodes (memory recording, minimum tool-call store).
-
-    Returns the ``(object, attribute, old value)`` triples that :func:`_put_back` restores.
-    """
-    changed: list[tuple[Any, str, Any]] = []
-    layer = env
-    while layer is not None:
-        if getattr(layer, "memory", None) is not None and getattr(layer, "record", False):
-            changed.append((layer, "record", True))
-            layer.record = False
-        inner = getattr(layer, "env", None)
-        layer = inner if inner is not layer else None
-    scheme: Any = getattr(env.unwrapped, "reward_scheme", None)
-    store = getattr(scheme, "store", None)
-    if scheme is not None and store is not None and callable(getattr(store, "update", None)):
-        changed.append((scheme, "store", store))
-        scheme.store = _ReadOnlyStore(store)
-    return changed
-
-
-def _put_back(changed: list[tuple[Any, str, Any]]) -> None:
-    for obj, name, value in reversed(changed):
-        setattr(obj, name, value)
-
-
 def _formatter_for(tokenizer: Any) -> Any:
     from ...policies.chat import ChatFormatter
 
@@ -368,7 +226,7 @@ class SearchGymAgentInstance(AgentInstanceBase):
         options = label_to_options(states.get("label"))
         self._env = await asyncio.to_thread(self._pool.acquire)
         if self.evaluating:
-            self._restore = _keep_out_of_stores(self._env)
+            self._restore = keep_out_of_stores(self._env)
         observation, info = await asyncio.to_thread(self._env.reset, options=options)
         self._memory_chars = sum(span[2] - span[1] for span in info.get("memory_spans", ()))
         return {"observation": self.formatter.prompt(observation)}
@@ -393,7 +251,7 @@ class SearchGymAgentInstance(AgentInstanceBase):
         feedback = self.formatter.feedback(observation)
         # what the model's own tokens already wrote (its EOS closing the turn, or a token past
         # the stop string) is not repeated, so the tokens stay the rendering of the episode
-        said = ending or (self._engine.overhang if self._engine is not None else "")
+        said = self._engine.said if self._engine is not None else ending
         if said and feedback.startswith(said):
             feedback = feedback[len(said) :]
         return self._result(float(reward), feedback, False)
@@ -463,7 +321,7 @@ class SearchGymAgentInstance(AgentInstanceBase):
             env, self._env = self._env, None
             restore, self._restore = self._restore, []
         if env is not None:
-            _put_back(restore)
+            put_back(restore)
             self._pool.release(env)
 
 
@@ -473,17 +331,6 @@ def _default_formatter(config: AgentConfig) -> Any:
     from ...policies.tiny import load_tokenizer  # the class the folder was saved with
 
     return _formatter_for(load_tokenizer(config.tokenizer))
-
-
-def _stores_written(config: AgentConfig) -> str:
-    """What the episodes of ``config`` write into, in words ("" for nothing)."""
-    stores = []
-    if config.memory is not None and config.memory.kind == "lightsearcher":
-        stores.append(f"the experience memory ({config.memory.path})")
-    reward_kwargs = config.env_kwargs.get("reward_kwargs")
-    if isinstance(reward_kwargs, dict) and reward_kwargs.get("store") is not None:
-        stores.append(f"the minimum tool-call store ({reward_kwargs['store']})")
-    return " and ".join(stores)
 
 
 def _end_truncated(env: Any) -> float:
@@ -549,7 +396,7 @@ class SearchGymAgentExecutor(MultiTurnAgentExecutor):
         if self._eval_sign is None:
             path = os.environ.get(AGENT_CONFIG_VARIABLE, "")
             sign = EvalSign.from_run_file(path) if path else EvalSign()
-            sign.check(_stores_written(self.config))
+            sign.check(stores_written(self.config))
             self._eval_sign = sign
         return self._eval_sign
 

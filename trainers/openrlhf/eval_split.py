@@ -16,12 +16,23 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...envs.errors import InvalidArgumentError
 from .flags import flatten
 
-__all__ = ["OPENRLHF_EVAL_TEMPERATURE", "OPENRLHF_ROLLOUT_TEMPERATURE", "EvalSign"]
+if TYPE_CHECKING:
+    from .config import AgentConfig
+
+__all__ = [
+    "OPENRLHF_EVAL_TEMPERATURE",
+    "OPENRLHF_ROLLOUT_TEMPERATURE",
+    "EvalSign",
+    "ReadOnlyStore",
+    "keep_out_of_stores",
+    "put_back",
+    "stores_written",
+]
 
 OPENRLHF_ROLLOUT_TEMPERATURE = 1.0
 """``--rollout.temperature``'s default in openrlhf 0.11.2."""
@@ -93,3 +104,54 @@ class EvalSign:
             return False
         temperature = getattr(sampling_params, "temperature", None)
         return isinstance(temperature, (int, float)) and math.isclose(temperature, self.eval_temperature)
+
+
+class ReadOnlyStore:
+    """A minimum tool-call store that an evaluation episode reads but does not update."""
+
+    def __init__(self, store: Any):
+        self.store = store
+
+    def get(self, qid: str) -> int | None:
+        return self.store.get(qid)
+
+    def update(self, qid: str, m: int) -> None:
+        """Evaluation does not lower the training minimum."""
+
+
+def keep_out_of_stores(env: Any) -> list[tuple[Any, str, Any]]:
+    """Stop ``env`` from writing its episodes (memory recording, minimum tool-call store).
+
+    Returns the ``(object, attribute, old value)`` triples that :func:`put_back` restores.
+    """
+    changed: list[tuple[Any, str, Any]] = []
+    layer = env
+    while layer is not None:
+        if getattr(layer, "memory", None) is not None and getattr(layer, "record", False):
+            changed.append((layer, "record", True))
+            layer.record = False
+        inner = getattr(layer, "env", None)
+        layer = inner if inner is not layer else None
+    scheme: Any = getattr(env.unwrapped, "reward_scheme", None)
+    store = getattr(scheme, "store", None)
+    if scheme is not None and store is not None and callable(getattr(store, "update", None)):
+        changed.append((scheme, "store", store))
+        scheme.store = ReadOnlyStore(store)
+    return changed
+
+
+def put_back(changed: list[tuple[Any, str, Any]]) -> None:
+    """Undo :func:`keep_out_of_stores`."""
+    for obj, name, value in reversed(changed):
+        setattr(obj, name, value)
+
+
+def stores_written(config: AgentConfig) -> str:
+    """What the episodes of ``config`` write into, in words ("" for nothing)."""
+    stores = []
+    if config.memory is not None and config.memory.kind == "lightsearcher":
+        stores.append(f"the experience memory ({config.memory.path})")
+    reward_kwargs = config.env_kwargs.get("reward_kwargs")
+    if isinstance(reward_kwargs, dict) and reward_kwargs.get("store") is not None:
+        stores.append(f"the minimum tool-call store ({reward_kwargs['store']})")
+    return " and ".join(stores)

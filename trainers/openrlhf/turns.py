@@ -1,0 +1,131 @@
+"""What vLLM hands back for one turn, made fit for a searchgym episode under OpenRLHF.
+
+vLLM 0.29 answers OpenRLHF 0.11.2's rollout requests with a text and the token ids the
+model sampled. Three things in that answer need care (see ``docs/gpu.md``):
+
+- OpenRLHF keeps special tokens in the text, and the agent keeps the stop string, so a
+  turn that ends at the model's EOS ends with its text (``...</answer><|im_end|>``).
+  :func:`split_end_of_sequence` takes it off for the env.
+- vLLM cuts the text at a stop string but keeps every token of the engine step that hit
+  it. :class:`TurnEngine` drops the tokens after the one that completes the stop string.
+- OpenRLHF's multi-turn loop sets ``max_tokens`` to the remaining context every turn.
+  :class:`TurnEngine` applies a per-turn cap on top.
+
+:attr:`TurnEngine.said` is what the turn's tokens wrote beyond the action the env sees
+(the EOS text, or a token's text past the stop string), so the agent does not repeat it in
+the feedback that follows.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+__all__ = ["TurnEngine", "split_end_of_sequence"]
+
+_COMMON_EOS = (
+    "<|im_end|>",
+    "<|endoftext|>",
+    "</s>",
+    "<|eot_id|>",
+    "<|end_of_text|>",
+    "<eos>",
+    "<end_of_turn>",
+)
+
+
+def _special_texts(tokenizer: Any) -> tuple[str, ...]:
+    """The texts of ``tokenizer``'s special tokens, longest first (common EOS texts without one)."""
+    if tokenizer is None:
+        return _COMMON_EOS
+    texts = set(getattr(tokenizer, "all_special_tokens", None) or ())
+    added = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    texts |= {token.content for token in added.values() if getattr(token, "special", False)}
+    return tuple(sorted((t for t in texts if isinstance(t, str) and t), key=len, reverse=True))
+
+
+def split_end_of_sequence(text: str, tokenizer: Any = None) -> tuple[str, str]:
+    """``text`` without the special tokens at its end (EOS, end of turn...), and their text.
+
+    vLLM writes an EOS token's text into the output when special tokens are kept and the
+    stop string is included, so an action that ends at EOS reads ``...</answer><|im_end|>``.
+    The special tokens are ``tokenizer``'s, or common EOS texts without a tokenizer.
+    """
+    specials = _special_texts(tokenizer)
+    end = len(text)
+    while True:
+        special = next((sp for sp in specials if text.endswith(sp, 0, end)), None)
+        if special is None:
+            return text[:end], text[end:]
+        end -= len(special)
+
+
+def _without_tokens_past_stop(request_output: Any, tokenizer: Any) -> Any:
+    """``request_output`` with the tokens after the one that completes the stop string dropped.
+
+    vLLM cuts ``text`` at the stop string (``stop_reason``) but keeps every token of the
+    engine step that produced it. Logprobs are cut alike. Other outputs pass unchanged.
+    """
+    output = request_output.outputs[0]
+    stop = getattr(output, "stop_reason", None)
+    if not isinstance(stop, str) or tokenizer is None:
+        return request_output
+    ids = list(output.token_ids)
+    keep = len(ids)
+    while keep > 1 and stop in tokenizer.decode(ids[: keep - 1], skip_special_tokens=False):
+        keep -= 1
+    if keep == len(ids):
+        return request_output
+    trimmed = copy.copy(output)
+    trimmed.token_ids = ids[:keep]
+    if getattr(output, "logprobs", None) is not None:
+        trimmed.logprobs = list(output.logprobs)[:keep]
+    result = copy.copy(request_output)
+    result.outputs = [trimmed, *list(request_output.outputs)[1:]]
+    return result
+
+
+class TurnEngine:
+    """OpenRLHF's vLLM actor as one episode's turns see it (see the module docstring).
+
+    Args:
+        engine: The actor (anything with OpenRLHF's ``generate``).
+        tokenizer: The policy's tokenizer, to find where a stop string ends in tokens.
+        max_turn_tokens: The most tokens one turn may generate, or None for no cap beyond
+            the remaining context.
+    """
+
+    def __init__(self, engine: Any, tokenizer: Any, max_turn_tokens: int | None = None):
+        self.engine, self.tokenizer, self.max_turn_tokens = engine, tokenizer, max_turn_tokens
+        self.said = ""
+        """What the last turn's tokens wrote beyond the action the env sees: the EOS text
+        (``<|im_end|>``), or the text of a token past the stop string (``>\n\n`` completing
+        ``</search>`` leaves ``\n\n``); "" when nothing."""
+
+    async def generate(
+        self, prompt_token_ids: Any, sampling_params: Any, multi_modal_data: Any = None
+    ) -> Any:
+        """The engine's answer, for at most ``max_turn_tokens`` tokens, with no tokens past a stop string."""
+        cap = self.max_turn_tokens
+        if cap is not None and (sampling_params.max_tokens is None or sampling_params.max_tokens > cap):
+            sampling_params = copy.copy(sampling_params)
+            sampling_params.max_tokens = cap
+        output = await self.engine.generate(
+            prompt_token_ids, sampling_params, multi_modal_data=multi_modal_data
+        )
+        output = _without_tokens_past_stop(output, self.tokenizer)
+        self.said = _said_past_action(output.outputs[0], self.tokenizer)
+        return output
+
+
+def _said_past_action(output: Any, tokenizer: Any) -> str:
+    """The text of ``output``'s tokens past its action: past its stop string, or its EOS/stop token."""
+    ids = list(getattr(output, "token_ids", None) or [])
+    if tokenizer is None or not ids or getattr(output, "finish_reason", None) != "stop":
+        return ""
+    stop = getattr(output, "stop_reason", None)
+    if isinstance(stop, str):
+        text = tokenizer.decode(ids, skip_special_tokens=False)
+        at = text.rfind(stop)
+        return text[at + len(stop) :] if at != -1 else ""
+    return tokenizer.decode(ids[-1:], skip_special_tokens=False)  # the EOS or stop token
