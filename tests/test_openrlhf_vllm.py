@@ -390,3 +390,25 @@ def test_an_eos_left_out_of_the_text_still_closes_the_turn_once(tiny):
     assert result["reward"] == sum(rewards)
     text = tiny.decode(result["observation_tokens"], skip_special_tokens=False)
     assert text == ChatFormatter(tiny).render([prompt, actions[0], observations[0], actions[1]])
+
+
+def test_rollout_logprobs_stay_aligned_with_the_tokens(tiny):
+    """OpenRLHF reads ``logprobs[i][token_ids[i]]``; dropped tokens take their logprobs along."""
+    env_kwargs = PROTOCOLS["search_r1"]
+    question = one_hop_unknown()
+    _, actions, _, _, _ = play(env_kwargs, question)
+    script = scripted_text(tiny, [a + RAMBLE for a in actions])
+
+    def generator(prompt_ids, params):  # the script's tokens, with logprobs -(position + 1) / 100
+        return [(t, -(i + 1) / 100) for i, t in enumerate(script(prompt_ids, params))]
+
+    engine = FakeVLLMEngine(tiny, generator, tokens_per_step=4)
+    executor = SearchGymAgentExecutor(config=AgentConfig(ENV_ID, env_kwargs))
+    result = execute(executor, question, engine, tiny, params=SamplingParams.openrlhf(logprobs=True))
+    assert result["reward"] == 1.0
+    logprobs, tokens = result["rollout_log_probs"], result["observation_tokens"]
+    assert len(logprobs) == len(tokens)
+    for a, b in result["action_ranges"]:
+        assert logprobs[a:b] == [-(i + 1) / 100 for i in range(b - a)]
+    in_actions = {i for a, b in result["action_ranges"] for i in range(a, b)}
+    assert all(lp == 0.0 for i, lp in enumerate(logprobs) if i not in in_actions)
