@@ -29,7 +29,7 @@ A generator is any callable ``(prompt_token_ids, sampling_params) -> iterable of
 ids`` (or of ``(token_id, logprob)`` pairs). It may yield more tokens than will be kept:
 the engine stops reading when vLLM would stop. Like vLLM's ``MinTokensLogitsProcessor``,
 a real model must not sample an EOS within ``min_tokens``; scripted ones simply don't.
-:func:`scripted_text` turns intended texts into such a generator; a real model (for
+:class:`ScriptedText` turns intended texts into such a generator; a real model (for
 instance SmolLM2 sampled with transformers) plugs in with the same signature.
 """
 
@@ -49,7 +49,7 @@ __all__ = [
     "RequestOutput",
     "SamplingParams",
     "TokenGenerator",
-    "scripted_text",
+    "ScriptedText",
 ]
 
 TokenGenerator = Callable[[list[int], Any], Iterable[int | tuple[int, float]]]
@@ -283,7 +283,7 @@ class FakeVLLMEngine:
 
 
 @dataclass
-class scripted_text:  # noqa: N801 - used like a function: scripted_text(tokenizer, [...])
+class ScriptedText:
     """A generator that "writes" the next of ``turns`` (texts) per request, then the EOS token.
 
     Each turn is encoded with ``tokenizer`` (no special tokens added), followed by

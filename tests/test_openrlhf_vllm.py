@@ -20,7 +20,7 @@ import pytest
 pytest.importorskip("openrlhf.utils.agent", reason="needs openrlhf==0.11.2 (--no-deps) and aiohttp")
 torch = pytest.importorskip("torch")
 
-from fake_vllm import FakeVLLMEngine, SamplingParams, scripted_text  # noqa: E402
+from fake_vllm import FakeVLLMEngine, SamplingParams, ScriptedText  # noqa: E402
 
 import searchgym  # noqa: E402,F401
 from searchgym.envs.synthetic import generate_world  # noqa: E402
@@ -182,7 +182,7 @@ def test_right_answer_scores_right_and_tokens_are_the_chat_rendering(protocol, t
     assert trajectory.em == 1.0 and rewards[-1] == 1.0 and trajectory.num_searches >= 1
     # the model writes each action, then rambles on (a stop string ends it first) or ends
     # with EOS: SEM's answer turn has no stop string of its own
-    generator = scripted_text(tokenizer, [a + RAMBLE if a.endswith("</search>") else a for a in actions])
+    generator = ScriptedText(tokenizer, [a + RAMBLE if a.endswith("</search>") else a for a in actions])
     engine = FakeVLLMEngine(tokenizer, generator, tokens_per_step=tokens_per_step)
     executor = SearchGymAgentExecutor(config=AgentConfig(ENV_ID, env_kwargs))
     result = execute(executor, question, engine, tokenizer)
@@ -219,7 +219,7 @@ def test_a_turn_that_ends_at_eos_closes_the_chat_turn_once(protocol, tokenizer):
     actions = ["I am not sure yet", right[-1]]
     prompt, _, observations, rewards, trajectory = play(env_kwargs, question, actions)
     assert len(rewards) == 2 and trajectory.em == 1.0 and not trajectory.format_ok
-    engine = FakeVLLMEngine(tokenizer, scripted_text(tokenizer, actions))
+    engine = FakeVLLMEngine(tokenizer, ScriptedText(tokenizer, actions))
     executor = SearchGymAgentExecutor(config=AgentConfig(ENV_ID, env_kwargs))
     result = execute(executor, question, engine, tokenizer)
 
@@ -249,7 +249,7 @@ def test_split_end_of_sequence(tiny):
 def test_the_configured_max_new_tokens_caps_every_turn(tiny):
     question = two_hop_unknown()
     babble = "<think>" + " ".join(["the capital"] * 200)  # never closes a tag
-    engine = FakeVLLMEngine(tiny, scripted_text(tiny, [babble]))
+    engine = FakeVLLMEngine(tiny, ScriptedText(tiny, [babble]))
     executor = SearchGymAgentExecutor(config=AgentConfig(ENV_ID, {"protocol": "search_r1", "max_turns": 3}))
     result = execute(executor, question, engine, tiny, params=SamplingParams.openrlhf(max_new_tokens=40))
     assert len(engine.requests) == 3
@@ -258,7 +258,7 @@ def test_the_configured_max_new_tokens_caps_every_turn(tiny):
     assert result["truncated"] is True and result["extra_logs"]["episode_truncated"] == 1.0
     # the context budget still wins when less is left than the cap
     second_start = result["action_ranges"][1][0]
-    engine = FakeVLLMEngine(tiny, scripted_text(tiny, [babble]))
+    engine = FakeVLLMEngine(tiny, ScriptedText(tiny, [babble]))
     short = execute(
         executor, question, engine, tiny, params=SamplingParams.openrlhf(40), max_length=second_start + 10
     )
@@ -282,7 +282,7 @@ def test_eval_episodes_stay_out_of_the_memory_and_the_minimum_store(tiny, tmp_pa
     _, actions, _, _, _ = play({"protocol": "tool_call"}, question)
 
     def episode(temperature):
-        engine = FakeVLLMEngine(tiny, scripted_text(tiny, actions))
+        engine = FakeVLLMEngine(tiny, ScriptedText(tiny, actions))
         params = SamplingParams.openrlhf(temperature=temperature)
         return execute(executor, question, engine, tiny, params=params)
 
@@ -342,7 +342,7 @@ def test_an_ambiguous_eval_set_stops_the_first_rollout_with_a_fix(tiny, tmp_path
         "openrlhf:\n  rollout: {temperature: 0.6}\n  eval: {dataset: data/eval.jsonl}\n"
     )
     monkeypatch.setenv("SEARCHGYM_AGENT_CONFIG", str(run))
-    engine = FakeVLLMEngine(tiny, scripted_text(tiny, ["<answer>x</answer>"]))
+    engine = FakeVLLMEngine(tiny, ScriptedText(tiny, ["<answer>x</answer>"]))
     with pytest.raises(searchgym.error.InvalidArgumentError, match="the experience memory"):
         execute(SearchGymAgentExecutor(), known_one_hop(), engine, tiny)
     assert engine.requests == []  # refused before generating anything
@@ -362,7 +362,7 @@ def test_a_token_that_straddles_the_stop_string_is_not_written_twice(protocol, t
     question = one_hop_unknown()
     prompt, actions, observations, rewards, _ = play(env_kwargs, question)
     assert observations[0].startswith("\n<")
-    engine = FakeVLLMEngine(tok, scripted_text(tok, [actions[0] + observations[0], actions[1]]))
+    engine = FakeVLLMEngine(tok, ScriptedText(tok, [actions[0] + observations[0], actions[1]]))
     result = execute(SearchGymAgentExecutor(config=AgentConfig(ENV_ID, env_kwargs)), question, engine, tok)
     first = engine.outputs[0]
     assert first.text == actions[0] and first.token_ids[-1] == straddle  # past the stop: "\n"
@@ -378,7 +378,7 @@ def test_an_eos_left_out_of_the_text_still_closes_the_turn_once(tiny):
     _, right, _, _, _ = play(env_kwargs, question)
     actions = ["I am not sure yet", right[-1]]
     prompt, _, observations, rewards, _ = play(env_kwargs, question, actions)
-    engine = FakeVLLMEngine(tiny, scripted_text(tiny, actions))
+    engine = FakeVLLMEngine(tiny, ScriptedText(tiny, actions))
     params = SamplingParams.openrlhf()
     params.skip_special_tokens = True
     result = execute(
@@ -397,7 +397,7 @@ def test_rollout_logprobs_stay_aligned_with_the_tokens(tiny):
     env_kwargs = PROTOCOLS["search_r1"]
     question = one_hop_unknown()
     _, actions, _, _, _ = play(env_kwargs, question)
-    script = scripted_text(tiny, [a + RAMBLE for a in actions])
+    script = ScriptedText(tiny, [a + RAMBLE for a in actions])
 
     def generator(prompt_ids, params):  # the script's tokens, with logprobs -(position + 1) / 100
         return [(t, -(i + 1) / 100) for i, t in enumerate(script(prompt_ids, params))]
