@@ -85,7 +85,8 @@ class ExperienceMemory:
 
     Raises:
         InvalidArgumentError: a bad argument (the message shows it).
-        DataFileError: the store holds an unreadable record (file and line named).
+        DataFileError: the store holds a record of a newer searchgym. A corrupt line is
+            skipped, copied to ``<file>.rejected`` and logged instead.
     """
 
     def __init__(
@@ -133,8 +134,10 @@ class ExperienceMemory:
 
     # -- trajectories ----------------------------------------------------------------------------
 
-    def add(self, trajectory: Trajectory) -> None:
+    def add(self, trajectory: Trajectory, key: str | None = None) -> None:
         """Store one finished trajectory (its ``reward`` must be set).
+
+        ``key`` is stored with it in the store (an id a caller uses to recognise it again).
 
         Raises:
             InvalidArgumentError: not a :class:`Trajectory`, or no reward yet.
@@ -156,7 +159,7 @@ class ExperienceMemory:
             with self._lock:
                 self._trajectories.add(trajectory)
         else:  # appending to the store is safe without the lock (and must not wait for an update)
-            self._trajectories.add(trajectory)
+            self._trajectories.add(trajectory, key)
 
     def __len__(self) -> int:
         """Trajectories stored (by every process sharing the store)."""
