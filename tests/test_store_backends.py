@@ -1,0 +1,155 @@
+"""The two store backends under the same scenarios: the file store and the Ray store actor.
+
+Several Ray worker processes append trajectories, read the bank and lower minima at once,
+while the driver steps the memory; the Ray actor is also killed in the middle of a run of
+appends. One Ray session (``ray.init(num_cpus=2)``) serves the whole module.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from searchgym.envs.records import Action, Question, Trajectory, Turn
+from searchgym.envs.rewards import LightSearcherReward, MinToolCallStore
+from searchgym.memory import ExperienceBank, ExperienceMemory, MemoryStore
+
+ray = pytest.importorskip("ray")
+ray_store = pytest.importorskip("searchgym.trainers.ray_store")
+
+WORKERS = 4
+PER_WORKER = 20
+SHARED_QUESTIONS = [f"shared-{i}" for i in range(5)]
+
+
+class Counting:
+    """A summariser whose bank names the number of Good and Bad trajectories it saw."""
+
+    name = "counting"
+
+    def summarize(self, good: Any, bad: Any, previous: Any) -> ExperienceBank:
+        return ExperienceBank(success_strategies=(f"{len(good)} good, {len(bad)} bad",))
+
+
+def trajectory(qid: str, reward: float) -> Trajectory:
+    turn = Turn("a:x", Action(kind="answer", answer="x"))
+    return Trajectory(Question(qid, f"question {qid}?", ("x",)), "search_r1", [turn], reward=reward)
+
+
+def stored_ids(root: Path) -> list[str]:
+    """The question id of every trajectory record on disk, in order."""
+    return [r["trajectory"]["question"]["id"] for r in MemoryStore(root).log("trajectories").read()[0]]
+
+
+@pytest.fixture(scope="module")
+def ray_session() -> Any:
+    import sys
+
+    from ray import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray workers cannot import tests/
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def open_stores(backend: str, root: str, name: str) -> tuple[Any, Any]:
+    """The memory and the minimum store of ``backend`` under ``root`` (opened in the calling process)."""
+    memory_kwargs = {"update_every": 1, "summarizer": Counting()}
+    if backend == "file":
+        memory = ExperienceMemory(f"{root}/memory", **memory_kwargs)
+        return memory, MinToolCallStore(f"{root}/min_tool_calls.jsonl")
+    spec = ray_store.StoreSpec(f"{root}/memory", memory_kwargs, f"{root}/min_tool_calls.jsonl")
+    client = ray_store.StoreClient(name, spec)
+    return ray_store.RemoteMemory(client), ray_store.RemoteMinToolCalls(client)
+
+
+def worker(backend: str, root: str, name: str, w: int) -> dict[str, Any]:
+    """One Ray worker: add episodes, read the bank between them, score through the minimum store."""
+    memory, mins = open_stores(backend, root, name)
+    reward = LightSearcherReward(store=mins)
+    rng = random.Random(w)
+    versions, lowered = [], []
+    for i in range(PER_WORKER):
+        memory.add(trajectory(f"w{w}-{i}", 1.0 if i % 2 else 0.0))
+        versions.append(memory.experience.version)
+        qid, m = rng.choice(SHARED_QUESTIONS), rng.randrange(1, 9)
+        lowered.append((qid, m))
+        reward.store.lookup_and_lower(qid, m)
+        memory.sample_few_shot(random.Random(i))
+    return {"versions": versions, "lowered": lowered}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["file", "actor"])
+def test_workers_append_and_read_concurrently(ray_session: Any, tmp_path: Path, backend: str) -> None:
+    name = f"store-{uuid.uuid4().hex[:8]}"
+    memory, mins = open_stores(backend, str(tmp_path), name)
+    task = ray.remote(worker)
+    pending = [task.remote(backend, str(tmp_path), name, w) for w in range(WORKERS)]
+    step = 0
+    while True:  # the trainer steps the memory while the workers run
+        done, _ = ray.wait(pending, num_returns=len(pending), timeout=0.2)
+        step += 1
+        if isinstance(memory, ExperienceMemory):
+            memory.step()
+        else:
+            memory.step_to(step)
+        if len(done) == len(pending):
+            break
+    results = ray.get(pending)
+    memory.step() if isinstance(memory, ExperienceMemory) else memory.step_to(step + 1)
+
+    fresh, fresh_mins = open_stores(backend, str(tmp_path), name)
+    ids = stored_ids(tmp_path / "memory")
+    assert sorted(ids) == sorted(f"w{w}-{i}" for w in range(WORKERS) for i in range(PER_WORKER))
+    assert len(fresh) == WORKERS * PER_WORKER  # nothing lost, nothing twice
+    for result in results:
+        assert result["versions"] == sorted(result["versions"])  # bank versions never go back
+    true_min: dict[str, int] = {}
+    for result in results:
+        for qid, m in result["lowered"]:
+            true_min[qid] = min(m, true_min.get(qid, m))
+    assert fresh_mins.minima() == true_min
+    versions = [b.version for b in fresh.history()]
+    assert versions == list(range(1, len(versions) + 1)) and versions  # one update per version
+    if backend == "actor":
+        ray.kill(ray.get_actor(name, namespace=ray_store.NAMESPACE), no_restart=True)
+
+
+def appender(name: str, count: int) -> list[str]:
+    """Add ``count`` episodes one by one through the actor; the ids whose add was acknowledged."""
+    memory = ray_store.RemoteMemory(ray_store.StoreClient(name))
+    acknowledged = []
+    for i in range(count):
+        memory.add(trajectory(f"k{i}", 1.0))
+        acknowledged.append(f"k{i}")
+        time.sleep(0.01)
+    return acknowledged
+
+
+@pytest.mark.slow
+def test_killed_actor_restarts_with_every_acknowledged_record(ray_session: Any, tmp_path: Path) -> None:
+    name = f"store-{uuid.uuid4().hex[:8]}"
+    spec = ray_store.StoreSpec(str(tmp_path / "memory"), {"update_every": 1}, str(tmp_path / "mins.jsonl"))
+    client = ray_store.StoreClient(name, spec)
+    mins = ray_store.RemoteMinToolCalls(client)
+    mins.lookup_and_lower("q", 3)
+    first_pid = client.call("pid")
+    run = ray.remote(appender).remote(name, 80)
+    deadline = time.monotonic() + 60
+    while client.call("status")["trajectories"] < 20 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    before = client.call("status")["trajectories"]
+    ray.kill(client.actor, no_restart=False)  # dies mid-run; Ray restarts it
+    acknowledged = ray.get(run, timeout=120)  # the run goes on: calls in flight are retried
+    assert 20 <= before < 80 and client.call("pid") != first_pid  # killed in the middle, restarted
+    ids = stored_ids(tmp_path / "memory")
+    assert sorted(ids) == sorted(acknowledged) and len(acknowledged) == 80  # each once
+    assert mins.lookup_and_lower("q", None) == 3  # the minimum came back from disk
+    ray.kill(client.actor, no_restart=True)
