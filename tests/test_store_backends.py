@@ -7,7 +7,10 @@ appends. One Ray session (``ray.init(num_cpus=2)``) serves the whole module.
 
 from __future__ import annotations
 
+import json
 import random
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -48,13 +51,11 @@ def stored_ids(root: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def ray_session() -> Any:
-    import sys
-
     from ray import cloudpickle
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray workers cannot import tests/
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
+    context = ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield context.address_info["address"]
     ray.shutdown()
 
 
@@ -152,4 +153,119 @@ def test_killed_actor_restarts_with_every_acknowledged_record(ray_session: Any, 
     ids = stored_ids(tmp_path / "memory")
     assert sorted(ids) == sorted(acknowledged) and len(acknowledged) == 80  # each once
     assert mins.lookup_and_lower("q", None) == 3  # the minimum came back from disk
+    ray.kill(client.actor, no_restart=True)
+
+
+# -- under OpenRLHF: the launcher names the actor, the agents use it, a cluster run is shipped -----
+
+RUN = """\
+agent:
+  env_id: searchgym/SyntheticFacts-v0
+  env_kwargs:
+    protocol: tool_call
+    retriever: {retriever}
+    reward: lightsearcher
+    reward_kwargs: {{store: runs/min_tool_calls.jsonl}}
+  memory: {{kind: lightsearcher, path: runs/memory, update_every: 1}}
+launch: {{env: {{{launch_env}}}}}
+openrlhf:
+  actor: {{model_name_or_path: m, num_nodes: {nodes}, num_gpus_per_node: 1}}
+  ref: {{num_nodes: {nodes}, num_gpus_per_node: 1}}
+  rollout: {{n_samples_per_prompt: 4, batch_size: 2}}
+  algo: {{advantage: {{estimator: group_norm}}}}
+  data: {{prompt_dataset: train.jsonl}}
+"""
+
+
+def run_file(tmp_path: Path, retriever: str = "bm25", nodes: int = 1, launch_env: str = "") -> Path:
+    path = tmp_path / "run.yaml"
+    path.write_text(RUN.format(retriever=retriever, nodes=nodes, launch_env=launch_env))
+    return path
+
+
+def plan_of(path: Path) -> Any:
+    from searchgym.trainers.openrlhf.config import load_run_config
+    from searchgym.trainers.openrlhf.launch import compose
+
+    return compose(load_run_config(path, basedir=str(path.parent)), basedir=str(path.parent))
+
+
+def test_launch_names_one_store_actor_per_store(tmp_path: Path) -> None:
+    from searchgym.envs.errors import InvalidArgumentError
+
+    plan = plan_of(run_file(tmp_path))
+    name = plan.runtime_env["env_vars"]["SEARCHGYM_STORE_ACTOR"]
+    assert name.startswith("searchgym-store-") and "py_modules" not in plan.runtime_env  # one node
+    assert plan_of(run_file(tmp_path)).runtime_env["env_vars"]["SEARCHGYM_STORE_ACTOR"] == name  # resume
+    other = tmp_path / "other"
+    other.mkdir()
+    assert plan_of(run_file(other)).runtime_env["env_vars"]["SEARCHGYM_STORE_ACTOR"] != name  # other paths
+    files = plan_of(run_file(tmp_path, launch_env="SEARCHGYM_STORE_ACTOR: file"))
+    assert files.runtime_env["env_vars"]["SEARCHGYM_STORE_ACTOR"] == "file"
+    with pytest.raises(InvalidArgumentError, match=r"loopback.*--host 0.0.0.0"):
+        plan_of(run_file(tmp_path, "http://127.0.0.1:8000", nodes=2))
+
+
+@pytest.mark.slow
+def test_a_cluster_run_ships_package_and_run_file_to_workers(ray_session: Any, tmp_path: Path) -> None:
+    plan = plan_of(run_file(tmp_path, "http://10.0.0.7:8000", nodes=2))
+    runtime = plan.runtime_env
+    (package,) = runtime["py_modules"]
+    assert (Path(package) / "envs" / "storage" / "jsonl_log.py").is_file()  # every installed folder
+    assert (Path(runtime["working_dir"]) / "run.yaml").is_file()
+
+    # A second driver joins the cluster with that runtime env, as train_ppo's ray.init does.
+    script = """
+import json, sys, ray
+ray.init(address=sys.argv[1], runtime_env=json.loads(sys.argv[2]), log_to_driver=False)
+
+@ray.remote
+def on_a_worker():
+    import searchgym
+    from searchgym.trainers.openrlhf.cluster import store_client
+    from searchgym.trainers.openrlhf.config import agent_config_from_env
+
+    config = agent_config_from_env()  # the shipped run file, from the working_dir
+    return [searchgym.__file__, config.env_kwargs["retriever"], store_client(config).name]
+
+print(json.dumps(ray.get(on_a_worker.remote(), timeout=120)))
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", script, ray_session, json.dumps(runtime)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    where, retriever, name = json.loads(out.stdout.strip().splitlines()[-1])
+    assert "runtime_resources" in where  # the shipped copy, not the one installed here
+    assert retriever == "http://10.0.0.7:8000" and name == runtime["env_vars"]["SEARCHGYM_STORE_ACTOR"]
+
+
+@pytest.mark.slow
+def test_agents_keep_their_state_in_the_actor(ray_session: Any, tmp_path: Path, monkeypatch: Any) -> None:
+    from searchgym.policies import make_policy
+    from searchgym.trainers.openrlhf.config import load_agent_config
+    from searchgym.trainers.openrlhf.env_pool import build_env
+
+    name = f"store-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv("SEARCHGYM_STORE_ACTOR", name)
+    config = load_agent_config(run_file(tmp_path), basedir=str(tmp_path))
+    env = build_env(config)
+    store = env.unwrapped.reward_scheme.store
+    assert isinstance(store, ray_store.RemoteMinToolCalls)
+    agent = make_policy("oracle_synthetic", protocol="tool_call", world=env.unwrapped.world)
+    for seed in range(3):
+        context, _ = env.reset(seed=seed)
+        done = False
+        while not done:
+            action = agent.act([context])[0]
+            obs, _, terminated, truncated, _ = env.step(action)
+            context += action + obs
+            done = terminated or truncated
+    client = ray_store.StoreClient(name)
+    assert client.call("status")["trajectories"] == 3
+    assert client.call("minima") == store.minima() and len(store.minima()) >= 1
+    assert len(stored_ids(tmp_path / "runs" / "memory")) == 3  # written by the actor, at the config's path
     ray.kill(client.actor, no_restart=True)
