@@ -104,7 +104,9 @@ def time_backend(backend: str, root: Path, trajectories: list[Trajectory], args:
         from searchgym.trainers import ray_store
 
         spec = ray_store.StoreSpec(
-            str(root / "memory"), {"update_every": 1, "summarizer": "rule"}, str(root / "min_tool_calls.jsonl")
+            str(root / "memory"),
+            {"update_every": 1, "summarizer": "rule"},
+            str(root / "min_tool_calls.jsonl"),
         )
         client = ray_store.StoreClient("bench-store", spec)
         memory, mins = ray_store.RemoteMemory(client), ray_store.RemoteMinToolCalls(client)
@@ -214,7 +216,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", type=Path, help="write the results here (JSON)")
     parser.add_argument("--table", type=Path, help="a results file: print its table instead of measuring")
-    parser.add_argument("--doc", type=Path, help="with --table: rewrite the table block of this Markdown file")
+    parser.add_argument(
+        "--doc", type=Path, help="with --table: rewrite the table block of this Markdown file"
+    )
     args = parser.parse_args()
     if args.table:
         if args.doc:

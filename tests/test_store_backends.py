@@ -269,3 +269,32 @@ def test_agents_keep_their_state_in_the_actor(ray_session: Any, tmp_path: Path, 
     assert client.call("minima") == store.minima() and len(store.minima()) >= 1
     assert len(stored_ids(tmp_path / "runs" / "memory")) == 3  # written by the actor, at the config's path
     ray.kill(client.actor, no_restart=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["file", "actor"])
+def test_a_resumed_run_restores_both_stores_to_its_step(
+    ray_session: Any, tmp_path: Path, monkeypatch: Any, backend: str
+) -> None:
+    from searchgym.trainers.openrlhf.cluster import restore_stores, snapshot_stores, store_client
+    from searchgym.trainers.openrlhf.config import load_agent_config
+    from searchgym.trainers.openrlhf.env_pool import build_env, open_memory
+
+    name = f"store-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv("SEARCHGYM_STORE_ACTOR", name if backend == "actor" else "file")
+    config = load_agent_config(run_file(tmp_path), basedir=str(tmp_path))
+    assert config.memory is not None
+    env = build_env(config)
+    memory, mins = open_memory(config.memory, config), env.unwrapped.reward_scheme.store
+    memory.add(trajectory("before", 1.0))
+    mins.lookup_and_lower("q", 4)
+    snapshot_stores(config, 1)  # the checkpoint of step 1
+    memory.add(trajectory("after", 0.0))  # work the crash loses
+    mins.lookup_and_lower("q", 2)
+    restore_stores(config, 1)  # resume from step 1
+    assert [r for r in stored_ids(tmp_path / "runs" / "memory")] == ["before"]
+    assert len(memory) == 1 and mins.lookup_and_lower("q", None) == 4
+    assert "after" in (tmp_path / "runs" / "memory" / "trajectories.jsonl.after-step-1").read_text()
+    client = store_client(config)
+    if client is not None:
+        ray.kill(client.actor, no_restart=True)

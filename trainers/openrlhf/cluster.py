@@ -40,6 +40,8 @@ __all__ = [
     "num_nodes",
     "cluster_runtime_env",
     "stage_package",
+    "snapshot_stores",
+    "restore_stores",
 ]
 
 STORE_ACTOR_VARIABLE = "SEARCHGYM_STORE_ACTOR"
@@ -107,6 +109,36 @@ def remote_env_kwargs(config: AgentConfig, client: Any) -> dict[str, Any]:
 
         kwargs["reward_kwargs"] = {**kwargs["reward_kwargs"], "store": RemoteMinToolCalls(client)}
     return kwargs
+
+
+def snapshot_stores(config: AgentConfig, step: int) -> None:
+    """Snapshot the memory and the minimum tool-call store of ``config`` at training step
+    ``step`` (call it when the checkpoint of ``step`` is saved): through the store actor when
+    ``$SEARCHGYM_STORE_ACTOR`` names one, else on the files."""
+    _each_store(config, "snapshot", step)
+
+
+def restore_stores(config: AgentConfig, step: int) -> None:
+    """Bring both stores back to their snapshot of ``step`` (on resume, before the agents
+    read them); later records are moved aside, not deleted."""
+    _each_store(config, "restore", step)
+
+
+def _each_store(config: AgentConfig, method: str, step: int) -> None:
+    client = store_client(config)
+    if client is not None:
+        getattr(client, method)(step)
+        return
+    from ...envs.rewards.min_tool_calls import MinToolCallStore
+    from ...memory.store import MemoryStore
+
+    spec = store_spec(config)
+    if spec is None:
+        return
+    if spec.memory_path is not None:
+        getattr(MemoryStore(spec.memory_path), method)(step)
+    if spec.min_tool_calls_path is not None:
+        getattr(MinToolCallStore(spec.min_tool_calls_path), method)(step)
 
 
 def num_nodes(flat: dict[str, Any]) -> int:
