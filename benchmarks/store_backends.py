@@ -71,7 +71,7 @@ def episodes(n: int) -> list[Trajectory]:
 def one_episode(memory: Any, mins: Any, trajectory: Trajectory, rng: random.Random, times: dict) -> None:
     """The four store calls of one agent episode, each timed into ``times`` (seconds)."""
     t0 = time.perf_counter()
-    memory.experience
+    _ = memory.experience
     t1 = time.perf_counter()
     memory.sample_few_shot(rng)
     t2 = time.perf_counter()
