@@ -199,6 +199,19 @@ class ExperienceMemory:
                 )
             return pool[index]
 
+    def pool_item(self, fraction: float) -> Trajectory | None:
+        """The pool's trajectory at ``floor(fraction · pool size)``, or ``None`` for an empty pool.
+
+        ``fraction`` in [0, 1): a uniform draw gives a uniform example (how a remote caller
+        draws one with its own generator).
+        """
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 <= fraction < 1:
+            raise InvalidArgumentError(f"fraction must be a number in [0, 1), got {fraction!r}.")
+        with self._lock:
+            self._trajectories.sync()
+            pool = self._trajectories.pool
+            return pool[min(int(fraction * len(pool)), len(pool) - 1)] if pool else None
+
     # -- the bank ------------------------------------------------------------------------------
 
     @property

@@ -278,3 +278,15 @@ def test_a_pickled_memory_shares_the_store(tmp_path: Path) -> None:
     clone = pickle.loads(pickle.dumps(in_memory))
     clone.add(make_trajectory("b", 1.0))
     assert (len(in_memory), len(clone)) == (1, 2)  # without a path a copy is a copy
+
+
+def test_pool_item_maps_a_fraction_to_one_pool_trajectory(tmp_path: Path) -> None:
+    memory = ExperienceMemory(tmp_path)
+    assert memory.pool_item(0.5) is None
+    for qid, reward in (("a", 1.0), ("low", 0.1), ("b", 0.5), ("c", 1.0)):
+        memory.add(make_trajectory(qid, reward))
+    # pool = [a, b, c] (reward >= 0.3): floor(u * 3) picks a, b, c
+    assert [memory.pool_item(u).question.id for u in (0.0, 0.34, 0.67, 0.999)] == ["a", "b", "c", "c"]
+    for bad in (1.0, -0.1, True, "0.5"):
+        with pytest.raises(InvalidArgumentError):
+            memory.pool_item(bad)

@@ -135,15 +135,8 @@ class StoreServer:
 
     def example(self, u: float) -> dict[str, Any] | None:
         """The pool's trajectory at ``floor(u · pool size)`` (``u`` in [0, 1)), or ``None``."""
-        if not 0.0 <= u < 1.0:
-            raise InvalidArgumentError(f"u must be in [0, 1), got {u!r}.")
-        memory = self._memory()
-        with memory._lock:  # one consistent view of the pool
-            memory._trajectories.sync()
-            pool = memory._trajectories.pool
-            if not pool:
-                return None
-            return trajectory_to_dict(pool[min(int(u * len(pool)), len(pool) - 1)])
+        example = self._memory().pool_item(u)
+        return None if example is None else trajectory_to_dict(example)
 
     def status(self) -> dict[str, int]:
         """Trajectories, pool size, counted steps and bank version."""
@@ -307,12 +300,7 @@ class RemoteMemory:
 
     def sample_few_shot(self, rng: np.random.Generator | Any = None) -> Trajectory | None:
         """One trajectory drawn uniformly from the actor's few-shot pool, or ``None``."""
-        if rng is None:
-            u = float(np.random.default_rng().random())
-        elif isinstance(rng, np.random.Generator):
-            u = float(rng.random())
-        else:
-            u = float(rng.random())
+        u = float((rng if rng is not None else np.random.default_rng()).random())
         data = self.client.call("example", u)
         return None if data is None else trajectory_from_dict(data)
 
