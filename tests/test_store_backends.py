@@ -213,6 +213,8 @@ def test_a_cluster_run_ships_package_and_run_file_to_workers(ray_session: Any, t
     (package,) = runtime["py_modules"]
     assert (Path(package) / "envs" / "storage" / "jsonl_log.py").is_file()  # every installed folder
     assert (Path(runtime["working_dir"]) / "run.yaml").is_file()
+    agent_flag = plan.flags[plan.flags.index("--train.agent_func_path") + 1]
+    assert agent_flag == "searchgym_agent.py" and (Path(runtime["working_dir"]) / agent_flag).is_file()
 
     # A second driver joins the cluster with that runtime env, as train_ppo's ray.init does.
     script = """
@@ -226,7 +228,15 @@ def on_a_worker():
     from searchgym.trainers.openrlhf.config import agent_config_from_env
 
     config = agent_config_from_env()  # the shipped run file, from the working_dir
-    return [searchgym.__file__, config.env_kwargs["retriever"], store_client(config).name]
+    import importlib.util
+
+    # as openrlhf/trainer/ray/vllm_engine.py's _load_agent_executor loads it (that module needs vLLM)
+    spec = importlib.util.spec_from_file_location("agent_module", "searchgym_agent.py")
+    agent_module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(agent_module)
+    executor = agent_module.AgentExecutor
+    return [searchgym.__file__, config.env_kwargs["retriever"], store_client(config).name,
+            executor.__module__]
 
 print(json.dumps(ray.get(on_a_worker.remote(), timeout=120)))
 """
@@ -238,7 +248,8 @@ print(json.dumps(ray.get(on_a_worker.remote(), timeout=120)))
         cwd=tmp_path,
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    where, retriever, name = json.loads(out.stdout.strip().splitlines()[-1])
+    where, retriever, name, executor = json.loads(out.stdout.strip().splitlines()[-1])
+    assert executor == "searchgym.trainers.openrlhf.agent"
     assert "runtime_resources" in where  # the shipped copy, not the one installed here
     assert retriever == "http://10.0.0.7:8000" and name == runtime["env_vars"]["SEARCHGYM_STORE_ACTOR"]
 

@@ -49,6 +49,10 @@ STORE_ACTOR_VARIABLE = "SEARCHGYM_STORE_ACTOR"
 
 FILE_STORES = ("", "file", "none")
 
+RUN_FILE = "run.yaml"
+AGENT_FILE = "searchgym_agent.py"
+"""The run file and agent file of a cluster run, in its ``working_dir``."""
+
 _PACKAGES = ("envs", "memory", "policies", "trainers", "configs")
 _LOOPBACK = ("127.0.0.1", "localhost", "::1", "0.0.0.0")
 
@@ -178,22 +182,26 @@ def _check_retriever(config: AgentConfig) -> None:
 def cluster_runtime_env(
     config: RunConfig, flat: dict[str, Any], runtime_env: dict[str, Any], staging: str | None = None
 ) -> list[str]:
-    """Add the store actor and, for a cluster, the package and run file to ``runtime_env``.
+    """Fill ``runtime_env`` with the store actor's name and, for a cluster run, the package,
+    the run file and the agent file (``flat``'s ``train.agent_func_path`` then names the
+    shipped copy). Call it before ``flat`` becomes flags.
 
     Returns warnings to print. Raises :class:`InvalidArgumentError` for a multi-node run
     that cannot work (a loopback retriever).
     """
+    from .launch import agent_file_path
+
     warnings: list[str] = []
     env_vars = runtime_env.setdefault("env_vars", {})
     name = store_actor_name(config.agent)
-    if name is not None and STORE_ACTOR_VARIABLE not in env_vars:
+    if name is not None and STORE_ACTOR_VARIABLE not in config.launch.env:
         env_vars[STORE_ACTOR_VARIABLE] = name
     nodes = num_nodes(flat)
     if nodes <= 1 and config.launch.ray_address is None:
         return warnings
     if nodes > 1:
         _check_retriever(config.agent)
-    if name is not None and env_vars.get(STORE_ACTOR_VARIABLE, "").lower() in FILE_STORES:
+    if name is not None and config.launch.env.get(STORE_ACTOR_VARIABLE, name).lower() in FILE_STORES:
         warnings.append(
             f"searchgym: {STORE_ACTOR_VARIABLE}=file on a cluster: the memory and minimum tool-call files must "
             "be on a file system every node shares (and where flock works), or records are lost."
@@ -205,8 +213,11 @@ def cluster_runtime_env(
     import yaml
 
     data = {k: v for k, v in read_yaml(config.path).items() if k != "extends"}
-    with open(os.path.join(workdir, "run.yaml"), "w", encoding="utf-8") as handle:
+    with open(os.path.join(workdir, RUN_FILE), "w", encoding="utf-8") as handle:
         yaml.safe_dump(data, handle, sort_keys=False)
     runtime_env["working_dir"] = workdir
-    env_vars[AGENT_CONFIG_VARIABLE] = "run.yaml"  # relative: workers start in the working_dir
+    env_vars[AGENT_CONFIG_VARIABLE] = RUN_FILE  # relative: workers start in the working_dir
+    if flat.get("train.agent_func_path") == agent_file_path():  # the head's source tree: ship a copy
+        shutil.copyfile(agent_file_path(), os.path.join(workdir, AGENT_FILE))
+        flat["train.agent_func_path"] = AGENT_FILE
     return warnings

@@ -154,6 +154,8 @@ def compose(config: RunConfig, basedir: str | None = None) -> LaunchPlan:
         flat.setdefault(key, value)
     warnings = _check_plugin_flags(config, flat)
     _absolute_paths(flat, basedir)
+    cluster_env: dict[str, Any] = {"env_vars": {}}  # the store actor; a cluster run's shipped files
+    warnings += cluster_runtime_env(config, flat, cluster_env)
     info = openrlhf_parser()
     argv = to_argv(flat, info)
     if info is None:
@@ -167,11 +169,10 @@ def compose(config: RunConfig, basedir: str | None = None) -> LaunchPlan:
         if os.environ.get(name):
             env_vars[name] = os.environ[name]
     env_vars.update(config.launch.env)
-    runtime_env: dict[str, Any] = {"env_vars": dict(env_vars)}
+    env_vars.update(cluster_env.pop("env_vars"))
+    runtime_env: dict[str, Any] = {"env_vars": dict(env_vars), **cluster_env}
     if needs_hook(config.agent):
         runtime_env["worker_process_setup_hook"] = HOOK
-    warnings += cluster_runtime_env(config, flat, runtime_env)  # store actor, multi-node shipping
-    env_vars = runtime_env["env_vars"]
 
     if config.launch.ray_address is None:
         local_env = dict(runtime_env)
