@@ -309,3 +309,16 @@ def test_a_resumed_run_restores_both_stores_to_its_step(
     client = store_client(config)
     if client is not None:
         ray.kill(client.actor, no_restart=True)
+
+
+def test_a_retried_append_is_stored_once_even_after_a_restart(tmp_path: Path) -> None:
+    from searchgym.memory import trajectory_to_dict
+
+    spec = ray_store.StoreSpec(str(tmp_path / "memory"))
+    server = ray_store.StoreServer(spec)
+    record = trajectory_to_dict(trajectory("q", 1.0))
+    assert server.add("key-1", record) is True
+    assert server.add("key-1", record) is False  # Ray retried the call: dropped
+    restarted = ray_store.StoreServer(spec)  # the actor came back from its files
+    assert restarted.add("key-1", record) is False and restarted.add("key-2", record) is True
+    assert stored_ids(tmp_path / "memory") == ["q", "q"]

@@ -63,6 +63,10 @@ NAMESPACE = "searchgym"
 
 HEAD_RESOURCE = "node:__internal_head__"
 
+RECENT_KEYS = 100_000
+"""Keys of the latest appends the actor remembers to drop a retried one (a retry comes
+within seconds of its first try, so the latest keys are enough)."""
+
 
 @dataclass(frozen=True)
 class StoreSpec:
@@ -96,7 +100,7 @@ class StoreServer:
         self.spec = spec
         self.memory: ExperienceMemory | None = None
         self.mins: MinToolCallStore | None = None
-        self._keys: set[str] = set()
+        self._keys: dict[str, None] = {}  # the latest appends' keys, oldest first
         self._open()
 
     def _open(self) -> None:
@@ -104,7 +108,8 @@ class StoreServer:
         if spec.memory_path is not None:
             self.memory = ExperienceMemory(spec.memory_path, fsync=spec.fsync, **spec.memory_kwargs)
             records = MemoryStore(spec.memory_path).log("trajectories").read()[0]
-            self._keys = {r["key"] for r in records if isinstance(r.get("key"), str)}
+            keys = [r["key"] for r in records[-RECENT_KEYS:] if isinstance(r.get("key"), str)]
+            self._keys = dict.fromkeys(keys)
         if spec.min_tool_calls_path is not None:
             self.mins = MinToolCallStore(spec.min_tool_calls_path, fsync=spec.fsync)
 
@@ -125,7 +130,9 @@ class StoreServer:
         if key in self._keys:
             return False
         self._memory().add(trajectory_from_dict(trajectory), key=key)
-        self._keys.add(key)
+        self._keys[key] = None
+        if len(self._keys) > RECENT_KEYS:
+            del self._keys[next(iter(self._keys))]
         return True
 
     def bank(self, known_version: int) -> dict[str, Any] | None:
