@@ -1,8 +1,9 @@
 """The two store backends under the same scenarios: the file store and the Ray store actor.
 
 Several Ray worker processes append trajectories, read the bank and lower minima at once,
-while the driver steps the memory; the Ray actor is also killed in the middle of a run of
-appends. One Ray session (``ray.init(num_cpus=2)``) serves the whole module.
+while the driver steps the memory; the process that writes the state (the writer itself,
+or the store actor) is killed in the middle of a run of appends; a resumed run restores
+both stores. One Ray session (``ray.init(num_cpus=2)``) serves the whole module.
 """
 
 from __future__ import annotations
