@@ -265,8 +265,11 @@ def test_a_resumed_run_restores_both_stores_to_its_step(
     assert config.memory is not None
     env = build_env(config)
     memory, mins = open_memory(config.memory, config), env.unwrapped.reward_scheme.store
+    client = store_client(config)
+    assert client is None or not client.holds_data()  # a fresh run can check for an earlier run's records
     memory.add(trajectory("before", 1.0))
     mins.lookup_and_lower("q", 4)
+    assert client is None or client.holds_data()
     snapshot_stores(config, 1)  # the checkpoint of step 1
     memory.add(trajectory("after", 0.0))  # work the crash loses
     mins.lookup_and_lower("q", 2)
@@ -274,7 +277,6 @@ def test_a_resumed_run_restores_both_stores_to_its_step(
     assert [r for r in stored_ids(tmp_path / "runs" / "memory")] == ["before"]
     assert len(memory) == 1 and mins.lookup_and_lower("q", None) == 4
     assert "after" in (tmp_path / "runs" / "memory" / "trajectories.jsonl.after-step-1").read_text()
-    client = store_client(config)
     if client is not None:
         ray.kill(client.actor, no_restart=True)
 

@@ -197,6 +197,11 @@ class StoreServer:
             self.mins.restore(step)
         self._open()
 
+    def holds_data(self) -> bool:
+        """Whether either store holds a record (an earlier run's, for a run that starts fresh)."""
+        memory = self.memory is not None and len(self.memory) > 0
+        return memory or (self.mins is not None and len(self.mins.minima()) > 0)
+
     def pid(self) -> int:
         return os.getpid()
 
@@ -267,10 +272,16 @@ class StoreClient:
         return ray.get(getattr(self.actor, method).remote(*args), timeout=self.timeout)
 
     def snapshot(self, step: int) -> None:
+        """Snapshot both stores at training step ``step`` (when its checkpoint is saved)."""
         self.call("snapshot", step)
 
     def restore(self, step: int) -> None:
+        """Bring both stores back to their snapshot of ``step`` (on resume)."""
         self.call("restore", step)
+
+    def holds_data(self) -> bool:
+        """Whether the actor's stores hold any record."""
+        return bool(self.call("holds_data"))
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_actor": None}
