@@ -36,6 +36,8 @@ Nothing here imports torch, transformers, scikit-learn or sentence-transformers 
 time; they are imported when a model is first used.
 """
 
+from ..envs.storage.jsonl_format import SCHEMA_VERSION
+from ..envs.storage.jsonl_log import JsonlLog, RepairReport
 from .bank import ExperienceBank, Summarizer, SummarizerError, TrajectorySummary, summarise_trajectory
 from .bank_history import BankRecord, read_bank_history
 from .experience import ExperienceMemory, UpdateResult
@@ -44,8 +46,6 @@ from .hiexp_build import BuildReport
 from .hiexp_encode import MiniLMEncoder
 from .hiexp_record import CaseSummarizer, ExperienceRecord
 from .hiexp_summary import RuleCaseSummarizer
-from .jsonl_format import SCHEMA_VERSION
-from .jsonl_log import JsonlLog, RepairReport
 from .lm_summarizers import OpenAISummarizer, TransformersSummarizer
 from .rule_summarizer import RuleBasedSummarizer
 from .serialize import trajectory_from_dict, trajectory_to_dict

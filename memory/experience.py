@@ -85,7 +85,8 @@ class ExperienceMemory:
 
     Raises:
         InvalidArgumentError: a bad argument (the message shows it).
-        DataFileError: the store holds an unreadable record (file and line named).
+        DataFileError: the store holds a record of a newer searchgym. A corrupt line is
+            skipped, copied to ``<file>.rejected`` and logged instead.
     """
 
     def __init__(
@@ -133,8 +134,10 @@ class ExperienceMemory:
 
     # -- trajectories ----------------------------------------------------------------------------
 
-    def add(self, trajectory: Trajectory) -> None:
+    def add(self, trajectory: Trajectory, key: str | None = None) -> None:
         """Store one finished trajectory (its ``reward`` must be set).
+
+        ``key`` is stored with it in the store (an id a caller uses to recognise it again).
 
         Raises:
             InvalidArgumentError: not a :class:`Trajectory`, or no reward yet.
@@ -156,7 +159,7 @@ class ExperienceMemory:
             with self._lock:
                 self._trajectories.add(trajectory)
         else:  # appending to the store is safe without the lock (and must not wait for an update)
-            self._trajectories.add(trajectory)
+            self._trajectories.add(trajectory, key)
 
     def __len__(self) -> int:
         """Trajectories stored (by every process sharing the store)."""
@@ -195,6 +198,19 @@ class ExperienceMemory:
                     f"rng must be a numpy Generator, a random.Random or None, got {type(rng).__name__}."
                 )
             return pool[index]
+
+    def pool_item(self, fraction: float) -> Trajectory | None:
+        """The pool's trajectory at ``floor(fraction · pool size)``, or ``None`` for an empty pool.
+
+        ``fraction`` in [0, 1): a uniform draw gives a uniform example (how a remote caller
+        draws one with its own generator).
+        """
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 <= fraction < 1:
+            raise InvalidArgumentError(f"fraction must be a number in [0, 1), got {fraction!r}.")
+        with self._lock:
+            self._trajectories.sync()
+            pool = self._trajectories.pool
+            return pool[min(int(fraction * len(pool)), len(pool) - 1)] if pool else None
 
     # -- the bank ------------------------------------------------------------------------------
 

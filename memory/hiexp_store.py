@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from ..envs.errors import DataFileError, InvalidArgumentError
+from ..envs.storage.jsonl_format import SCHEMA_VERSION, write_atomically
 from .hiexp_record import ExperienceRecord
-from .jsonl_format import SCHEMA_VERSION, write_atomically
 
 __all__ = ["HIEXP_FILE", "hiexp_file", "save_records", "load_records", "parse_line", "record_from_json"]
 

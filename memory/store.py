@@ -16,22 +16,22 @@ A store is a folder. Each kind of record has its own file, ``<kind>.jsonl``:
                                   "description", "thinking", "sources"}`` (written by
                                   :meth:`HierarchicalExperience.save <searchgym.memory.HierarchicalExperience.save>`)
 ``min_tool_calls.jsonl``          LightSearcher's per-question minimum of searches, written by
-                                  :class:`~searchgym.envs.rewards.lightsearcher.MinToolCallStore`
+                                  :class:`~searchgym.envs.rewards.min_tool_calls.MinToolCallStore`:
+                                  ``{"id", "n"}`` (no ``schema``: version 0)
+``snapshots.jsonl``               the record counts of the logs at each checkpointed training step
+                                  (:meth:`MemoryStore.snapshot`)
 ================================  ===================================================================
 
-Lines are as :mod:`~searchgym.memory.jsonl_format` describes them, each file a
-:class:`~searchgym.memory.jsonl_log.JsonlLog` that many processes append to at once and
-that survives a writer killed mid-write. ``min_tool_calls.jsonl`` is the one exception:
-:class:`MinToolCallStore` predates these modules and writes ``{"id": ..., "n": ...}``
-lines without ``schema`` (read it as version 0) through the same
-single-``os.write``-on-``O_APPEND`` discipline, and it skips unreadable lines itself. Point
-``LightSearcherReward(store=MemoryStore(PATH).path_of("min_tool_calls"))`` at it to keep
-it beside the bank.
+Lines are as :mod:`~searchgym.envs.storage.jsonl_format` describes them, each file a
+:class:`~searchgym.envs.storage.jsonl_log.JsonlLog` that many processes append to at once
+and that survives a writer killed mid-write. Point
+``LightSearcherReward(store=MemoryStore(PATH).path_of("min_tool_calls"))`` at the minimum
+file to keep it beside the bank.
 
-A complete line that does not parse, or is not a record of its file's kind, makes reading
-raise :class:`~searchgym.envs.errors.DataFileError` with the file and line;
-:meth:`MemoryStore.repair` (``searchgym memory repair PATH``) rewrites every such file
-keeping every readable record.
+A complete line that does not parse, or is not a record of its file's kind, is skipped by
+readers, copied to ``<file>.rejected`` and logged with its file and line; training goes on.
+:meth:`MemoryStore.repair` (``searchgym memory repair PATH``) rewrites every file of the
+store keeping every readable record, so readers stop meeting such lines.
 """
 
 from __future__ import annotations
@@ -42,15 +42,17 @@ from pathlib import Path
 from typing import Any
 
 from ..envs.errors import DataFileError, InvalidArgumentError, did_you_mean
+from ..envs.rewards.min_tool_calls import check_min_record
+from ..envs.storage.jsonl_format import SCHEMA_VERSION, Validator
+from ..envs.storage.jsonl_log import JsonlLog, RepairReport
+from ..envs.storage.snapshots import LogSnapshots
 from .bank import ExperienceBank
 from .hiexp_store import record_from_json
-from .jsonl_format import SCHEMA_VERSION, Validator
-from .jsonl_log import JsonlLog, RepairReport
 from .serialize import trajectory_from_dict
 
 __all__ = ["KINDS", "MemoryStore"]
 
-KINDS = ("trajectories", "bank", "updates", "hiexp_levels", "min_tool_calls")
+KINDS = ("trajectories", "bank", "updates", "hiexp_levels", "min_tool_calls", "snapshots")
 """The files a store may hold, ``<kind>.jsonl`` each."""
 
 _SCHEMALESS = ("min_tool_calls",)
@@ -103,7 +105,11 @@ _VALIDATORS: dict[str, Validator] = {
     "bank": _check_bank,
     "updates": _check_update,
     "hiexp_levels": record_from_json,  # HierarchicalExperience.load's reader: repair keeps what it loads
+    "min_tool_calls": check_min_record,
 }
+
+_SNAPSHOT_KINDS = ("trajectories", "bank", "updates", "min_tool_calls")
+"""The logs a snapshot counts (HiExp's levels are built offline, not during training)."""
 
 
 class MemoryStore:
@@ -144,6 +150,8 @@ class MemoryStore:
 
     def log(self, kind: str) -> JsonlLog:
         """The log of ``kind``; ``min_tool_calls`` is read without a schema check."""
+        if kind == "snapshots":
+            return self._snapshots().index
         if kind not in self._logs:
             schema = None if kind in _SCHEMALESS else SCHEMA_VERSION
             self._logs[kind] = JsonlLog(
@@ -156,11 +164,31 @@ class MemoryStore:
         return [k for k in KINDS if os.path.exists(self.path_of(k))]
 
     def repair(self) -> list[RepairReport]:
-        """Repair every file of the store that :class:`JsonlLog` writes (see :meth:`JsonlLog.repair`).
+        """Repair every file of the store (see :meth:`JsonlLog.repair`)."""
+        return [self.log(k).repair() for k in self.kinds_present()]
 
-        ``min_tool_calls.jsonl`` is left alone: its reader already skips unreadable lines.
+    def _snapshots(self) -> LogSnapshots:
+        logs = {k: self.log(k) for k in _SNAPSHOT_KINDS}
+        return LogSnapshots(self.path_of("snapshots"), logs)
+
+    def snapshot(self, step: int) -> dict[str, int]:
+        """Record how many records each log holds after training step ``step``; returns the counts.
+
+        Call it when a checkpoint of ``step`` is saved; :meth:`restore` brings the store back
+        to it (see :mod:`~searchgym.envs.storage.snapshots`).
         """
-        return [self.log(k).repair() for k in self.kinds_present() if k not in _SCHEMALESS]
+        return self._snapshots().snapshot(step)
+
+    def restore(self, step: int) -> dict[str, int]:
+        """Cut the logs back to the snapshot of ``step``; later records go to ``<file>.after-step-N``.
+
+        Objects that read the store (an open :class:`~searchgym.memory.ExperienceMemory`)
+        must be opened again afterwards. Returns the lines moved aside per log.
+
+        Raises:
+            DataFileError: no snapshot of ``step`` (the message lists the steps there are).
+        """
+        return self._snapshots().restore(step)
 
     def close(self) -> None:
         for log in self._logs.values():

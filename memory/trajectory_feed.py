@@ -15,7 +15,7 @@ from typing import Any
 
 from ..envs.errors import DataFileError, InvalidArgumentError
 from ..envs.records import Trajectory
-from .jsonl_log import JsonlLog
+from ..envs.storage.jsonl_log import JsonlLog
 from .serialize import trajectory_from_dict, trajectory_to_dict
 from .store import MemoryStore
 
@@ -90,7 +90,7 @@ class TrajectoryFeed:
                 logger.info("%s was replaced (repaired?); reading it again from the start.", log.path)
             self._reset()
             self._fid = fid
-        entries, end = log.read_entries(self._offset, check=False)
+        entries, end = log.read_entries(self._offset)  # skips (and reports) corrupt lines
         for offset, record in entries:
             if self.count == self._cursor:
                 self._cursor_offset = offset
@@ -100,13 +100,19 @@ class TrajectoryFeed:
             self._cursor = self.count
             self._cursor_offset = end
 
-    def add(self, trajectory: Trajectory) -> None:
-        """Append a finished trajectory to the store, or keep it in this process."""
+    def add(self, trajectory: Trajectory, key: str | None = None) -> None:
+        """Append a finished trajectory to the store, or keep it in this process.
+
+        ``key``, when given, is stored with it (the Ray store uses it to drop a retried append).
+        """
         if self._store is None:
             self._ingest(trajectory)
             self._pending.append(trajectory)
         else:
-            self._log.append({"trajectory": trajectory_to_dict(trajectory), "pid": os.getpid()})
+            record: dict[str, Any] = {"trajectory": trajectory_to_dict(trajectory), "pid": os.getpid()}
+            if key is not None:
+                record["key"] = key
+            self._log.append(record)
 
     def take_window(self) -> tuple[list[Trajectory], tuple[int, int]]:
         """The trajectories added since the last window, and their numbers ``(start, end)``."""
@@ -115,7 +121,7 @@ class TrajectoryFeed:
             window, self._pending = self._pending, []
         else:
             self.sync()
-            entries, _ = self._log.read_entries(self._cursor_offset, check=False)
+            entries, _ = self._log.read_entries(self._cursor_offset)
             window = [
                 self._decode(record, start + i + 1)
                 for i, (offset, record) in enumerate(entries)

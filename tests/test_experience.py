@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from searchgym.envs.errors import DataFileError, InvalidArgumentError
+from searchgym.envs.errors import InvalidArgumentError
 from searchgym.envs.records import Action, Doc, Question, Trajectory, Turn
 from searchgym.memory import ExperienceBank, ExperienceMemory, SummarizerError
 
@@ -207,14 +207,25 @@ def test_store_survives_a_restart(tmp_path: Path) -> None:
     assert restored is not None and restored.turns[0].docs == [Doc("d0", "T", "t")]
 
 
-def test_corrupt_trajectory_line_is_named(tmp_path: Path) -> None:
-    memory = ExperienceMemory(tmp_path)
+def test_corrupt_lines_are_skipped_and_training_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    memory = ExperienceMemory(tmp_path, update_every=2, summarizer=FixedSummarizer())
     memory.add(make_trajectory("a", 1.0))
     with open(tmp_path / "trajectories.jsonl", "a") as handle:
-        handle.write('{"schema": 1, "trajectory": {"question": 3}}\n')
-    memory.add(make_trajectory("b", 1.0))
-    with pytest.raises(DataFileError, match=r"trajectories.jsonl, line 2: .*question.*memory repair"):
-        ExperienceMemory(tmp_path)
+        handle.write('{"schema": 1, "trajectory": {"question": 3}}\n')  # a complete, corrupt line
+    memory.add(make_trajectory("b", 0.0))
+    with open(tmp_path / "updates.jsonl", "a") as handle:
+        handle.write("{garbage\n")
+    with caplog.at_level("WARNING", logger="searchgym.memory"):
+        again = ExperienceMemory(tmp_path, update_every=2, summarizer=FixedSummarizer())  # reopens
+        assert len(again) == 2 and len(memory) == 2
+        assert again.step() is None
+        result = again.step()  # the update sees both readable trajectories
+    assert result is not None and result.outcome == "written" and (result.good, result.bad) == (1, 1)
+    assert "trajectories.jsonl, line 2" in caplog.text and "updates.jsonl, line 1" in caplog.text
+    rejected = (tmp_path / "trajectories.jsonl.rejected").read_text()
+    assert rejected == '{"schema": 1, "trajectory": {"question": 3}}\n'
     from searchgym.memory import MemoryStore
 
     MemoryStore(tmp_path).repair()
@@ -267,3 +278,15 @@ def test_a_pickled_memory_shares_the_store(tmp_path: Path) -> None:
     clone = pickle.loads(pickle.dumps(in_memory))
     clone.add(make_trajectory("b", 1.0))
     assert (len(in_memory), len(clone)) == (1, 2)  # without a path a copy is a copy
+
+
+def test_pool_item_maps_a_fraction_to_one_pool_trajectory(tmp_path: Path) -> None:
+    memory = ExperienceMemory(tmp_path)
+    assert memory.pool_item(0.5) is None
+    for qid, reward in (("a", 1.0), ("low", 0.1), ("b", 0.5), ("c", 1.0)):
+        memory.add(make_trajectory(qid, reward))
+    # pool = [a, b, c] (reward >= 0.3): floor(u * 3) picks a, b, c
+    assert [memory.pool_item(u).question.id for u in (0.0, 0.34, 0.67, 0.999)] == ["a", "b", "c", "c"]
+    for bad in (1.0, -0.1, True, "0.5"):
+        with pytest.raises(InvalidArgumentError):
+            memory.pool_item(bad)

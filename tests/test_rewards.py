@@ -284,12 +284,26 @@ def test_store_skips_torn_and_corrupt_lines(tmp_path):
     assert store.get("q1") == 1 and store.get("q3") is None and store.get("q4") is None
     assert len(store) == 1
     assert store.skipped_lines == 6  # the torn tail waits for its newline
-    # A write ends the torn line first, so the new record is a line of its own.
+    # A write first moves the torn tail aside, so the new record is a line of its own.
     store.update("q3", 4)
     store.close()
     again = MinToolCallStore(path)
     assert again.get("q3") == 4 and again.get("q1") == 1
-    assert again.skipped_lines == 7  # now the torn fragment is a complete, corrupt line
+    assert again.skipped_lines == 6
+    assert (tmp_path / "mins.jsonl.rejected").read_bytes().endswith(b'{"id": "q3", "n\n')
+
+
+def test_torn_line_never_swallows_an_open_writers_records(tmp_path):
+    path = tmp_path / "mins.jsonl"
+    writer = MinToolCallStore(path)  # keeps its file open, as a long-lived env worker does
+    writer.update("q0", 5)
+    with open(path, "ab") as handle:  # another writer died holding the lock, mid-line
+        handle.write(b'{"id": "dead", "n')
+    for i in range(1, 11):
+        writer.update(f"q{i}", i)
+    fresh = MinToolCallStore(path)
+    assert fresh.minima() == {f"q{i}": (5 if i == 0 else i) for i in range(11)}
+    assert fresh.skipped_lines == 0
 
 
 def test_store_follow_and_refresh(tmp_path):

@@ -17,7 +17,8 @@ import inspect
 from ..errors import InvalidArgumentError, did_you_mean
 from .base import RewardScheme, check_number
 from .cost import CostReward
-from .lightsearcher import LightSearcherReward, MinToolCallStore
+from .lightsearcher import LightSearcherReward
+from .min_tool_calls import MinToolCalls, MinToolCallStore
 from .otc import OTCReward, otc_grpo_tool_rewards, otc_ppo_tool_reward
 from .outcome import ExactMatchReward, F1Reward
 from .sem import SEMReward
@@ -39,6 +40,7 @@ __all__ = [
     "SEMReward",
     "CostReward",
     "MinToolCallStore",
+    "MinToolCalls",
     # group-level functions
     "otc_ppo_tool_reward",
     "otc_grpo_tool_rewards",

@@ -1,191 +1,21 @@
 """LightSearcher's reward: F1 plus an adaptive penalty on searches beyond the best seen so far.
 
 The per-question record of the fewest searches that led to a good answer outlives one
-episode, so it lives in :class:`MinToolCallStore`, which several env workers (threads or
-processes) can share through an append-only JSON-lines file.
+episode, so it lives in a store (:mod:`~searchgym.envs.rewards.min_tool_calls`) that
+several env workers (threads, processes, or nodes through a Ray actor) share.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import threading
-from typing import Any
 
-from ..errors import DataFileError, InvalidArgumentError
+from ..errors import InvalidArgumentError
 from ..records import Trajectory
 from .base import RewardScheme, check_number
+from .min_tool_calls import MinToolCalls, MinToolCallStore
 
 __all__ = ["LightSearcherReward", "MinToolCallStore"]
-
-
-def _parse_record(line: bytes) -> tuple[str, int] | None:
-    """Read one ``{"id": ..., "n": ...}`` line; ``None`` for a blank, torn or corrupt line."""
-    try:
-        record = json.loads(line)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    if not isinstance(record, dict):
-        return None
-    qid, n = record.get("id"), record.get("n")
-    if not isinstance(qid, str) or isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        return None
-    return qid, n
-
-
-class MinToolCallStore:
-    """Per question id, the fewest searches among trajectories that answered well.
-
-    In memory by default. With ``path``, every lowered minimum is also appended to a
-    JSON-lines log, one ``{"id": ..., "n": ...}`` object per line, written with a single
-    ``os.write`` on an ``O_APPEND`` descriptor so that several processes can share one file
-    without interleaving their lines. Reading the log takes the minimum per id and skips any
-    line that does not parse (for example one torn by a crash); it never raises on content.
-
-    The store is thread-safe and picklable (the lock and the descriptor are rebuilt on the
-    other side), so a Ray or multiprocessing worker can receive it with its reward scheme.
-
-    Args:
-        path: The log file, created (with its folders) on the first write; ``None`` keeps
-            the store in memory.
-        follow: With ``path``, make :meth:`get` first read what other processes appended
-            since the last read, so workers see each other's records. ``False`` reads the
-            file only at start-up and on :meth:`refresh`.
-
-    Raises:
-        DataFileError: ``path`` names a folder or cannot be read.
-    """
-
-    def __init__(self, path: str | os.PathLike[str] | None = None, follow: bool = True) -> None:
-        if path is not None and not isinstance(path, (str, os.PathLike)):
-            raise InvalidArgumentError(f"path must be a file path or None, got {path!r}.")
-        if not isinstance(follow, bool):
-            raise InvalidArgumentError(f"follow must be a bool, got {follow!r}.")
-        self.path = os.fspath(path) if path is not None else None
-        self.follow = follow
-        self.skipped_lines = 0
-        """How many log lines could not be read (torn or corrupt) so far."""
-        self._mins: dict[str, int] = {}
-        self._offset = 0  # bytes of the log already read
-        self._lock = threading.Lock()
-        self._fd: int | None = None
-        if self.path is not None:
-            if os.path.isdir(self.path):
-                raise DataFileError(f"MinToolCallStore path {self.path!r} is a folder; give a file path.")
-            self.refresh()
-
-    # -- reading ---------------------------------------------------------------------------
-
-    def _read_new_lines(self, path: str) -> None:
-        """Merge complete lines appended since ``_offset``; call with the lock held."""
-        try:
-            with open(path, "rb") as handle:
-                if os.fstat(handle.fileno()).st_size < self._offset:
-                    self._offset = 0  # the file was replaced: read it again (merging is idempotent)
-                handle.seek(self._offset)
-                data = handle.read()
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            raise DataFileError(f"Cannot read MinToolCallStore log {path!r}: {exc}.") from exc
-        end = data.rfind(b"\n")
-        if end < 0:
-            return  # no complete line yet; a partial tail is read once a newline follows it
-        for line in data[: end + 1].split(b"\n"):
-            if not line.strip():
-                continue
-            record = _parse_record(line)
-            if record is None:
-                self.skipped_lines += 1
-                continue
-            qid, n = record
-            if qid not in self._mins or n < self._mins[qid]:
-                self._mins[qid] = n
-        self._offset += end + 1
-
-    def refresh(self) -> None:
-        """Merge the records other processes appended to the log since the last read."""
-        if self.path is None:
-            return
-        with self._lock:
-            self._read_new_lines(self.path)
-
-    def get(self, qid: str) -> int | None:
-        """The fewest searches recorded for ``qid``, or ``None`` when there is none yet."""
-        with self._lock:
-            if self.path is not None and self.follow:
-                self._read_new_lines(self.path)
-            return self._mins.get(qid)
-
-    # -- writing ---------------------------------------------------------------------------
-
-    @staticmethod
-    def _open(path: str) -> int:
-        """Open the log for appending; end a torn last line so ours starts on a fresh one."""
-        folder = os.path.dirname(path)
-        if folder:
-            os.makedirs(folder, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        size = os.fstat(fd).st_size
-        if size:
-            with open(path, "rb") as handle:
-                handle.seek(size - 1)
-                if handle.read(1) != b"\n":
-                    os.write(fd, b"\n")
-        return fd
-
-    def update(self, qid: str, m: int) -> None:
-        """Record that ``qid`` was answered well with ``m`` searches (keeps the minimum)."""
-        if not isinstance(qid, str):
-            raise InvalidArgumentError(f"qid must be a str (a question id), got {qid!r}.")
-        if isinstance(m, bool) or not isinstance(m, int) or m < 0:
-            raise InvalidArgumentError(f"m must be a non-negative int (a search count), got {m!r}.")
-        with self._lock:
-            current = self._mins.get(qid)
-            if current is not None and current <= m:
-                return
-            self._mins[qid] = m
-            if self.path is not None:
-                if self._fd is None:
-                    self._fd = self._open(self.path)
-                line = json.dumps({"id": qid, "n": m}) + "\n"
-                os.write(self._fd, line.encode("utf-8"))
-
-    def close(self) -> None:
-        """Close the log's descriptor (a later update reopens it)."""
-        with self._lock:
-            if self._fd is not None:
-                os.close(self._fd)
-                self._fd = None
-
-    # -- protocol --------------------------------------------------------------------------
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._mins)
-
-    def __getstate__(self) -> dict[str, Any]:
-        with self._lock:
-            state = self.__dict__.copy()
-        del state["_lock"]
-        state["_fd"] = None
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
-
-    def __del__(self) -> None:
-        fd = getattr(self, "_fd", None)
-        if fd is not None:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-
-    def __repr__(self) -> str:
-        return f"MinToolCallStore(path={self.path!r}, questions={len(self._mins)})"
 
 
 class LightSearcherReward(RewardScheme):
@@ -218,8 +48,9 @@ class LightSearcherReward(RewardScheme):
         theta_t: F1 threshold in [0, 1] for a good answer.
         w_alpha: Weight of F1.
         w_beta: Weight of the tool term.
-        store: The shared store, a log file path for a file-backed one, or ``None`` for a
-            fresh in-memory store. An in-memory store is copied, not shared, when the scheme
+        store: The shared store (a :class:`MinToolCallStore`, or any :class:`MinToolCalls`
+            such as the Ray actor's client), a log file path for a file-backed one, or
+            ``None`` for a fresh in-memory store. An in-memory store is copied, not shared, when the scheme
             is pickled to another process; give every worker the same path to share ``n``.
     """
 
@@ -231,7 +62,7 @@ class LightSearcherReward(RewardScheme):
         theta_t: float = 0.8,
         w_alpha: float = 0.5,
         w_beta: float = 0.5,
-        store: MinToolCallStore | str | os.PathLike[str] | None = None,
+        store: MinToolCalls | str | os.PathLike[str] | None = None,
     ) -> None:
         self.lam = check_number("lam", lam, low=0.0)
         self.theta_t = check_number("theta_t", theta_t, low=0.0, high=1.0)
@@ -241,11 +72,11 @@ class LightSearcherReward(RewardScheme):
             store = MinToolCallStore()
         elif isinstance(store, (str, os.PathLike)):
             store = MinToolCallStore(path=store)
-        elif not isinstance(store, MinToolCallStore):
+        elif not isinstance(store, MinToolCalls):
             raise InvalidArgumentError(
                 f"store must be a MinToolCallStore, a log file path, or None, got {store!r}."
             )
-        self.store = store
+        self.store: MinToolCalls = store
 
     def tool_score(self, m: int, n: int | None, f1: float) -> float:
         """Eq. 16: ``exp(-λ·max(0, m - n))`` when ``f1 >= θ_t`` (``n = m`` if unknown), else 0."""
@@ -260,7 +91,6 @@ class LightSearcherReward(RewardScheme):
         m = trajectory.num_searches
         f1 = trajectory.f1
         qid = trajectory.question.id
-        tool = self.tool_score(m, self.store.get(qid), f1)
-        if f1 >= self.theta_t:
-            self.store.update(qid, m)
+        n = self.store.lookup_and_lower(qid, m if f1 >= self.theta_t else None)  # one call
+        tool = self.tool_score(m, n, f1)
         return self.w_alpha * f1 + self.w_beta * tool

@@ -2,8 +2,10 @@
 
 ``searchgym memory show PATH`` prints the current experience bank by group, and HiExp's
 records by level (read with ``HierarchicalExperience.load``) when the store holds them;
-``--history`` prints every bank version with the step that wrote it. ``searchgym memory repair PATH`` rewrites corrupt files keeping
-every readable record.
+``--history`` prints every bank version with the step that wrote it, and both list the
+corrupt lines that reading skipped. ``searchgym memory repair PATH`` rewrites every file of
+the store (the bank, trajectories, updates, HiExp levels, LightSearcher's
+``min_tool_calls.jsonl``, snapshots) keeping every readable record.
 """
 
 from __future__ import annotations
@@ -99,7 +101,20 @@ def _show(args: argparse.Namespace) -> int:
         except DataFileError as exc:
             raise DataFileError(f"{exc} Or run `searchgym memory repair {store.root}`.") from None
         _print_levels(hierarchy)
+    _print_skipped(store, present)
     return 0
+
+
+def _print_skipped(store: Any, present: list[str]) -> None:
+    """The corrupt lines that reading skipped (each copied to its file's ``.rejected``)."""
+    skipped = [(store.log(k).path, line, why) for k in present for line, why in store.log(k).corrupt]
+    if not skipped:
+        return
+    print(
+        f"\nSkipped {len(skipped)} corrupt line(s); run `searchgym memory repair {store.root}` to remove them:"
+    )
+    for path, line, why in skipped[:20]:
+        print(f"  {path}, line {line}: {why}")
 
 
 def _repair(args: argparse.Namespace) -> int:

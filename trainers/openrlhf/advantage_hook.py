@@ -306,7 +306,7 @@ def _stepper(config: AgentConfig, state: _State) -> Any:
         from .env_pool import open_memory
         from .memory_sync import MemoryStepper
 
-        state.stepper = MemoryStepper(open_memory(config.memory))
+        state.stepper = MemoryStepper(open_memory(config.memory, config))
     return state.stepper
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import gymnasium as gym
 
 from ...envs.errors import InvalidArgumentError
+from .cluster import remote_env_kwargs, store_client
 from .config import AgentConfig, MemoryConfig
 
 __all__ = ["EnvPool", "build_env", "env_pool", "open_memory"]
@@ -25,13 +26,14 @@ _MEMORIES: dict[tuple[Any, ...], Any] = {}
 _POOLS: dict[str, EnvPool] = {}
 
 
-def open_memory(config: MemoryConfig) -> Any:
+def open_memory(config: MemoryConfig, agent: AgentConfig | None = None) -> Any:
     """The process-wide memory object for ``config`` (one per store folder and kind).
 
     ``lightsearcher`` opens an :class:`~searchgym.memory.ExperienceMemory` on the store (the
     agents add finished episodes and read the bank; the trainer actor's hook calls
     ``step``). ``hiexp`` loads the :class:`~searchgym.memory.HierarchicalExperience` saved
-    in the store.
+    in the store. With ``agent`` and ``$SEARCHGYM_STORE_ACTOR`` set, a LightSearcher memory
+    is the Ray store actor's (:class:`~searchgym.trainers.ray_store.RemoteMemory`).
     """
     key = (config.kind, config.path, config.update_every, config.summarizer)
     with _LOCK:
@@ -39,7 +41,12 @@ def open_memory(config: MemoryConfig) -> Any:
         if memory is None:
             from ...memory import ExperienceMemory, HierarchicalExperience
 
-            if config.kind == "lightsearcher":
+            client = store_client(agent) if agent is not None else None
+            if client is not None and config.kind == "lightsearcher":  # the Ray store actor owns it
+                from ..ray_store import RemoteMemory
+
+                memory = RemoteMemory(client)
+            elif config.kind == "lightsearcher":
                 memory = ExperienceMemory(
                     config.path, update_every=config.update_every, summarizer=config.summarizer
                 )
@@ -53,14 +60,14 @@ def build_env(config: AgentConfig) -> gym.Env:
     """A new env for ``config``: ``gym.make(env_id, **env_kwargs)``, wrapped with memory if set."""
     import searchgym  # noqa: F401  (registers the ids)
 
-    env = gym.make(config.env_id, **config.env_kwargs)
+    env = gym.make(config.env_id, **remote_env_kwargs(config, store_client(config)))
     if config.memory is not None:
         from ...memory import ExperienceWrapper
 
         memory = config.memory
         env = ExperienceWrapper(
             env,
-            open_memory(memory),
+            open_memory(memory, config),
             use_experience=memory.use_experience,
             few_shot=memory.few_shot,
             top_k=memory.top_k,

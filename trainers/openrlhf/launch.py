@@ -8,7 +8,8 @@ finds its env through ``SEARCHGYM_AGENT_CONFIG``, which names the run file itsel
 Ray job's runtime env carries that variable (and ``SEARCHGYM_AGENT_BASEDIR``, the launch
 directory relative paths are resolved against). When the config selects TSAS or a
 LightSearcher memory, the runtime env also names the worker hook
-(:data:`~searchgym.trainers.openrlhf.advantage_hook.HOOK`).
+(:data:`~searchgym.trainers.openrlhf.advantage_hook.HOOK`). The stores live in a Ray actor,
+and a cluster run ships the package and run file (:mod:`~searchgym.trainers.openrlhf.cluster`).
 
 Two ways to start, by ``launch.ray_address``:
 
@@ -33,6 +34,7 @@ from typing import Any, TextIO
 
 from ...envs.errors import InvalidArgumentError, SearchGymError
 from .advantage_hook import HOOK, TSAS_ESTIMATORS, needs_hook
+from .cluster import cluster_runtime_env
 from .config import AGENT_CONFIG_VARIABLE, BASEDIR_VARIABLE, RunConfig, load_run_config
 from .flags import check_flags, flatten, openrlhf_parser, to_argv
 
@@ -152,6 +154,8 @@ def compose(config: RunConfig, basedir: str | None = None) -> LaunchPlan:
         flat.setdefault(key, value)
     warnings = _check_plugin_flags(config, flat)
     _absolute_paths(flat, basedir)
+    cluster_env: dict[str, Any] = {"env_vars": {}}  # the store actor; a cluster run's shipped files
+    warnings += cluster_runtime_env(config, flat, cluster_env)
     info = openrlhf_parser()
     argv = to_argv(flat, info)
     if info is None:
@@ -165,7 +169,8 @@ def compose(config: RunConfig, basedir: str | None = None) -> LaunchPlan:
         if os.environ.get(name):
             env_vars[name] = os.environ[name]
     env_vars.update(config.launch.env)
-    runtime_env: dict[str, Any] = {"env_vars": dict(env_vars)}
+    env_vars.update(cluster_env.pop("env_vars"))
+    runtime_env: dict[str, Any] = {"env_vars": dict(env_vars), **cluster_env}
     if needs_hook(config.agent):
         runtime_env["worker_process_setup_hook"] = HOOK
 

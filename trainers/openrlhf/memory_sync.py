@@ -88,6 +88,8 @@ class MemoryStepper:
                 self.memory.steps,
                 step,
             )
+        if callable(getattr(self.memory, "step_to", None)):  # the Ray store actor: one call
+            return list(self.memory.step_to(step))
         while self.memory.steps < step:
             result = self.memory.step()
             if result is not None:

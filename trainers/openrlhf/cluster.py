@@ -1,0 +1,223 @@
+"""An OpenRLHF run on a Ray cluster: the store actor, the package and the config on every node.
+
+Called from :func:`~searchgym.trainers.openrlhf.launch.compose` (:func:`cluster_runtime_env`)
+and from the agents (:func:`store_client`). See ``docs/multinode.md``.
+
+- **Stores.** By default an OpenRLHF run keeps the experience memory and LightSearcher's
+  minimum tool-call store in one Ray actor (:mod:`searchgym.trainers.ray_store`) named
+  by ``$SEARCHGYM_STORE_ACTOR``, which ``launch`` sets to a name derived from the store
+  paths (so a resumed run finds the same actor, or starts it again from its files). The
+  first process that needs it starts it on the head node, whose local disk holds its files
+  at the config's paths. ``launch.env: {SEARCHGYM_STORE_ACTOR: file}`` keeps the file
+  stores instead (one machine, or a shared file system).
+- **Package.** A run on more than one node, or submitted to a cluster
+  (``launch.ray_address``), ships this searchgym to every worker through the runtime env's
+  ``py_modules``, and the run file (its ``extends`` merged) through ``working_dir``.
+- **Retrieval.** A retriever URL on loopback cannot be reached from other nodes: a
+  multi-node run refuses it (serve with ``searchgym serve --host 0.0.0.0`` and give the
+  head's address).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from typing import Any
+from urllib.parse import urlparse
+
+from ...envs.errors import InvalidArgumentError
+from .config import AGENT_CONFIG_VARIABLE, AgentConfig, RunConfig, read_yaml
+
+__all__ = [
+    "STORE_ACTOR_VARIABLE",
+    "FILE_STORES",
+    "store_actor_name",
+    "store_client",
+    "remote_env_kwargs",
+    "num_nodes",
+    "cluster_runtime_env",
+    "stage_package",
+    "snapshot_stores",
+    "restore_stores",
+]
+
+STORE_ACTOR_VARIABLE = "SEARCHGYM_STORE_ACTOR"
+"""The name of the store actor the agents and the trainer use; ``file`` (or unset): file stores."""
+
+FILE_STORES = ("", "file", "none")
+
+RUN_FILE = "run.yaml"
+AGENT_FILE = "searchgym_agent.py"
+"""The run file and agent file of a cluster run, in its ``working_dir``."""
+
+_PACKAGES = ("envs", "memory", "policies", "trainers", "configs")
+_LOOPBACK = ("127.0.0.1", "localhost", "::1", "0.0.0.0")
+
+
+def _min_tool_calls_path(config: AgentConfig) -> str | None:
+    kwargs = config.env_kwargs.get("reward_kwargs")
+    if config.env_kwargs.get("reward") != "lightsearcher" or not isinstance(kwargs, dict):
+        return None
+    store = kwargs.get("store")
+    return store if isinstance(store, str) else None
+
+
+def store_spec(config: AgentConfig) -> Any:
+    """The :class:`~searchgym.trainers.ray_store.StoreSpec` of ``config``, or ``None`` (no shared store)."""
+    from ..ray_store import StoreSpec
+
+    memory = config.memory if config.memory is not None and config.memory.kind == "lightsearcher" else None
+    mins = _min_tool_calls_path(config)
+    if memory is None and mins is None:
+        return None
+    return StoreSpec(
+        memory_path=None if memory is None else memory.path,
+        memory_kwargs={}
+        if memory is None
+        else {"update_every": memory.update_every, "summarizer": memory.summarizer},
+        min_tool_calls_path=mins,
+    )
+
+
+def store_actor_name(config: AgentConfig) -> str | None:
+    """A name that depends only on the store paths (the same on resume), or ``None``."""
+    memory = (
+        config.memory.path if config.memory is not None and config.memory.kind == "lightsearcher" else None
+    )
+    mins = _min_tool_calls_path(config)
+    if memory is None and mins is None:
+        return None
+    digest = hashlib.sha1(json.dumps([memory, mins]).encode()).hexdigest()[:12]
+    return f"searchgym-store-{digest}"
+
+
+def store_client(config: AgentConfig) -> Any:
+    """A :class:`~searchgym.trainers.ray_store.StoreClient` when ``$SEARCHGYM_STORE_ACTOR`` names an actor."""
+    name = os.environ.get(STORE_ACTOR_VARIABLE, "").strip()
+    spec = store_spec(config)
+    if name.lower() in FILE_STORES or spec is None:
+        return None
+    from ..ray_store import StoreClient
+
+    return StoreClient(name, spec)
+
+
+def remote_env_kwargs(config: AgentConfig, client: Any) -> dict[str, Any]:
+    """``config.env_kwargs`` with LightSearcher's store served by the actor of ``client``."""
+    kwargs = dict(config.env_kwargs)
+    if client is not None and _min_tool_calls_path(config) is not None:
+        from ..ray_store import RemoteMinToolCalls
+
+        kwargs["reward_kwargs"] = {**kwargs["reward_kwargs"], "store": RemoteMinToolCalls(client)}
+    return kwargs
+
+
+def snapshot_stores(config: AgentConfig, step: int) -> None:
+    """Snapshot the memory and the minimum tool-call store of ``config`` at training step
+    ``step`` (call it when the checkpoint of ``step`` is saved): through the store actor when
+    ``$SEARCHGYM_STORE_ACTOR`` names one, else on the files."""
+    _each_store(config, "snapshot", step)
+
+
+def restore_stores(config: AgentConfig, step: int) -> None:
+    """Bring both stores back to their snapshot of ``step`` (on resume, before the agents
+    read them); later records are moved aside, not deleted."""
+    _each_store(config, "restore", step)
+
+
+def _each_store(config: AgentConfig, method: str, step: int) -> None:
+    client = store_client(config)
+    if client is not None:
+        getattr(client, method)(step)
+        return
+    from ...envs.rewards.min_tool_calls import MinToolCallStore
+    from ...memory.store import MemoryStore
+
+    spec = store_spec(config)
+    if spec is None:
+        return
+    if spec.memory_path is not None:
+        getattr(MemoryStore(spec.memory_path), method)(step)
+    if spec.min_tool_calls_path is not None:
+        getattr(MinToolCallStore(spec.min_tool_calls_path), method)(step)
+
+
+def num_nodes(flat: dict[str, Any]) -> int:
+    """The most nodes any OpenRLHF role asks for (``*.num_nodes`` flags)."""
+    counts = [v for k, v in flat.items() if k.endswith("num_nodes") and isinstance(v, int)]
+    return max(counts, default=1)
+
+
+def stage_package(dest: str) -> str:
+    """Copy the importable ``searchgym`` package (every folder it is installed from) under
+    ``dest``; returns the package folder, ready for a runtime env's ``py_modules``."""
+    import searchgym
+
+    target = os.path.join(dest, "searchgym")
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".venv", "tests", "build")
+    shutil.copytree(os.path.dirname(searchgym.__file__), target, ignore=ignore, dirs_exist_ok=True)
+    for name in _PACKAGES:
+        module = __import__(f"searchgym.{name}", fromlist=["_"])
+        source = os.path.dirname(module.__file__ or "")
+        if source and os.path.abspath(source) != os.path.abspath(os.path.join(target, name)):
+            shutil.copytree(source, os.path.join(target, name), ignore=ignore, dirs_exist_ok=True)
+    return target
+
+
+def _check_retriever(config: AgentConfig) -> None:
+    retriever = config.env_kwargs.get("retriever")
+    if isinstance(retriever, str) and "://" in retriever:
+        host = urlparse(retriever).hostname or ""
+        if host in _LOOPBACK:
+            raise InvalidArgumentError(
+                f"agent.env_kwargs.retriever is {retriever!r}, on loopback, which agents on other nodes "
+                "cannot reach. Serve retrieval where every node reaches it (`searchgym serve --host "
+                "0.0.0.0 --port 8000` on the head) and give that address (http://HEAD_IP:8000)."
+            )
+
+
+def cluster_runtime_env(
+    config: RunConfig, flat: dict[str, Any], runtime_env: dict[str, Any], staging: str | None = None
+) -> list[str]:
+    """Fill ``runtime_env`` with the store actor's name and, for a cluster run, the package,
+    the run file and the agent file (``flat``'s ``train.agent_func_path`` then names the
+    shipped copy). Call it before ``flat`` becomes flags.
+
+    Returns warnings to print. Raises :class:`InvalidArgumentError` for a multi-node run
+    that cannot work (a loopback retriever).
+    """
+    from .launch import agent_file_path
+
+    warnings: list[str] = []
+    env_vars = runtime_env.setdefault("env_vars", {})
+    name = store_actor_name(config.agent)
+    if name is not None and STORE_ACTOR_VARIABLE not in config.launch.env:
+        env_vars[STORE_ACTOR_VARIABLE] = name
+    nodes = num_nodes(flat)
+    if nodes <= 1 and config.launch.ray_address is None:
+        return warnings
+    if nodes > 1:
+        _check_retriever(config.agent)
+    if name is not None and config.launch.env.get(STORE_ACTOR_VARIABLE, name).lower() in FILE_STORES:
+        warnings.append(
+            f"searchgym: {STORE_ACTOR_VARIABLE}=file on a cluster: the memory and minimum tool-call files must "
+            "be on a file system every node shares (and where flock works), or records are lost."
+        )
+    staging = staging or tempfile.mkdtemp(prefix="searchgym-ray-")
+    runtime_env["py_modules"] = [stage_package(os.path.join(staging, "py_modules"))]
+    workdir = os.path.join(staging, "working_dir")
+    os.makedirs(workdir, exist_ok=True)
+    import yaml
+
+    data = {k: v for k, v in read_yaml(config.path).items() if k != "extends"}
+    with open(os.path.join(workdir, RUN_FILE), "w", encoding="utf-8") as handle:
+        yaml.safe_dump(data, handle, sort_keys=False)
+    runtime_env["working_dir"] = workdir
+    env_vars[AGENT_CONFIG_VARIABLE] = RUN_FILE  # relative: workers start in the working_dir
+    if flat.get("train.agent_func_path") == agent_file_path():  # the head's source tree: ship a copy
+        shutil.copyfile(agent_file_path(), os.path.join(workdir, AGENT_FILE))
+        flat["train.agent_func_path"] = AGENT_FILE
+    return warnings
