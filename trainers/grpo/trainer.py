@@ -35,16 +35,17 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ...envs.errors import InvalidArgumentError
+from ...envs.errors import DataFileError, InvalidArgumentError
 from ...policies.chat import ChatFormatter
 from ..config import ConfigError, TrainConfig
 from ..config_base import dump_yaml, save_yaml, to_dict
 from .advantages import GroupFigures, group_advantages
 from .checkpoint import (
+    Checkpoint,
     TrainerState,
     latest_checkpoint,
     list_checkpoints,
-    load_pickle,
+    load_checkpoint,
     prune_checkpoints,
     read_state,
     save_checkpoint,
@@ -126,6 +127,33 @@ class GRPOTrainer:
         read_state(path)  # raises a clear error for anything but a complete checkpoint
         return path
 
+    def _restore_reward(self, checkpoint: Path, saved: dict[str, Any] | None) -> None:
+        scheme = self.reward_scheme
+        if scheme is None:
+            return
+        if saved is None:
+            if scheme.state_dict():
+                raise DataFileError(
+                    f"Checkpoint {str(checkpoint)!r} has no reward.json, and the {scheme.name!r} reward keeps a "
+                    "state across steps that would be lost. Restore the file, or move the damaged folder aside to "
+                    "resume from the checkpoint before it."
+                )
+            logger.warning(
+                "Checkpoint %s has no reward.json; the %r reward keeps no state, so nothing is lost.",
+                checkpoint,
+                scheme.name,
+            )
+            return
+        if saved["scheme"] != scheme.name and saved["state"]:
+            raise DataFileError(
+                f"Checkpoint {str(checkpoint)!r} holds the state of the {saved['scheme']!r} reward, but this run "
+                f"uses {scheme.name!r}; resume with the reward the checkpoint was written with."
+            )
+        try:
+            scheme.load_state_dict(saved["state"])
+        except InvalidArgumentError as exc:
+            raise DataFileError(f"{str(checkpoint / 'reward.json')!r}: {exc}") from exc
+
     def setup(self) -> None:
         """Load the models, build the envs, optimizer and memory, and resume if asked (idempotent)."""
         if self._ready:
@@ -134,6 +162,8 @@ class GRPOTrainer:
         self.output_dir.mkdir(parents=True, exist_ok=True)
         checkpoint = self._checkpoint_to_resume()
         self.device = resolve_device(cfg.model.device)
+        # Every file of the checkpoint is read and checked before anything is built from it.
+        saved = load_checkpoint(checkpoint, map_location=self.device) if checkpoint is not None else None
         source = model_source(cfg.model)
         self.tokenizer = load_tokenizer_for(cfg.model, source)
         torch.manual_seed(cfg.seed)
@@ -166,8 +196,8 @@ class GRPOTrainer:
         )
         self.reward_scheme = build_reward(cfg.env)
         self.memory_dir = memory_store_dir(cfg.memory, self.output_dir)
-        if checkpoint is not None:
-            self._restore(checkpoint)
+        if saved is not None:
+            self._restore(saved)
         self.memory = build_memory(cfg.memory, self.output_dir, cfg.seed)
         if self.memory is not None and hasattr(self.memory, "steps"):
             self.memory.steps = self.state.step
@@ -192,13 +222,13 @@ class GRPOTrainer:
             self._start_wandb()
         self._ready = True
 
-    def _restore(self, checkpoint: Path) -> None:
-        self.state = read_state(checkpoint)
-        self.optimizer.load_state_dict(torch.load(checkpoint / "optimizer.pt", map_location=self.device))
-        self.scheduler.load_state_dict(torch.load(checkpoint / "scheduler.pt"))
-        set_rng_state(torch.load(checkpoint / "rng.pt", weights_only=False))
-        if (checkpoint / "reward.pkl").is_file():
-            self.reward_scheme = load_pickle(checkpoint / "reward.pkl")
+    def _restore(self, saved: Checkpoint) -> None:
+        checkpoint = saved.folder
+        self._restore_reward(checkpoint, saved.reward)
+        self.state = saved.state
+        self.optimizer.load_state_dict(saved.optimizer)
+        self.scheduler.load_state_dict(saved.scheduler)
+        set_rng_state(saved.rng)
         if self.memory_dir is not None and (checkpoint / "memory").is_dir():
             if self.memory_dir.exists():
                 shutil.rmtree(self.memory_dir)
