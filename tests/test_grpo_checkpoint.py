@@ -20,7 +20,7 @@ import numpy as np  # noqa: E402
 from searchgym.envs.errors import DataFileError  # noqa: E402
 from searchgym.envs.rewards import LightSearcherReward, MinToolCallStore  # noqa: E402
 from searchgym.policies.tiny import build_tiny_lm  # noqa: E402
-from searchgym.trainers.config import TrainConfig  # noqa: E402
+from searchgym.trainers.config import ConfigError, TrainConfig  # noqa: E402
 from searchgym.trainers.grpo import GRPOTrainer, list_checkpoints  # noqa: E402
 
 ENV_ID = "searchgym/SyntheticFacts-v0"
@@ -184,6 +184,24 @@ def test_moving_the_damaged_checkpoint_aside_resumes_from_the_one_before(
     trainer.close()
     assert trainer.resumed_from is not None and trainer.resumed_from.name == "step_000001"
     assert trainer.state.step == 1
+
+
+def test_resuming_an_older_checkpoint_by_path_never_overwrites_newer_ones(
+    tiny_root, lightsearcher_run, tmp_path
+):
+    copy = shutil.copytree(lightsearcher_run, tmp_path / "run")
+    config = make_config(tiny_root, copy, steps=4)
+    config.checkpoint.resume = str(copy / "checkpoints" / "step_000001")
+    with pytest.raises(
+        ConfigError, match=r"holds checkpoints newer than step 1 \(step_000002\), which this run would"
+    ):
+        GRPOTrainer(config, progress=False).setup()
+    elsewhere = make_config(tiny_root, tmp_path / "branch", steps=4)
+    elsewhere.checkpoint.resume = str(copy / "checkpoints" / "step_000001")
+    trainer = GRPOTrainer(elsewhere, progress=False)  # another output_dir holds nothing newer
+    trainer.setup()
+    trainer.close()
+    assert trainer.state.step == 1 and trainer.reward_scheme.store.minima().items() >= MINIMA.items()
 
 
 def test_a_stateless_reward_resumes_without_its_file_and_says_so(tiny_root, f1_run, tmp_path, caplog):

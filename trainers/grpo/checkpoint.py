@@ -55,6 +55,7 @@ __all__ = [
     "checkpoint_path",
     "list_checkpoints",
     "latest_checkpoint",
+    "step_folders",
     "save_checkpoint",
     "read_state",
     "load_checkpoint",
@@ -104,6 +105,18 @@ def list_checkpoints(output_dir: str | os.PathLike[str]) -> list[tuple[int, Path
     return sorted(found)
 
 
+def step_folders(output_dir: str | os.PathLike[str]) -> list[tuple[int, Path]]:
+    """Every ``step_*`` folder in ``output_dir``, complete or not, ``(step, folder)``, oldest first."""
+    root = Path(output_dir) / "checkpoints"
+    if not root.is_dir():
+        return []
+    return sorted(
+        (int(child.name[5:]), child)
+        for child in root.iterdir()
+        if child.name.startswith("step_") and child.name[5:].isdigit() and child.is_dir()
+    )
+
+
 def latest_checkpoint(output_dir: str | os.PathLike[str]) -> Path | None:
     """The newest checkpoint, or None when there is none.
 
@@ -111,12 +124,7 @@ def latest_checkpoint(output_dir: str | os.PathLike[str]) -> Path | None:
         DataFileError: the newest ``step_*`` folder lacks its ``trainer_state.json`` (it was
             damaged after it was written; resuming from an older one would later overwrite it).
     """
-    root = Path(output_dir) / "checkpoints"
-    steps = sorted(
-        (int(child.name[5:]), child)
-        for child in (root.iterdir() if root.is_dir() else [])
-        if child.name.startswith("step_") and child.name[5:].isdigit() and child.is_dir()
-    )
+    steps = step_folders(output_dir)
     if not steps:
         return None
     step, newest = steps[-1]

@@ -50,6 +50,7 @@ from .checkpoint import (
     read_state,
     save_checkpoint,
     set_rng_state,
+    step_folders,
 )
 from .envs import build_memory, build_reward, env_factory, memory_store_dir, question_schedule
 from .generation import SamplingSettings
@@ -124,7 +125,17 @@ class GRPOTrainer:
         if resume == "auto":
             return latest_checkpoint(self.output_dir)
         path = Path(resume)
-        read_state(path)  # raises a clear error for anything but a complete checkpoint
+        step = read_state(path).step  # raises a clear error for anything but a complete checkpoint
+        newer = [folder.name for s, folder in step_folders(self.output_dir) if s > step]
+        if newer:
+            raise ConfigError(
+                "checkpoint.resume",
+                resume,
+                "'auto', 'never' or a checkpoint folder",
+                f"{self.output_dir} holds checkpoints newer than step {step} ({', '.join(newer)}), which this "
+                "run would overwrite: use resume: auto to continue from the newest, move them aside, or choose "
+                "another output_dir.",
+            )
         return path
 
     def _restore_reward(self, checkpoint: Path, saved: dict[str, Any] | None) -> None:
