@@ -217,6 +217,14 @@ def test_a_checkpoint_of_another_reward_is_refused(tiny_root, lightsearcher_run,
         resume(tiny_root, lightsearcher_run, tmp_path, reward="f1")
 
 
+def test_a_stateless_rewards_checkpoint_resumes_under_another_reward(tiny_root, f1_run, tmp_path, caplog):
+    with caplog.at_level(logging.WARNING, logger="searchgym"):
+        trainer = resume(tiny_root, f1_run, tmp_path, reward="lightsearcher")
+    trainer.close()
+    assert trainer.state.step == 2 and trainer.reward_scheme.store.minima() == {}
+    assert any("the 'lightsearcher' reward starts afresh" in r.getMessage() for r in caplog.records)
+
+
 # -- no code execution on resume ---------------------------------------------------------------
 
 

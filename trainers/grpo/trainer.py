@@ -155,11 +155,19 @@ class GRPOTrainer:
                 scheme.name,
             )
             return
-        if saved["scheme"] != scheme.name and saved["state"]:
-            raise DataFileError(
-                f"Checkpoint {str(checkpoint)!r} holds the state of the {saved['scheme']!r} reward, but this run "
-                f"uses {scheme.name!r}; resume with the reward the checkpoint was written with."
+        if saved["scheme"] != scheme.name:
+            if saved["state"]:
+                raise DataFileError(
+                    f"Checkpoint {str(checkpoint)!r} holds the state of the {saved['scheme']!r} reward, but this "
+                    f"run uses {scheme.name!r}; resume with the reward the checkpoint was written with."
+                )
+            logger.warning(
+                "Checkpoint %s was written with the %r reward, which keeps no state; the %r reward starts afresh.",
+                checkpoint,
+                saved["scheme"],
+                scheme.name,
             )
+            return
         try:
             scheme.load_state_dict(saved["state"])
         except InvalidArgumentError as exc:
