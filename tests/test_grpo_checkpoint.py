@@ -264,6 +264,21 @@ def test_a_malicious_rng_file_is_not_executed(tiny_root, lightsearcher_run, tmp_
     assert not marker.exists()
 
 
+def test_a_malicious_model_weights_file_is_not_executed(tiny_root, lightsearcher_run, tmp_path):
+    marker = tmp_path / "pwned"
+
+    def plant(folder: Path) -> None:  # pickled weights instead of safetensors
+        for weights in (folder / "model").glob("*.safetensors"):
+            weights.unlink()
+        torch.save({"model.embed_tokens.weight": Payload(marker)}, folder / "model" / "pytorch_model.bin")
+
+    with pytest.raises(
+        DataFileError, match=r"step_000002/model' cannot be loaded \(UnpicklingError: Weights only"
+    ):
+        resume(tiny_root, lightsearcher_run, tmp_path, plant)
+    assert not marker.exists()
+
+
 def make_old_style(folder: Path) -> None:
     """Rewrite a checkpoint as searchgym wrote it before reward.json: pickled reward and NumPy RNG state."""
     state = json.loads((folder / "reward.json").read_text())["state"]["min_tool_calls"]

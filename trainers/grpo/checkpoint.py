@@ -56,6 +56,7 @@ __all__ = [
     "list_checkpoints",
     "latest_checkpoint",
     "step_folders",
+    "damaged_file",
     "save_checkpoint",
     "read_state",
     "load_checkpoint",
@@ -103,6 +104,15 @@ def list_checkpoints(output_dir: str | os.PathLike[str]) -> list[tuple[int, Path
             if child.name.startswith("step_") and child.name[5:].isdigit() and (child / _STATE).is_file():
                 found.append((int(child.name[5:]), child))
     return sorted(found)
+
+
+def damaged_file(path: Path, what: str) -> DataFileError:
+    """The error for a damaged file of a checkpoint: ``'{path}' {what}.`` and how to go on.
+
+    Only the first line of ``what`` is kept, so the message stays one line.
+    """
+    first = what.strip().splitlines()[0] if what.strip() else what
+    return DataFileError(f"{str(path)!r} {first.rstrip('.')}. {_DAMAGED}")
 
 
 def step_folders(output_dir: str | os.PathLike[str]) -> list[tuple[int, Path]]:

@@ -43,6 +43,7 @@ from .advantages import GroupFigures, group_advantages
 from .checkpoint import (
     Checkpoint,
     TrainerState,
+    damaged_file,
     latest_checkpoint,
     list_checkpoints,
     load_checkpoint,
@@ -187,7 +188,15 @@ class GRPOTrainer:
         self.tokenizer = load_tokenizer_for(cfg.model, source)
         torch.manual_seed(cfg.seed)
         np.random.seed(cfg.seed % 2**32)
-        self.model = load_model(cfg.model, checkpoint / "model" if checkpoint else source, self.device)
+        if checkpoint is None:
+            self.model = load_model(cfg.model, source, self.device)
+        else:
+            try:
+                self.model = load_model(cfg.model, checkpoint / "model", self.device)
+            except Exception as exc:  # transformers' errors vary: a damaged folder is one error
+                raise damaged_file(
+                    checkpoint / "model", f"cannot be loaded ({type(exc).__name__}: {exc})"
+                ) from exc
         self.ptx = None
         if cfg.algo.ptx_coef > 0:
             if cfg.algo.ptx_data is None:
