@@ -137,6 +137,10 @@ def garbage(name: str):
             garbage("trainer_state.json"),
             r"step_000002.*not a complete checkpoint \(trainer_state\.json unreadable",
         ),
+        (
+            lambda f: (f / "trainer_state.json").write_text('{"step": 5, "history": []}'),
+            r"trainer_state\.json' says step 5, but its folder is 'step_000002'",
+        ),
         (drop("optimizer.pt"), r"step_000002.* has no optimizer\.pt"),
         (truncate("optimizer.pt"), r"step_000002/optimizer\.pt.* truncated or corrupt"),
         (drop("rng.pt"), r"step_000002.* has no rng\.pt"),
@@ -149,6 +153,7 @@ def garbage(name: str):
         "no-reward",
         "no-state",
         "garbage-state",
+        "wrong-step",
         "no-optimizer",
         "cut-optimizer",
         "no-rng",
