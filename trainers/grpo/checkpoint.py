@@ -46,8 +46,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ...envs.errors import DataFileError
-from ...envs.rewards import REWARDS, MinToolCallStore
+from ...envs.errors import DataFileError, InvalidArgumentError
+from ...envs.rewards import REWARDS, MinToolCallStore, RewardScheme
 
 __all__ = [
     "TrainerState",
@@ -60,6 +60,7 @@ __all__ = [
     "save_checkpoint",
     "read_state",
     "load_checkpoint",
+    "restore_reward",
     "rng_state",
     "set_rng_state",
     "prune_checkpoints",
@@ -328,6 +329,51 @@ def load_checkpoint(checkpoint: str | os.PathLike[str], map_location: Any = None
     if not (folder / "model").is_dir():
         raise DataFileError(f"Checkpoint {str(folder)!r} has no model/ folder. {_DAMAGED}")
     return Checkpoint(folder, state, optimizer, scheduler, rng, _read_reward(folder))
+
+
+def restore_reward(scheme: RewardScheme | None, saved: Checkpoint) -> None:
+    """Load the reward state of ``saved`` into the run's ``scheme``, or say why it cannot be.
+
+    Nothing is lost silently: a checkpoint without a reward file, or with another scheme's
+    file, resumes only when the state it lacks or holds is empty (with a warning).
+
+    Raises:
+        DataFileError: the state would be lost, or the file does not fit the scheme.
+    """
+    if scheme is None:
+        return
+    reward = saved.reward
+    if reward is None:
+        if scheme.state_dict():
+            raise damaged_file(
+                saved.folder,
+                f"has no {_REWARD}, and the {scheme.name!r} reward keeps a state across steps that would be "
+                "lost; restore the file",
+            )
+        logger.warning(
+            "Checkpoint %s has no %s; the %r reward keeps no state, so nothing is lost.",
+            saved.folder,
+            _REWARD,
+            scheme.name,
+        )
+        return
+    if reward["scheme"] != scheme.name:
+        if reward["state"]:
+            raise DataFileError(
+                f"Checkpoint {str(saved.folder)!r} holds the state of the {reward['scheme']!r} reward, but this run "
+                f"uses {scheme.name!r}; resume with the reward the checkpoint was written with."
+            )
+        logger.warning(
+            "Checkpoint %s was written with the %r reward, which keeps no state; the %r reward starts afresh.",
+            saved.folder,
+            reward["scheme"],
+            scheme.name,
+        )
+        return
+    try:
+        scheme.load_state_dict(reward["state"])
+    except InvalidArgumentError as exc:
+        raise damaged_file(saved.folder / _REWARD, f"does not fit the {scheme.name!r} reward: {exc}") from exc
 
 
 def _read_reward(folder: Path) -> dict[str, Any] | None:

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ...envs.errors import DataFileError, InvalidArgumentError
+from ...envs.errors import InvalidArgumentError
 from ...policies.chat import ChatFormatter
 from ..config import ConfigError, TrainConfig
 from ..config_base import dump_yaml, save_yaml, to_dict
@@ -49,6 +49,7 @@ from .checkpoint import (
     load_checkpoint,
     prune_checkpoints,
     read_state,
+    restore_reward,
     save_checkpoint,
     set_rng_state,
     step_folders,
@@ -139,41 +140,6 @@ class GRPOTrainer:
             )
         return path
 
-    def _restore_reward(self, checkpoint: Path, saved: dict[str, Any] | None) -> None:
-        scheme = self.reward_scheme
-        if scheme is None:
-            return
-        if saved is None:
-            if scheme.state_dict():
-                raise DataFileError(
-                    f"Checkpoint {str(checkpoint)!r} has no reward.json, and the {scheme.name!r} reward keeps a "
-                    "state across steps that would be lost. Restore the file, or move the damaged folder aside to "
-                    "resume from the checkpoint before it."
-                )
-            logger.warning(
-                "Checkpoint %s has no reward.json; the %r reward keeps no state, so nothing is lost.",
-                checkpoint,
-                scheme.name,
-            )
-            return
-        if saved["scheme"] != scheme.name:
-            if saved["state"]:
-                raise DataFileError(
-                    f"Checkpoint {str(checkpoint)!r} holds the state of the {saved['scheme']!r} reward, but this "
-                    f"run uses {scheme.name!r}; resume with the reward the checkpoint was written with."
-                )
-            logger.warning(
-                "Checkpoint %s was written with the %r reward, which keeps no state; the %r reward starts afresh.",
-                checkpoint,
-                saved["scheme"],
-                scheme.name,
-            )
-            return
-        try:
-            scheme.load_state_dict(saved["state"])
-        except InvalidArgumentError as exc:
-            raise DataFileError(f"{str(checkpoint / 'reward.json')!r}: {exc}") from exc
-
     def setup(self) -> None:
         """Load the models, build the envs, optimizer and memory, and resume if asked (idempotent)."""
         if self._ready:
@@ -252,7 +218,7 @@ class GRPOTrainer:
 
     def _restore(self, saved: Checkpoint) -> None:
         checkpoint = saved.folder
-        self._restore_reward(checkpoint, saved.reward)
+        restore_reward(self.reward_scheme, saved)
         self.state = saved.state
         self.optimizer.load_state_dict(saved.optimizer)
         self.scheduler.load_state_dict(saved.scheduler)
