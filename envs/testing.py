@@ -31,6 +31,13 @@ HOSTILE_ACTIONS = (
     "\\boxed{{{",
     "\x00\x01\xff\ufffd" * 100,
     "<search>" + "x" * 200_000 + "</search>",
+    "<search>" * 20_000 + "q" + "</search>" * 20_000,
+    "<think>" * 20_000
+    + "t"
+    + "</think>" * 20_000
+    + "<answer>\\boxed{" * 20_000
+    + "a"
+    + "}</answer>" * 20_000,
 )
 """Actions a policy may emit that an env must survive without raising."""
 

@@ -451,7 +451,7 @@ def test_a_checkpoint_is_a_loadable_model_folder_with_the_run_state(tiny_root, t
         "optimizer.pt",
         "scheduler.pt",
         "rng.pt",
-        "reward.pkl",
+        "reward.json",
         "config.yaml",
         "trainer_state.json",
     } <= names

@@ -600,3 +600,42 @@ def test_register_reward():
         register_reward(Nameless)
     with pytest.raises(InvalidArgumentError):
         register_reward(dict)
+
+
+# -- state as data (checkpoints) ----------------------------------------------------------------
+
+
+def test_lightsearchers_state_round_trips_through_json_and_scores_the_same():
+    trained = LightSearcherReward()
+    trained(traj(search(), search(), search(), answer("Paris")))  # q1 answered well with 3 searches
+    trained(traj(search(), answer("Paris")))  # then with 1
+    state = json.loads(json.dumps(trained.state_dict()))
+    assert state == {"min_tool_calls": {"q1": 1}}
+    restored = LightSearcherReward()
+    restored.load_state_dict(state)
+    three = traj(search(), search(), search(), answer("Paris"))
+    # Eq. 16 with m = 3, n = 1: 0.5·1 + 0.5·exp(-0.75·2); a fresh scheme would give 1.0 (n = m).
+    assert restored(three) == pytest.approx(0.5 + 0.5 * math.exp(-1.5))
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        {"min_tool_calls": {"q1": -1}},
+        {"min_tool_calls": {"q1": "2"}},
+        {"min_tool_calls": []},
+        {"other": {}},
+        {},
+    ],
+)
+def test_a_bad_lightsearcher_state_is_refused(state):
+    with pytest.raises(InvalidArgumentError, match="LightSearcher state|non-negative int"):
+        LightSearcherReward().load_state_dict(state)
+
+
+def test_a_stateless_scheme_has_an_empty_state_and_refuses_another():
+    scheme = F1Reward()
+    assert scheme.state_dict() == {}
+    scheme.load_state_dict({})
+    with pytest.raises(InvalidArgumentError, match="F1Reward keeps no state"):
+        scheme.load_state_dict({"min_tool_calls": {}})

@@ -357,7 +357,8 @@ class CheckpointConfig:
         keep_last: Checkpoints kept on disk (older ones are deleted).
         resume: ``auto`` (continue from the latest checkpoint in ``output_dir`` if there
             is one), ``never`` (start afresh; refuses an ``output_dir`` that holds
-            checkpoints), or a checkpoint folder.
+            checkpoints), or a checkpoint folder (refused when ``output_dir`` holds newer
+            checkpoints, which the run would overwrite).
     """
 
     every: int = 50

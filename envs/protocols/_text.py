@@ -132,6 +132,51 @@ def split_blocks(
     return blocks, None
 
 
+def tag_inside(content: str, pattern: re.Pattern[str], where: str) -> str | None:
+    """An error when ``content`` (the inside of the block ``where``) holds a tag of ``pattern``."""
+    if "<" not in content:
+        return None
+    m = pattern.search(content)
+    if m is None:
+        return None
+    return (
+        f"{m.group(0)} appears inside {where}: blocks do not nest, and a query or an answer is "
+        "plain text. Write one block at a time."
+    )
+
+
+def think_nesting(text: str, action: Block) -> str | None:
+    """An error when ``<think>`` blocks before ``action`` nest, or ``action`` sits inside one.
+
+    Read up to the action: a ``<think>`` that opens while another is open is nested; an
+    action after an open ``<think>`` whose ``</think>`` comes later is inside that block. A
+    ``<think>`` that is never closed is not a block, so an action after it counts; a stray
+    ``</think>`` is ignored.
+    """
+    open_at = -1
+    i = text.find("<think>", 0, action.start)
+    while i >= 0:
+        close = text.find("</think>", i + 7, action.start)
+        nested = text.find("<think>", i + 7, action.start if close < 0 else close)
+        if nested >= 0:
+            return "<think> appears inside another <think> block: think blocks do not nest."
+        if close < 0:
+            open_at = i
+            break
+        i = text.find("<think>", close + 8, action.start)
+    if open_at >= 0 and text.find("</think>", action.end) >= 0:
+        what = "\\boxed{}" if action.name == "boxed" else f"<{action.name}>"
+        return f"{what} appears inside a <think> block: close it with </think> before you act."
+    return None
+
+
+def nested_box(answer: Block | None) -> str | None:
+    """An error when the ``\\boxed{}`` read as the answer holds another ``\\boxed``."""
+    if answer is None or "\\boxed" not in answer.content:
+        return None
+    return "\\boxed{} appears inside \\boxed{}: box the answer once, as \\boxed{Paris}."
+
+
 def check_action_args(query: str | None, answer: str | None) -> None:
     """Raise unless exactly one of ``query`` and ``answer`` is a non-blank string."""
     given = [(k, v) for k, v in (("query", query), ("answer", answer)) if v is not None]

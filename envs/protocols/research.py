@@ -20,12 +20,18 @@ from ._text import (
     count_blocks,
     find_block,
     invalid,
+    nested_box,
     not_text,
     read_boxed,
+    tag_inside,
+    tag_pattern,
+    think_nesting,
 )
 from .base import Protocol, neutralise_tags
 
 __all__ = ["ReSearchProtocol"]
+
+_PATTERN = tag_pattern(("think", "search", "result", "answer"))
 
 
 class ReSearchProtocol(Protocol):
@@ -35,6 +41,12 @@ class ReSearchProtocol(Protocol):
     is the action; the box may sit inside ``<answer>…</answer>`` or stand alone (both are
     well formed). An ``<answer>`` block with no box in it, before any search, is invalid:
     the error asks for ``\\boxed{}``.
+
+    Blocks do not nest, and neither do boxes. The action is invalid when the search query,
+    the ``<answer>`` block around the box, or the box holds a tag of this format; when the
+    box holds another ``\\boxed``; when the search or answer sits inside a ``<think>`` block
+    that closes after it (a box in the reasoning is thinking, not the answer); or when
+    ``<think>`` blocks before it nest. A ``<think>`` that is never closed is not a block.
     """
 
     name = "research"
@@ -60,9 +72,17 @@ class ReSearchProtocol(Protocol):
         boxed = read_boxed(text, open_before=search.start if search is not None else None)
         answer = find_block(text, "answer")
         if boxed is not None:
-            end = answer.end if answer is not None and answer.start <= boxed.start < answer.end else boxed.end
+            around = answer if answer is not None and answer.start <= boxed.start < answer.end else None
+            end = around.end if around is not None else boxed.end
             thinks, answers = count_blocks(text, "think", end), count_blocks(text, "answer", end)
             content = boxed.content.strip()
+            nesting = (
+                nested_box(boxed)
+                or tag_inside(around.content if around else content, _PATTERN, "the answer")
+                or think_nesting(text, around or boxed)
+            )
+            if nesting is not None:
+                return invalid(nesting, think_blocks=thinks, answer_blocks=answers)
             if not content:
                 return invalid(
                     "The \\boxed{} is empty: write the answer inside the braces.",
@@ -85,6 +105,9 @@ class ReSearchProtocol(Protocol):
             )
         thinks = count_blocks(text, "think", search.end)
         query = search.content.strip()
+        nesting = tag_inside(query, _PATTERN, "<search>…</search>") or think_nesting(text, search)
+        if nesting is not None:
+            return invalid(nesting, think_blocks=thinks)
         if not query:
             return invalid(
                 "The <search> block is empty: put the query between <search> and </search>.",

@@ -12,10 +12,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..records import Action, Doc
-from ._text import check_action_args, check_think, count_blocks, find_block, invalid, not_text
+from ._text import (
+    Block,
+    check_action_args,
+    check_think,
+    count_blocks,
+    find_block,
+    invalid,
+    not_text,
+    tag_inside,
+    tag_pattern,
+    think_nesting,
+)
 from .base import Protocol, neutralise_tags
 
 __all__ = ["SearchR1Protocol"]
+
+_PATTERN = tag_pattern(("think", "search", "information", "answer"))
 
 _TAGS = {name: (f"<{name}>", f"</{name}>") for name in ("search", "answer")}
 
@@ -27,6 +40,11 @@ class SearchR1Protocol(Protocol):
     action; whatever follows it (a made-up ``<information>`` block, say) is ignored. The
     answer is the block's text as written, stripped (no ``\\boxed{}`` reading).
     ``format_ok`` is True whenever such a block was found and is non-blank.
+
+    Blocks do not nest. The action is invalid when its text holds a tag of this format
+    (``<search><search>q</search></search>``, ``<answer><think>…``), when it sits inside a
+    ``<think>`` block that closes after it, or when ``<think>`` blocks before it nest. A
+    ``<think>`` that is never closed is not a block, so an action after it still counts.
     """
 
     name = "search_r1"
@@ -59,10 +77,11 @@ class SearchR1Protocol(Protocol):
                 content = text[start + len(opening) : close].strip()
                 if content:
                     end = close + len(closing)
-                    thinks = count_blocks(text, "think", end=end) if "<think>" in text else 0
+                    if "<" in content or "<think>" in text:
+                        return self._read(text, Block(name, start, end, content))
                     if name == "search":
-                        return Action(kind="search", query=content, think_blocks=thinks)
-                    return Action(kind="answer", answer=content, think_blocks=thinks, answer_blocks=1)
+                        return Action(kind="search", query=content)
+                    return Action(kind="answer", answer=content, answer_blocks=1)
         return self._parse_general(text)
 
     def _parse_general(self, text: str) -> Action:
@@ -79,9 +98,18 @@ class SearchR1Protocol(Protocol):
                 think_blocks=count_blocks(text, "think"),
             )
         block = min((b for b in (search, answer) if b is not None), key=lambda b: b.start)
-        thinks = count_blocks(text, "think", end=block.end)
+        return self._read(text, block)
+
+    def _read(self, text: str, block: Block) -> Action:
+        """The action of the earliest complete block, or why it is invalid."""
+        thinks = count_blocks(text, "think", end=block.end) if "<think>" in text else 0
         answers = int(block.name == "answer")
         content = block.content.strip()
+        nesting = tag_inside(content, _PATTERN, f"<{block.name}>…</{block.name}>") or think_nesting(
+            text, block
+        )
+        if nesting is not None:
+            return invalid(nesting, think_blocks=thinks, answer_blocks=answers)
         if not content:
             what = "query" if block.name == "search" else "answer"
             return invalid(

@@ -19,7 +19,9 @@ from ._text import (
     check_think,
     count_blocks,
     invalid,
+    nested_box,
     not_text,
+    read_boxed,
     split_blocks,
     tag_pattern,
 )
@@ -80,6 +82,9 @@ class SEMProtocol(Protocol):
 
     An answer is the content of the first ``\\boxed{}`` inside ``<answer>`` when present,
     else the whole ``<answer>`` text (as PAPERS.md §3 settles), stripped.
+
+    Blocks do not nest: a tag inside another block (``<think><think>…``, ``<answer><search>…``)
+    is invalid, and so is a ``\\boxed{}`` inside the box of an answer.
     """
 
     name = "sem"
@@ -120,6 +125,10 @@ class SEMProtocol(Protocol):
             )
         thinks = sum(b.name == "think" for b in blocks)
         answers = [b for b in blocks if b.name == "answer"]
+        for block in answers:
+            nesting = nested_box(read_boxed(block.content)) if "\\boxed" in block.content else None
+            if nesting is not None:
+                return invalid(nesting, think_blocks=thinks, answer_blocks=len(answers))
         answer = boxed_or_whole(answers[0].content)
         if blocks[-1].name == "search":
             query = blocks[-1].content.strip()

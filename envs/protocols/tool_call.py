@@ -18,7 +18,9 @@ from ._text import (
     check_think,
     count_blocks,
     invalid,
+    nested_box,
     not_text,
+    read_boxed,
     split_blocks,
     tag_pattern,
 )
@@ -64,6 +66,10 @@ class ToolCallProtocol(Protocol):
     when there is one (LightSearcher's learnt guidance asks for a boxed answer), else the
     whole block text, stripped; PAPERS.md settles this reading for SEM and it is used here
     too.
+
+    Blocks do not nest: a tag inside another block (``<think><think>…``, ``<answer><tool_call>…``)
+    is invalid, and so is a ``\\boxed{}`` inside the box of the answer. The JSON of a tool call
+    is read by ``json``, which refuses nesting deeper than Python's recursion limit.
     """
 
     name = "tool_call"
@@ -99,6 +105,9 @@ class ToolCallProtocol(Protocol):
             )
         action = blocks[1]
         if action.name == "answer":
+            nesting = nested_box(read_boxed(action.content)) if "\\boxed" in action.content else None
+            if nesting is not None:
+                return invalid(nesting, think_blocks=1, answer_blocks=1)
             answer = boxed_or_whole(action.content)
             if not answer:
                 return invalid("The <answer> block is empty: write the answer in it.", think_blocks=1)

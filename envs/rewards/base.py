@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from ..errors import InvalidArgumentError
 from ..records import Trajectory
@@ -31,6 +31,9 @@ class RewardScheme(ABC):
     Subclasses set ``name`` (the registry key), validate their keyword arguments in
     ``__init__``, and implement ``__call__``. A scheme reads only the trajectory record
     (and, for LightSearcher, its own per-question store).
+
+    A scheme that learns across episodes (LightSearcher) overrides :meth:`state_dict` and
+    :meth:`load_state_dict`, so a checkpoint stores its state as JSON data, never as a pickle.
     """
 
     name: ClassVar[str] = ""
@@ -38,6 +41,21 @@ class RewardScheme(ABC):
     @abstractmethod
     def __call__(self, trajectory: Trajectory) -> float:
         """The terminal reward of ``trajectory``."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """What the scheme learned so far, as JSON-serialisable data (``{}``: it learns nothing)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned.
+
+        Raises:
+            InvalidArgumentError: ``state`` is not a state of this scheme.
+        """
+        if state != {}:
+            raise InvalidArgumentError(
+                f"{type(self).__name__} keeps no state, got {sorted(state) if isinstance(state, dict) else state!r}."
+            )
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+from typing import Any
 
 from ..errors import InvalidArgumentError
 from ..records import Trajectory
@@ -94,3 +95,24 @@ class LightSearcherReward(RewardScheme):
         n = self.store.lookup_and_lower(qid, m if f1 >= self.theta_t else None)  # one call
         tool = self.tool_score(m, n, f1)
         return self.w_alpha * f1 + self.w_beta * tool
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"min_tool_calls": {question id: fewest searches}}``."""
+        return {"min_tool_calls": self.store.minima()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Merge saved minima into the store (each question keeps the lower count).
+
+        Raises:
+            InvalidArgumentError: ``state`` is not ``{"min_tool_calls": {str: int >= 0}}``.
+        """
+        mins = state.get("min_tool_calls") if isinstance(state, dict) else None
+        if not isinstance(mins, dict) or set(state) != {"min_tool_calls"}:
+            raise InvalidArgumentError(
+                f'A LightSearcher state is {{"min_tool_calls": {{question id: count}}}}, got {state!r:.200}.'
+            )
+        for qid, n in mins.items():
+            if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+                raise InvalidArgumentError(f"min_tool_calls[{qid!r}] must be a non-negative int, got {n!r}.")
+        for qid, n in mins.items():
+            self.store.update(qid, n)

@@ -2,25 +2,38 @@
 
 A checkpoint is a folder ``{output_dir}/checkpoints/step_{N:06d}`` holding:
 
-====================  ===========================================================
-``model/``            the policy (``save_pretrained``) and its tokenizer: loadable
-                      on its own, e.g. ``searchgym eval --policy hf:…/model``
-``optimizer.pt``      AdamW's state
-``scheduler.pt``      the learning-rate schedule's state
-``rng.pt``            Python, NumPy and torch (CPU and CUDA) generator states
-``reward.pkl``        the shared reward scheme (LightSearcher's per-question minima)
-``memory/``           a copy of the experience-memory store, when there is one
-``config.yaml``       the run's config
+======================  =========================================================
+``model/``              the policy (``save_pretrained``) and its tokenizer: loadable
+                        on its own, e.g. ``searchgym eval --policy hf:…/model``
+``optimizer.pt``        AdamW's state
+``scheduler.pt``        the learning-rate schedule's state
+``rng.pt``              Python, NumPy and torch (CPU and CUDA) generator states
+``reward.json``         the shared reward scheme's state (LightSearcher's per-question
+                        minima), from ``RewardScheme.state_dict()``
+``memory/``             a copy of the experience-memory store, when there is one
+``config.yaml``         the run's config
 ``trainer_state.json``  the step and the metrics of every step so far (written last)
-====================  ===========================================================
+======================  =========================================================
 
 A checkpoint is written into a hidden temporary folder and renamed into place, so a run
 killed while saving leaves the previous checkpoint intact and never a partial one.
+
+Resuming runs no code from the folder: the ``.pt`` files are read with
+``torch.load(weights_only=True)`` and the reward state is JSON. A damaged checkpoint (a file
+missing, truncated or garbage) is an error that names the file; resuming never falls back
+to an older checkpoint on its own, since the run would later overwrite the newer one. The
+one fallback: a checkpoint without its reward file resumes when the run's reward scheme
+keeps no state (nothing is lost), with a warning in the log.
+
+Checkpoints written before ``reward.json`` hold ``reward.pkl`` instead. Resuming reads it
+only when it holds nothing but searchgym's own reward classes; for anything else the error
+says how to convert a pickle you trust (:func:`convert_reward_pickle`).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import pickle
 import random
@@ -33,22 +46,36 @@ from typing import Any
 import numpy as np
 import torch
 
-from ...envs.errors import DataFileError
+from ...envs.errors import DataFileError, InvalidArgumentError
+from ...envs.rewards import REWARDS, MinToolCallStore, RewardScheme
 
 __all__ = [
     "TrainerState",
+    "Checkpoint",
     "checkpoint_path",
     "list_checkpoints",
     "latest_checkpoint",
+    "step_folders",
+    "damaged_file",
     "save_checkpoint",
     "read_state",
+    "load_checkpoint",
+    "restore_reward",
     "rng_state",
     "set_rng_state",
     "prune_checkpoints",
-    "load_pickle",
+    "convert_reward_pickle",
 ]
 
+logger = logging.getLogger(__name__)
+
 _STATE = "trainer_state.json"
+_REWARD = "reward.json"
+_LEGACY_REWARD = "reward.pkl"
+_DAMAGED = (
+    "Move the damaged folder aside to resume from the checkpoint before it (the run then redoes "
+    "the steps since), or set checkpoint.resume to another checkpoint folder."
+)
 
 
 @dataclass
@@ -80,17 +107,56 @@ def list_checkpoints(output_dir: str | os.PathLike[str]) -> list[tuple[int, Path
     return sorted(found)
 
 
+def damaged_file(path: Path, what: str) -> DataFileError:
+    """The error for a damaged file of a checkpoint: ``'{path}' {what}.`` and how to go on.
+
+    Only the first line of ``what`` is kept, so the message stays one line.
+    """
+    first = what.strip().splitlines()[0] if what.strip() else what
+    return DataFileError(f"{str(path)!r} {first.rstrip('.')}. {_DAMAGED}")
+
+
+def step_folders(output_dir: str | os.PathLike[str]) -> list[tuple[int, Path]]:
+    """Every ``step_*`` folder in ``output_dir``, complete or not, ``(step, folder)``, oldest first."""
+    root = Path(output_dir) / "checkpoints"
+    if not root.is_dir():
+        return []
+    return sorted(
+        (int(child.name[5:]), child)
+        for child in root.iterdir()
+        if child.name.startswith("step_") and child.name[5:].isdigit() and child.is_dir()
+    )
+
+
 def latest_checkpoint(output_dir: str | os.PathLike[str]) -> Path | None:
-    """The newest complete checkpoint, or None."""
-    found = list_checkpoints(output_dir)
-    return found[-1][1] if found else None
+    """The newest checkpoint, or None when there is none.
+
+    Raises:
+        DataFileError: the newest ``step_*`` folder lacks its ``trainer_state.json`` (it was
+            damaged after it was written; resuming from an older one would later overwrite it).
+    """
+    steps = step_folders(output_dir)
+    if not steps:
+        return None
+    step, newest = steps[-1]
+    if not (newest / _STATE).is_file():
+        raise DataFileError(
+            f"The newest checkpoint {str(newest)!r} has no {_STATE} (checkpoints are renamed into place "
+            f"complete, so it was damaged afterwards); refusing to resume from an older one, which would "
+            f"later overwrite step {step}. {_DAMAGED}"
+        )
+    return newest
 
 
 def rng_state() -> dict[str, Any]:
-    """The states of Python's, NumPy's and torch's global generators."""
+    """The states of Python's, NumPy's and torch's global generators, as tensors and numbers.
+
+    Everything in it loads with ``torch.load(weights_only=True)``.
+    """
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
     state: dict[str, Any] = {
         "python": random.getstate(),
-        "numpy": np.random.get_state(),
+        "numpy": (kind, torch.from_numpy(np.asarray(keys, dtype=np.int64)), pos, has_gauss, gauss),
         "torch": torch.get_rng_state(),
     }
     if torch.cuda.is_available():
@@ -100,11 +166,18 @@ def rng_state() -> dict[str, Any]:
 
 def set_rng_state(state: dict[str, Any]) -> None:
     """Restore what :func:`rng_state` returned."""
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    random.setstate(_as_tuples(state["python"]))
+    kind, keys, pos, has_gauss, gauss = state["numpy"]
+    keys = keys.numpy() if isinstance(keys, torch.Tensor) else np.asarray(keys)
+    np.random.set_state((kind, keys.astype(np.uint32), pos, has_gauss, gauss))
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _as_tuples(value: Any) -> Any:
+    """Lists back to the tuples ``random.setstate`` wants."""
+    return tuple(_as_tuples(v) for v in value) if isinstance(value, (list, tuple)) else value
 
 
 def save_checkpoint(
@@ -130,8 +203,8 @@ def save_checkpoint(
         torch.save(scheduler.state_dict(), staging / "scheduler.pt")
         torch.save(rng_state(), staging / "rng.pt")
         if reward_scheme is not None:
-            with open(staging / "reward.pkl", "wb") as fh:
-                pickle.dump(reward_scheme, fh)
+            reward = {"scheme": reward_scheme.name, "state": reward_scheme.state_dict()}
+            (staging / _REWARD).write_text(json.dumps(reward) + "\n", encoding="utf-8")
         if memory_dir is not None and Path(memory_dir).is_dir():
             shutil.copytree(memory_dir, staging / "memory")
         (staging / "config.yaml").write_text(config_yaml, encoding="utf-8")
@@ -150,21 +223,230 @@ def read_state(checkpoint: str | os.PathLike[str]) -> TrainerState:
     Raises:
         DataFileError: the folder is not a complete checkpoint.
     """
-    file = Path(checkpoint) / _STATE
+    folder = Path(checkpoint)
+    file = folder / _STATE
     try:
         data = json.loads(file.read_text(encoding="utf-8"))
-        return TrainerState(step=int(data["step"]), history=list(data.get("history", [])))
+        step, history = data["step"], data.get("history", [])
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise ValueError(f"step must be a non-negative int, got {step!r}")
+        if not isinstance(history, list) or not all(isinstance(h, dict) for h in history):
+            raise ValueError("history must be a list of objects")
     except (OSError, ValueError, KeyError, TypeError) as exc:
+        reason = "missing" if isinstance(exc, FileNotFoundError) else f"unreadable: {exc}"
         raise DataFileError(
-            f"{str(checkpoint)!r} is not a complete checkpoint ({file.name} unreadable: {exc}). "
-            "Pass a folder under {output_dir}/checkpoints/, or resume: auto."
+            f"{str(folder)!r} is not a complete checkpoint ({file.name} {reason}). "
+            f"Pass a step_* folder under {str(folder.parent)!r}, or use checkpoint.resume: auto. "
+            f"{_DAMAGED}"
+        ) from exc
+    if folder.name.startswith("step_") and folder.name[5:].isdigit() and int(folder.name[5:]) != step:
+        raise DataFileError(f"{str(file)!r} says step {step}, but its folder is {folder.name!r}. {_DAMAGED}")
+    return TrainerState(step=step, history=list(history))
+
+
+@dataclass
+class Checkpoint:
+    """Everything :func:`load_checkpoint` read, checked before any of it is applied.
+
+    Attributes:
+        folder: The checkpoint folder.
+        state: The run's progress.
+        optimizer: AdamW's ``state_dict``.
+        scheduler: The schedule's ``state_dict``.
+        rng: What :func:`rng_state` returned.
+        reward: ``{"scheme": name, "state": {...}}``, or None when the folder has no reward file.
+    """
+
+    folder: Path
+    state: TrainerState
+    optimizer: dict[str, Any]
+    scheduler: dict[str, Any]
+    rng: dict[str, Any]
+    reward: dict[str, Any] | None
+
+
+def _numpy_globals() -> list[Any]:
+    """The NumPy names an older ``rng.pt`` (a pickled NumPy array) needs; they only build arrays."""
+    core = getattr(np, "_core", None) or np.core
+    return [np.ndarray, np.dtype, type(np.dtype(np.uint32)), core.multiarray._reconstruct]
+
+
+def _load_tensors(folder: Path, name: str, map_location: Any = None) -> Any:
+    """``torch.load`` of a checkpoint file with ``weights_only=True``; errors name the file."""
+    file = folder / name
+    if not file.is_file():
+        raise DataFileError(f"Checkpoint {str(folder)!r} has no {name}. {_DAMAGED}")
+    try:
+        with torch.serialization.safe_globals(_numpy_globals()):
+            return torch.load(file, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        names_code = [line.strip() for line in str(exc).splitlines() if "GLOBAL" in line]
+        if not names_code:
+            raise DataFileError(
+                f"{str(file)!r} is truncated or corrupt (not a torch file). {_DAMAGED}"
+            ) from exc
+        raise DataFileError(
+            f"{str(file)!r} holds more than tensors and numbers, and resuming never runs code from a "
+            f"checkpoint ({names_code[0]}). {_DAMAGED}"
+        ) from exc
+    except Exception as exc:  # torch raises RuntimeError, EOFError, ValueError... on a damaged file
+        raise DataFileError(
+            f"{str(file)!r} is truncated or corrupt ({type(exc).__name__}: {exc}). {_DAMAGED}"
         ) from exc
 
 
-def load_pickle(file: str | os.PathLike[str]) -> Any:
-    """Unpickle a file this module wrote (only ever load checkpoints you trust)."""
-    with open(file, "rb") as fh:
-        return pickle.load(fh)
+def _check_rng(folder: Path, rng: Any) -> dict[str, Any]:
+    """``rng`` if it has the shape :func:`rng_state` writes."""
+    ok = (
+        isinstance(rng, dict)
+        and {"python", "numpy", "torch"} <= set(rng)
+        and isinstance(rng["torch"], torch.Tensor)
+        and isinstance(rng["numpy"], (tuple, list))
+        and len(rng["numpy"]) == 5
+    )
+    if not ok:
+        raise DataFileError(f"{str(folder / 'rng.pt')!r} does not hold generator states. {_DAMAGED}")
+    return rng
+
+
+def load_checkpoint(checkpoint: str | os.PathLike[str], map_location: Any = None) -> Checkpoint:
+    """Read and check every file of a checkpoint except the model and the memory copy.
+
+    Runs no code from the folder (see the module docstring).
+
+    Raises:
+        DataFileError: a file is missing, truncated or not what this module writes; the
+            message names it.
+    """
+    folder = Path(checkpoint)
+    state = read_state(folder)
+    optimizer = _load_tensors(folder, "optimizer.pt", map_location)
+    scheduler = _load_tensors(folder, "scheduler.pt")
+    for name, value in (("optimizer.pt", optimizer), ("scheduler.pt", scheduler)):
+        if not isinstance(value, dict):
+            raise DataFileError(f"{str(folder / name)!r} does not hold a state_dict. {_DAMAGED}")
+    rng = _check_rng(folder, _load_tensors(folder, "rng.pt"))
+    if not (folder / "model").is_dir():
+        raise DataFileError(f"Checkpoint {str(folder)!r} has no model/ folder. {_DAMAGED}")
+    return Checkpoint(folder, state, optimizer, scheduler, rng, _read_reward(folder))
+
+
+def restore_reward(scheme: RewardScheme | None, saved: Checkpoint) -> None:
+    """Load the reward state of ``saved`` into the run's ``scheme``, or say why it cannot be.
+
+    Nothing is lost silently: a checkpoint without a reward file, or with another scheme's
+    file, resumes only when the state it lacks or holds is empty (with a warning).
+
+    Raises:
+        DataFileError: the state would be lost, or the file does not fit the scheme.
+    """
+    if scheme is None:
+        return
+    reward = saved.reward
+    if reward is None:
+        if scheme.state_dict():
+            raise damaged_file(
+                saved.folder,
+                f"has no {_REWARD}, and the {scheme.name!r} reward keeps a state across steps that would be "
+                "lost; restore the file",
+            )
+        logger.warning(
+            "Checkpoint %s has no %s; the %r reward keeps no state, so nothing is lost.",
+            saved.folder,
+            _REWARD,
+            scheme.name,
+        )
+        return
+    if reward["scheme"] != scheme.name:
+        if reward["state"]:
+            raise DataFileError(
+                f"Checkpoint {str(saved.folder)!r} holds the state of the {reward['scheme']!r} reward, but this run "
+                f"uses {scheme.name!r}; resume with the reward the checkpoint was written with."
+            )
+        logger.warning(
+            "Checkpoint %s was written with the %r reward, which keeps no state; the %r reward starts afresh.",
+            saved.folder,
+            reward["scheme"],
+            scheme.name,
+        )
+        return
+    try:
+        scheme.load_state_dict(reward["state"])
+    except InvalidArgumentError as exc:
+        raise damaged_file(saved.folder / _REWARD, f"does not fit the {scheme.name!r} reward: {exc}") from exc
+
+
+def _read_reward(folder: Path) -> dict[str, Any] | None:
+    """The reward file's ``{"scheme", "state"}``, from ``reward.json`` or a safe legacy pickle."""
+    file = folder / _REWARD
+    if file.is_file():
+        try:
+            data = json.loads(file.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise DataFileError(f"{str(file)!r} is unreadable ({exc}). {_DAMAGED}") from exc
+        if not (
+            isinstance(data, dict)
+            and isinstance(data.get("scheme"), str)
+            and isinstance(data.get("state"), dict)
+        ):
+            raise DataFileError(f'{str(file)!r} is not {{"scheme": name, "state": {{...}}}}. {_DAMAGED}')
+        return data
+    legacy = folder / _LEGACY_REWARD
+    if legacy.is_file():
+        scheme = _restricted_unpickle(legacy)
+        return {"scheme": scheme.name, "state": scheme.state_dict()}
+    return None
+
+
+class _RewardUnpickler(pickle.Unpickler):
+    """Unpickles searchgym's own reward classes and nothing else (no other code can run)."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        for cls in [*REWARDS.values(), MinToolCallStore]:
+            if (cls.__module__, cls.__qualname__) == (module, name):
+                return cls
+        raise pickle.UnpicklingError(f"{module}.{name} is not one of searchgym's reward classes")
+
+
+def _restricted_unpickle(file: Path) -> Any:
+    try:
+        with open(file, "rb") as fh:
+            scheme = _RewardUnpickler(fh).load()
+    except pickle.UnpicklingError as exc:
+        raise DataFileError(
+            f"{str(file)!r} is an old-style reward pickle that refers to code outside searchgym's reward "
+            f"schemes ({exc}), so resuming does not load it. If you trust this checkpoint, convert it to "
+            f'reward.json with: python -c "from searchgym.trainers.grpo.checkpoint import convert_reward_pickle; '
+            f"convert_reward_pickle('{file.parent}')\"; if the scheme keeps no state, deleting the file "
+            "is enough."
+        ) from exc
+    except Exception as exc:
+        raise DataFileError(
+            f"{str(file)!r} is truncated or corrupt ({type(exc).__name__}: {exc}). {_DAMAGED}"
+        ) from exc
+    if not hasattr(scheme, "state_dict") or not isinstance(getattr(scheme, "name", None), str):
+        raise DataFileError(f"{str(file)!r} does not hold a reward scheme. {_DAMAGED}")
+    return scheme
+
+
+def convert_reward_pickle(checkpoint: str | os.PathLike[str]) -> Path:
+    """Write ``reward.json`` from an old checkpoint's ``reward.pkl`` and delete the pickle.
+
+    This unpickles the file with the full ``pickle`` module, which can run any code the file
+    names: call it only on checkpoints you trust. The class of the pickled scheme must be
+    importable and have ``name`` and ``state_dict()`` (every :class:`RewardScheme` does).
+
+    Returns:
+        The written ``reward.json``.
+    """
+    folder = Path(checkpoint)
+    with open(folder / _LEGACY_REWARD, "rb") as fh:
+        scheme = pickle.load(fh)  # noqa: S301 - the caller vouches for this file
+    target = folder / _REWARD
+    reward = {"scheme": scheme.name, "state": scheme.state_dict()}
+    target.write_text(json.dumps(reward) + "\n", encoding="utf-8")
+    (folder / _LEGACY_REWARD).unlink()
+    return target
 
 
 def prune_checkpoints(output_dir: str | os.PathLike[str], keep_last: int) -> list[Path]:

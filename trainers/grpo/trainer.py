@@ -41,14 +41,18 @@ from ..config import ConfigError, TrainConfig
 from ..config_base import dump_yaml, save_yaml, to_dict
 from .advantages import GroupFigures, group_advantages
 from .checkpoint import (
+    Checkpoint,
     TrainerState,
+    damaged_file,
     latest_checkpoint,
     list_checkpoints,
-    load_pickle,
+    load_checkpoint,
     prune_checkpoints,
     read_state,
+    restore_reward,
     save_checkpoint,
     set_rng_state,
+    step_folders,
 )
 from .envs import build_memory, build_reward, env_factory, memory_store_dir, question_schedule
 from .generation import SamplingSettings
@@ -123,7 +127,17 @@ class GRPOTrainer:
         if resume == "auto":
             return latest_checkpoint(self.output_dir)
         path = Path(resume)
-        read_state(path)  # raises a clear error for anything but a complete checkpoint
+        step = read_state(path).step  # raises a clear error for anything but a complete checkpoint
+        newer = [folder.name for s, folder in step_folders(self.output_dir) if s > step]
+        if newer:
+            raise ConfigError(
+                "checkpoint.resume",
+                resume,
+                "'auto', 'never' or a checkpoint folder",
+                f"{self.output_dir} holds checkpoints newer than step {step} ({', '.join(newer)}), which this "
+                "run would overwrite: use resume: auto to continue from the newest, move them aside, or choose "
+                "another output_dir.",
+            )
         return path
 
     def setup(self) -> None:
@@ -134,11 +148,21 @@ class GRPOTrainer:
         self.output_dir.mkdir(parents=True, exist_ok=True)
         checkpoint = self._checkpoint_to_resume()
         self.device = resolve_device(cfg.model.device)
+        # Every file of the checkpoint is read and checked before anything is built from it.
+        saved = load_checkpoint(checkpoint, map_location=self.device) if checkpoint is not None else None
         source = model_source(cfg.model)
         self.tokenizer = load_tokenizer_for(cfg.model, source)
         torch.manual_seed(cfg.seed)
         np.random.seed(cfg.seed % 2**32)
-        self.model = load_model(cfg.model, checkpoint / "model" if checkpoint else source, self.device)
+        if checkpoint is None:
+            self.model = load_model(cfg.model, source, self.device)
+        else:
+            try:
+                self.model = load_model(cfg.model, checkpoint / "model", self.device)
+            except Exception as exc:  # transformers' errors vary: a damaged folder is one error
+                raise damaged_file(
+                    checkpoint / "model", f"cannot be loaded ({type(exc).__name__}: {exc})"
+                ) from exc
         self.ptx = None
         if cfg.algo.ptx_coef > 0:
             if cfg.algo.ptx_data is None:
@@ -166,8 +190,8 @@ class GRPOTrainer:
         )
         self.reward_scheme = build_reward(cfg.env)
         self.memory_dir = memory_store_dir(cfg.memory, self.output_dir)
-        if checkpoint is not None:
-            self._restore(checkpoint)
+        if saved is not None:
+            self._restore(saved)
         self.memory = build_memory(cfg.memory, self.output_dir, cfg.seed)
         if self.memory is not None and hasattr(self.memory, "steps"):
             self.memory.steps = self.state.step
@@ -192,13 +216,13 @@ class GRPOTrainer:
             self._start_wandb()
         self._ready = True
 
-    def _restore(self, checkpoint: Path) -> None:
-        self.state = read_state(checkpoint)
-        self.optimizer.load_state_dict(torch.load(checkpoint / "optimizer.pt", map_location=self.device))
-        self.scheduler.load_state_dict(torch.load(checkpoint / "scheduler.pt"))
-        set_rng_state(torch.load(checkpoint / "rng.pt", weights_only=False))
-        if (checkpoint / "reward.pkl").is_file():
-            self.reward_scheme = load_pickle(checkpoint / "reward.pkl")
+    def _restore(self, saved: Checkpoint) -> None:
+        checkpoint = saved.folder
+        restore_reward(self.reward_scheme, saved)
+        self.state = saved.state
+        self.optimizer.load_state_dict(saved.optimizer)
+        self.scheduler.load_state_dict(saved.scheduler)
+        set_rng_state(saved.rng)
         if self.memory_dir is not None and (checkpoint / "memory").is_dir():
             if self.memory_dir.exists():
                 shutil.rmtree(self.memory_dir)
