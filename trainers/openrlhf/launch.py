@@ -33,6 +33,7 @@ from typing import Any, TextIO
 
 from ...envs.errors import InvalidArgumentError, SearchGymError
 from .advantage_hook import HOOK, TSAS_ESTIMATORS, needs_hook
+from .batch_checks import check_batch_arithmetic
 from .config import AGENT_CONFIG_VARIABLE, BASEDIR_VARIABLE, RunConfig, load_run_config
 from .flags import check_flags, flatten, openrlhf_parser, to_argv
 
@@ -157,7 +158,8 @@ def compose(config: RunConfig, basedir: str | None = None) -> LaunchPlan:
     if info is None:
         warnings.append("searchgym: openrlhf is not installed here, so the flags were not checked.")
     else:
-        _, printed = check_flags(argv, info)
+        args, printed = check_flags(argv, info)
+        check_batch_arithmetic(args)
         warnings += [f"openrlhf: {line}" for line in printed]
 
     env_vars = {AGENT_CONFIG_VARIABLE: config.path, BASEDIR_VARIABLE: basedir}
