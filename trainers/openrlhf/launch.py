@@ -36,6 +36,7 @@ from .advantage_hook import HOOK, TSAS_ESTIMATORS, needs_hook
 from .batch_checks import check_batch_arithmetic
 from .config import AGENT_CONFIG_VARIABLE, BASEDIR_VARIABLE, RunConfig, load_run_config
 from .flags import check_flags, flatten, openrlhf_parser, to_argv
+from .resume import prepare_stores, run_stores
 
 __all__ = [
     "OPENRLHF_ENV_DEFAULTS",
@@ -138,6 +139,14 @@ def _check_plugin_flags(config: RunConfig, flat: dict[str, Any]) -> list[str]:
     return warnings
 
 
+def _check_fresh_stores(config: RunConfig, flat: dict[str, Any], basedir: str) -> None:
+    """Refuse a run that will start fresh on stores an earlier run wrote (the trainer checks again)."""
+    checkpoint = os.path.join(basedir, str(flat.get("ckpt.path") or "./ckpt/checkpoints_ppo_ray"))
+    if flat.get("ckpt.load_enable") and os.path.isdir(os.path.join(checkpoint, "_actor")):
+        return  # a resume: the trainer restores the stores to the checkpoint's step
+    prepare_stores(run_stores(config.agent), 0, checkpoint=checkpoint)
+
+
 def compose(config: RunConfig, basedir: str | None = None) -> LaunchPlan:
     """The command that runs ``config`` (see the module docstring).
 
@@ -145,6 +154,7 @@ def compose(config: RunConfig, basedir: str | None = None) -> LaunchPlan:
         UnknownNameError: an ``openrlhf`` key that is no OpenRLHF flag.
         InvalidArgumentError: a flag value OpenRLHF's parser or checks reject, or a flag
             that does not fit the agent config (e.g. TSAS under ``gae``).
+        StoreStateError: a run that starts fresh on a store an earlier run wrote.
     """
     basedir = os.path.abspath(basedir or os.getcwd())
     flat = flatten(config.openrlhf)
@@ -153,6 +163,7 @@ def compose(config: RunConfig, basedir: str | None = None) -> LaunchPlan:
         flat.setdefault(key, value)
     warnings = _check_plugin_flags(config, flat)
     _absolute_paths(flat, basedir)
+    _check_fresh_stores(config, flat, basedir)
     info = openrlhf_parser()
     argv = to_argv(flat, info)
     if info is None:
