@@ -48,7 +48,7 @@ setup(
         "train": ["torch", "transformers>=4.40", "tokenizers>=0.15", "matplotlib>=3.7"],
         # openrlhf itself is installed with --no-deps on CPU (its full deps need CUDA):
         # pip install --no-deps openrlhf==0.11.2 ; on GPU: pip install 'openrlhf[vllm]==0.11.2'
-        "openrlhf": ["transformers>=4.40", "pylatexenc", "sympy", "aiohttp>=3.9"],
+        "openrlhf": ["transformers>=4.40", "pylatexenc", "sympy", "aiohttp>=3.9", "pyarrow>=12"],
         "serve": ["aiohttp>=3.9"],
         "group": ["pettingzoo>=1.24"],
         "ray": ["ray[serve]>=2.9"],
