@@ -56,7 +56,7 @@ def openrlhf_trainer_class(ray_get):
     )
     tree = ast.parse(Path(source).read_text(encoding="utf-8"))
     base = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "BasePPOTrainer")
-    wanted = {"init_checkpoint_states", "save_logs_and_checkpoints", "train_step"}
+    wanted = {"init_checkpoint_states", "save_logs_and_checkpoints", "save_best_checkpoint", "train_step"}
     methods = [n for n in base.body if isinstance(n, ast.FunctionDef) and n.name in wanted]
     assert {m.name for m in methods} == wanted
     namespace = {"os": os, "ray": SimpleNamespace(get=ray_get), "Dict": dict, "Tuple": tuple}
@@ -265,3 +265,20 @@ def test_the_agent_file_refuses_a_ray_job_without_the_hook(tmp_path):
     assert message.startswith("SearchGymError") and "worker_process_setup_hook" in message
     assert advantage_hook.HOOK in message and "searchgym train --backend openrlhf" in message
     assert "ray" not in sys.modules or not ray.is_initialized()
+
+
+def test_a_best_checkpoint_snapshots_the_stores_too(tmp_path, hook, monkeypatch):
+    """OpenRLHF's eval-driven ``best_global_stepN`` is a checkpoint a resume may load."""
+    from searchgym.trainers.openrlhf.resume import wrap_save_best_checkpoint
+
+    memory = MemoryConfig(kind="lightsearcher", path=str(tmp_path / "m"))
+    config = AgentConfig("searchgym/SyntheticFacts-v0", memory=memory)
+    module = openrlhf_trainer_class(ray_get=lambda refs: refs)
+    advantage_hook._patch_trainer(module)
+    assert getattr(module.BasePPOTrainer.save_best_checkpoint, "__searchgym_wrapped__", False)
+    saved = []
+    save = wrap_save_best_checkpoint(
+        lambda self, metrics, step, states=None: saved.append(step), lambda: config
+    )
+    save(None, {"eval_pass1": 0.5}, 7)
+    assert saved == [7] and run_stores(config)[0].steps() == [7]

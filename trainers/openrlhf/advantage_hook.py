@@ -206,7 +206,7 @@ def _patch_experience_maker(module: ModuleType) -> None:
 
 
 def _patch_trainer(module: ModuleType) -> None:
-    from .resume import wrap_init_checkpoint_states, wrap_save_logs_and_checkpoints
+    from .resume import wrap_init_checkpoint_states, wrap_save_best_checkpoint, wrap_save_logs_and_checkpoints
 
     cls = module.BasePPOTrainer
     if not getattr(cls.train_step, _WRAPPED, False):
@@ -214,6 +214,7 @@ def _patch_trainer(module: ModuleType) -> None:
     for name, wrap in (
         ("init_checkpoint_states", wrap_init_checkpoint_states),
         ("save_logs_and_checkpoints", wrap_save_logs_and_checkpoints),
+        ("save_best_checkpoint", wrap_save_best_checkpoint),
     ):
         method = getattr(cls, name)
         if not getattr(method, _WRAPPED, False):

@@ -3,7 +3,7 @@
 A LightSearcher run keeps state outside the model: the experience memory's store (its
 trajectories, bank versions and update log) and the reward's minimum tool-call store. Both
 are append-only logs, so the state at a training step is the length of each file at that
-step. When OpenRLHF saves checkpoint ``global_stepN``, :func:`snapshot_stores` records
+step. When OpenRLHF saves checkpoint ``global_stepN`` (or ``best_global_stepN``), :func:`snapshot_stores` records
 those lengths (``step_N.json`` in each store's ``snapshots`` folder). When a run starts,
 :func:`prepare_stores` looks at the step OpenRLHF restored:
 
@@ -41,6 +41,7 @@ __all__ = [
     "run_stores",
     "snapshot_stores",
     "wrap_init_checkpoint_states",
+    "wrap_save_best_checkpoint",
     "wrap_save_logs_and_checkpoints",
 ]
 
@@ -218,3 +219,20 @@ def wrap_save_logs_and_checkpoints(
         return original(self, global_step, logs_dict, client_states)
 
     return save_logs_and_checkpoints
+
+
+def wrap_save_best_checkpoint(
+    original: Callable[..., Any], config_of: Callable[[], AgentConfig | None]
+) -> Callable[..., Any]:
+    """``BasePPOTrainer.save_best_checkpoint`` that snapshots the stores too: a resume may load that checkpoint."""
+
+    @functools.wraps(original)
+    def save_best_checkpoint(
+        self: Any, eval_metrics: Any, global_step: int, client_states: Any = None
+    ) -> Any:
+        config = config_of()
+        if config is not None:
+            snapshot_stores(run_stores(config), int(global_step))
+        return original(self, eval_metrics, global_step, client_states)
+
+    return save_best_checkpoint
