@@ -66,6 +66,7 @@ def machine() -> dict[str, Any]:
         "gpu": torch.cuda.get_device_name(0) if cuda else None,
         "cpus": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
+        "load_average_1m": round(os.getloadavg()[0], 1),  # other processes sharing the CPUs
         "jax_installed": importlib.util.find_spec("jax") is not None,
         "faiss_gpu": _faiss_gpu(),
     }

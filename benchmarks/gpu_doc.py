@@ -45,7 +45,10 @@ def _section(path: Path) -> list[str]:
     machine = next((r for r in records if r["check"] == "machine"), {})
     source = next((r["source"] for r in records if r.get("source")), None)
     card = machine.get("gpu") or next((r.get("gpu") for r in records if r.get("gpu")), None)
-    where = card or f"CPU only ({machine.get('cpus')} cores, {machine.get('torch_threads')} torch threads)"
+    where = card or (
+        f"CPU only ({machine.get('cpus')} cores, {machine.get('torch_threads')} torch threads, "
+        f"load average {machine.get('load_average_1m')} at the start)"
+    )
     title = f"### {where}" + (f": {source}" if source else "")
     lines = [title, "", f"From `benchmarks/results/{path.name}`."]
     trained = [r for r in records if r["check"] == "builtin_trainer" and "step_s" in r]
@@ -93,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--check", action="store_true", help="exit 1 when docs/gpu.md is out of date")
     args = parser.parse_args(argv)
-    text = PAGE.read_text(encoding="utf-8") if PAGE.exists() else "# searchgym on a GPU\n\n"
+    text = PAGE.read_text(encoding="utf-8") if PAGE.exists() else "# The GPU path\n\n"
     section = render()
     if BEGIN in text and END in text:
         new = text[: text.index(BEGIN)] + section + text[text.index(END) + len(END) :]
