@@ -46,6 +46,12 @@ def test_a_consistent_run_passes(tmp_path):
             r"train\.batch_size.*multiple of 2 × 8 = 16.*train\.micro_batch_size to 1",
             "batch_size: 40, micro_batch_size: 1",
         ),
+        # a batch that no micro batch splits over 8 ranks
+        (
+            ("batch_size: 40, micro_batch_size: 1", "batch_size: 36, micro_batch_size: 1"),
+            r"36 is not a multiple of 1 × 8 = 8\. Set train\.batch_size to a multiple of 8\.",
+            "batch_size: 40, micro_batch_size: 1",
+        ),
         # 40 samples in experiences of 4: 10 experiences for 8 ranks, two of them get none
         (
             ("n_samples_per_prompt: 5, micro_batch_size: 5", "n_samples_per_prompt: 5, micro_batch_size: 4"),

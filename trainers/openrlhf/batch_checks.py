@@ -43,8 +43,6 @@ def _divisors_up_to(n: int, limit: int) -> list[int]:
 
 def _suggest(total: int, per: int, current: int) -> str:
     """A value for a micro batch near ``current`` such that ``total`` splits into ``per`` × it."""
-    if total % per:
-        return "none for these batch sizes"
     fits = _divisors_up_to(total // per, max(current, 1))
     return str(fits[-1]) if fits else "1"
 
@@ -93,10 +91,14 @@ def check_batch_arithmetic(args: Any) -> None:
         return  # DeepSpeed then runs with micro batch 1 and balanced partitions: none of the below
     batch, micro = _get(args, "train.batch_size", 128), _get(args, "train.micro_batch_size", 1)
     if batch % (micro * dp) or batch < micro * dp:
+        fix = (
+            f"Set train.micro_batch_size to {_suggest(batch, dp, micro)} (or train.batch_size to a multiple of {micro * dp})."
+            if batch % dp == 0
+            else f"Set train.batch_size to a multiple of {micro * dp}."
+        )
         raise FlagError(
             f"DeepSpeed needs train.batch_size = train.micro_batch_size × gradient accumulation × {dp} data-parallel "
-            f"ranks, and {batch} is not a multiple of {micro} × {dp} = {micro * dp}. Set train.micro_batch_size to "
-            f"{_suggest(batch, dp, micro)} (or train.batch_size to a multiple of {micro * dp})."
+            f"ranks, and {batch} is not a multiple of {micro} × {dp} = {micro * dp}. {fix}"
         )
     rollout = _get(args, "rollout.batch_size", 1) * _get(args, "rollout.n_samples_per_prompt", 1)
     if rollout % batch:
@@ -105,7 +107,7 @@ def check_batch_arithmetic(args: Any) -> None:
             f"not a multiple of train.batch_size = {batch}: the actor would take a partial optimizer step (or none). "
             f"Set train.batch_size to {rollout} (one update per rollout batch) or another divisor of {rollout}."
         )
-    rollout_micro = _get(args, "rollout.micro_batch_size", 1)
+    rollout_micro = _get(args, "rollout.micro_batch_size", 1)  # rollout is a multiple of dp here
     if rollout % (rollout_micro * dp):
         raise FlagError(
             f"The {rollout} samples of a rollout batch are cut into experiences of rollout.micro_batch_size = "
