@@ -49,7 +49,7 @@ setup(
         # openrlhf itself is installed with --no-deps on CPU (its full deps need CUDA):
         # pip install --no-deps openrlhf==0.11.2 ; on GPU: pip install 'openrlhf[vllm]==0.11.2'
         # transformers is OpenRLHF 0.11.2's pin, so the CPU tests render and decode as a GPU run does.
-        "openrlhf": ["transformers==5.15.0", "pylatexenc", "sympy", "aiohttp>=3.9"],
+        "openrlhf": ["transformers==5.15.0", "pylatexenc", "sympy", "aiohttp>=3.9", "pyarrow>=12"],
         "serve": ["aiohttp>=3.9"],
         "group": ["pettingzoo>=1.24"],
         "ray": ["ray[serve]>=2.9"],

@@ -102,8 +102,11 @@ def test_dry_run_prints_a_command_openrlhf_accepts(path, monkeypatch, tmp_path):
     assert runtime["env_vars"]["SEARCHGYM_AGENT_CONFIG"] == str(path.resolve())
     assert runtime["env_vars"]["SEARCHGYM_AGENT_BASEDIR"] == str(tmp_path)
     config = load_run_config(path)
+    store = (config.agent.env_kwargs.get("reward_kwargs") or {}).get("store")
     assert ("worker_process_setup_hook" in runtime) == (
-        config.agent.advantage is not None or getattr(config.agent.memory, "kind", None) == "lightsearcher"
+        config.agent.advantage is not None
+        or getattr(config.agent.memory, "kind", None) == "lightsearcher"
+        or store is not None  # the minimum tool-call store follows the checkpoints
     )
     assert args.ckpt.path.startswith(str(tmp_path))  # relative output folders made absolute
 
@@ -168,6 +171,8 @@ agent:
   env_kwargs: {protocol: tool_call}
 openrlhf:
   actor: {model_name_or_path: m, num_gpus_per_node: 1}
+  vllm: {num_engines: 1}
+  train: {batch_size: 8}
   rollout: {n_samples_per_prompt: 4, batch_size: 2}
   algo: {advantage: {estimator: group_norm}}
   data: {prompt_dataset: train.jsonl}

@@ -18,6 +18,10 @@ Examples::
     searchgym prepare --dataset musique:3000 --dataset 2wikimultihopqa:4000 \\
         --data-path musique_train.jsonl --data-path 2wiki_train.jsonl --protocol tool_call --out train.jsonl
     searchgym prepare --mix sem --data-path musique_train.jsonl --data-path mmlu_train.jsonl --out sem_train.jsonl
+    searchgym prepare --dataset nq --data-path nq_hotpotqa_train/train.parquet --out train.jsonl
+
+A ``.parquet`` data path is read in Search-R1's layout (:func:`read_parquet_questions`);
+its rows keep their own ``data_source`` (``nq``, ``hotpotqa``) as the datasource.
 
 ``--mix sem`` is SEM's training mix: MuSiQue (questions that need a search) and MMLU
 (questions that usually do not), the same number of each (the smaller set's size, or
@@ -78,11 +82,12 @@ def parse_dataset(text: str) -> DatasetSpec:
     return DatasetSpec(key, count)
 
 
-def _questions(spec: DatasetSpec, data_path: Path | None, world_seed: int) -> list[Any]:
+def _questions(spec: DatasetSpec, data_path: Path | None, world_seed: int) -> list[tuple[Any, str]]:
+    """The questions of ``spec``, each with its datasource (the dataset key, or a parquet row's ``data_source``)."""
     if spec.key == SYNTHETIC:
         from searchgym.envs.synthetic import generate_world
 
-        return list(generate_world(world_seed).questions)
+        return [(q, spec.key) for q in generate_world(world_seed).questions]
     from searchgym.envs.benchmarks import DATA_DIR_VARIABLE
     from searchgym.envs.data import load_questions
     from searchgym.envs.errors import InvalidArgumentError
@@ -92,10 +97,55 @@ def _questions(spec: DatasetSpec, data_path: Path | None, world_seed: int) -> li
         if not data_dir:
             raise InvalidArgumentError(
                 f"No --data-path for dataset {spec.key!r}: give its question file (FlashRAG JSONL: id, question, "
-                f"golden_answers) or set {DATA_DIR_VARIABLE} to a folder holding questions/{spec.key}.jsonl."
+                f"golden_answers, or Search-R1's parquet) or set {DATA_DIR_VARIABLE} to a folder holding "
+                f"questions/{spec.key}.jsonl."
             )
         data_path = Path(data_dir) / "questions" / f"{spec.key}.jsonl"
-    return load_questions(data_path)
+    if data_path.suffix == ".parquet":
+        return read_parquet_questions(data_path, spec.key)
+    return [(q, spec.key) for q in load_questions(data_path)]
+
+
+def read_parquet_questions(path: Path, default_source: str) -> list[tuple[Any, str]]:
+    """Questions from a parquet file in Search-R1's layout (``nq_hotpotqa_train/train.parquet``).
+
+    Search-R1's rows keep FlashRAG's ``id``, ``question`` and ``golden_answers`` next to its
+    own ``data_source``, ``prompt`` (the question inside its template) and
+    ``reward_model.ground_truth.target``. The answers come from ``golden_answers`` (else the
+    target), the id from ``id`` (else ``<data_source>_<extra_info.index>``), the datasource
+    from ``data_source`` (else ``default_source``).
+
+    Raises:
+        DataFileError: the file is not readable parquet, or a row lacks a question or answers.
+        SearchGymError: pyarrow is not installed.
+    """
+    from searchgym.envs.data import _question
+    from searchgym.envs.errors import DataFileError, SearchGymError
+
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise SearchGymError(
+            f"Reading {path} needs pyarrow: pip install pyarrow (OpenRLHF's own dependencies bring it)."
+        ) from None
+    try:
+        rows = pq.read_table(path).to_pylist()
+    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        raise DataFileError(f"The question file {str(path)!r} is not readable parquet: {exc}") from exc
+    if not rows:
+        raise DataFileError(f"The question file {str(path)!r} holds no rows.")
+    out = []
+    for number, row in enumerate(rows, start=1):
+        answers = row.get("golden_answers")
+        if answers is None:
+            answers = ((row.get("reward_model") or {}).get("ground_truth") or {}).get("target")
+        source = row.get("data_source") or default_source
+        qid = row.get("id")
+        if qid is None:
+            qid = f"{source}_{(row.get('extra_info') or {}).get('index', number - 1)}"
+        record = {"id": qid, "question": row.get("question"), "golden_answers": answers}
+        out.append((_question(record, path, number), str(source)))
+    return out
 
 
 def build_rows(
@@ -160,13 +210,13 @@ def build_rows(
         pools = [(spec, questions[:size]) for spec, questions in pools]
     rows = []
     for spec, questions in pools:
-        for q in questions[: spec.count] if spec.count is not None else questions:
+        for q, source in questions[: spec.count] if spec.count is not None else questions:
             label = {"id": q.id, "question": q.question, "golden_answers": list(q.golden_answers)}
             rows.append(
                 {
                     "prompt": proto.render_prompt(q.question),
                     "label": json.dumps(label, ensure_ascii=False),
-                    "datasource": spec.key,
+                    "datasource": source,
                 }
             )
     if shuffle:
@@ -201,7 +251,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         type=Path,
         default=[],
-        help="question JSONL for each non-synthetic --dataset, in order (default: $SEARCHGYM_DATA_DIR/questions/KEY.jsonl)",
+        help="question file for each non-synthetic --dataset, in order: FlashRAG JSONL or Search-R1's .parquet "
+        "(default: $SEARCHGYM_DATA_DIR/questions/KEY.jsonl)",
     )
     parser.add_argument("--out", type=Path, required=True, help="the training JSONL to write")
     parser.add_argument(

@@ -49,6 +49,7 @@ from .config import AGENT_CONFIG_VARIABLE, AgentConfig, load_agent_config
 __all__ = [
     "HOOK",
     "PASSTHROUGH_ESTIMATOR",
+    "check_hook_ran",
     "TSAS_ESTIMATORS",
     "install",
     "needs_hook",
@@ -91,10 +92,11 @@ _STATE = _State()
 
 
 def needs_hook(config: AgentConfig) -> bool:
-    """Whether ``config`` needs the trainer-side hook (TSAS, or a LightSearcher memory)."""
-    return config.advantage is not None or (
-        config.memory is not None and config.memory.kind == "lightsearcher"
-    )
+    """Whether ``config`` needs the trainer-side hook: TSAS, or a store that training writes
+    (a LightSearcher memory, a minimum tool-call store), which follows the checkpoints."""
+    from .resume import run_stores
+
+    return config.advantage is not None or bool(run_stores(config))
 
 
 def setup_worker() -> None:
@@ -105,6 +107,38 @@ def setup_worker() -> None:
     config = load_agent_config(path)
     if needs_hook(config):
         install(config)
+
+
+def _in_ray_worker() -> bool:
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return False
+    return ray.get_runtime_context().worker.mode == ray.WORKER_MODE
+
+
+def check_hook_ran() -> None:
+    """Raise when this Ray worker's run needs the hook and Ray did not run it here.
+
+    The agent file calls this as OpenRLHF loads it in each vLLM actor. The hook is a
+    job-level runtime env setting, so it runs in every worker of the job or in none: when it
+    did not run in this actor, it did not run in the trainer actor either, and TSAS and the
+    memory would silently switch off.
+
+    Raises:
+        SearchGymError: the config needs the hook and it is missing (the message says what to add).
+    """
+    path = os.environ.get(AGENT_CONFIG_VARIABLE)
+    if not path or _STATE.config is not None or not _in_ray_worker():
+        return
+    config = load_agent_config(path)
+    if needs_hook(config):
+        wanted = "TSAS (agent.advantage)" if config.advantage is not None else "the stores of this run"
+        raise SearchGymError(
+            f"{path} selects {wanted}, which runs in OpenRLHF's trainer actor through a Ray worker hook, and "
+            f'this Ray job has none: add "worker_process_setup_hook": "{HOOK}" to the job\'s runtime env '
+            "next to its env_vars. The supported way is `searchgym train --backend openrlhf --config FILE` "
+            "(`--dry-run` prints the command with its runtime env)."
+        )
 
 
 def install(config: AgentConfig) -> None:
@@ -172,9 +206,21 @@ def _patch_experience_maker(module: ModuleType) -> None:
 
 
 def _patch_trainer(module: ModuleType) -> None:
+    from .resume import wrap_init_checkpoint_states, wrap_save_best_checkpoint, wrap_save_logs_and_checkpoints
+
     cls = module.BasePPOTrainer
     if not getattr(cls.train_step, _WRAPPED, False):
         cls.train_step = wrap_train_step(cls.train_step)
+    for name, wrap in (
+        ("init_checkpoint_states", wrap_init_checkpoint_states),
+        ("save_logs_and_checkpoints", wrap_save_logs_and_checkpoints),
+        ("save_best_checkpoint", wrap_save_best_checkpoint),
+    ):
+        method = getattr(cls, name)
+        if not getattr(method, _WRAPPED, False):
+            wrapped = wrap(method, lambda: _STATE.config)
+            setattr(wrapped, _WRAPPED, True)
+            setattr(cls, name, wrapped)
 
 
 # -- TSAS -------------------------------------------------------------------------------------

@@ -7,7 +7,11 @@ that ``searchgym prepare`` writes. ``python -m searchgym.trainers.openrlhf --pri
 prints this file's path.
 """
 
-from searchgym.trainers.openrlhf.agent import SearchGymAgentExecutor as AgentExecutor
-from searchgym.trainers.openrlhf.agent import SearchGymAgentInstance as AgentInstance
+from searchgym.trainers.openrlhf.advantage_hook import check_hook_ran
+
+check_hook_ran()  # a config that needs the trainer's hook fails here when the Ray job lacks it
+
+from searchgym.trainers.openrlhf.agent import SearchGymAgentExecutor as AgentExecutor  # noqa: E402
+from searchgym.trainers.openrlhf.agent import SearchGymAgentInstance as AgentInstance  # noqa: E402
 
 __all__ = ["AgentExecutor", "AgentInstance"]

@@ -35,8 +35,10 @@ from typing import Any, TextIO
 from ...envs.errors import InvalidArgumentError, SearchGymError
 from .advantage_hook import HOOK, TSAS_ESTIMATORS, needs_hook
 from .cluster import cluster_runtime_env
+from .batch_checks import check_batch_arithmetic
 from .config import AGENT_CONFIG_VARIABLE, BASEDIR_VARIABLE, RunConfig, load_run_config
 from .flags import check_flags, flatten, openrlhf_parser, to_argv
+from .resume import prepare_stores, run_stores
 
 __all__ = [
     "OPENRLHF_ENV_DEFAULTS",
@@ -139,6 +141,14 @@ def _check_plugin_flags(config: RunConfig, flat: dict[str, Any]) -> list[str]:
     return warnings
 
 
+def _check_fresh_stores(config: RunConfig, flat: dict[str, Any], basedir: str) -> None:
+    """Refuse a run that will start fresh on stores an earlier run wrote (the trainer checks again)."""
+    checkpoint = os.path.join(basedir, str(flat.get("ckpt.path") or "./ckpt/checkpoints_ppo_ray"))
+    if flat.get("ckpt.load_enable") and os.path.isdir(os.path.join(checkpoint, "_actor")):
+        return  # a resume: the trainer restores the stores to the checkpoint's step
+    prepare_stores(run_stores(config.agent), 0, checkpoint=checkpoint)
+
+
 def compose(config: RunConfig, basedir: str | None = None) -> LaunchPlan:
     """The command that runs ``config`` (see the module docstring).
 
@@ -146,6 +156,7 @@ def compose(config: RunConfig, basedir: str | None = None) -> LaunchPlan:
         UnknownNameError: an ``openrlhf`` key that is no OpenRLHF flag.
         InvalidArgumentError: a flag value OpenRLHF's parser or checks reject, or a flag
             that does not fit the agent config (e.g. TSAS under ``gae``).
+        StoreStateError: a run that starts fresh on a store an earlier run wrote.
     """
     basedir = os.path.abspath(basedir or os.getcwd())
     flat = flatten(config.openrlhf)
@@ -156,12 +167,14 @@ def compose(config: RunConfig, basedir: str | None = None) -> LaunchPlan:
     _absolute_paths(flat, basedir)
     cluster_env: dict[str, Any] = {"env_vars": {}}  # the store actor; a cluster run's shipped files
     warnings += cluster_runtime_env(config, flat, cluster_env)
+    _check_fresh_stores(config, flat, basedir)
     info = openrlhf_parser()
     argv = to_argv(flat, info)
     if info is None:
         warnings.append("searchgym: openrlhf is not installed here, so the flags were not checked.")
     else:
-        _, printed = check_flags(argv, info)
+        args, printed = check_flags(argv, info)
+        check_batch_arithmetic(args)
         warnings += [f"openrlhf: {line}" for line in printed]
 
     env_vars = {AGENT_CONFIG_VARIABLE: config.path, BASEDIR_VARIABLE: basedir}

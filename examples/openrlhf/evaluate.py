@@ -1,0 +1,68 @@
+"""Evaluate a model trained by the OpenRLHF recipe: the papers' metrics on a held-out question set.
+
+The env is the training env of the run file (protocol, reward, top-k, turns, the retrieval
+server), with the held-out questions; the policy is the saved Hugging Face model under vLLM's
+offline engine (one GPU). Without memory: this measures what the weights learned.
+
+    python examples/openrlhf/evaluate.py --model runs/lightsearcher/model --data data/musique_dev.jsonl \\
+        --retriever http://127.0.0.1:8000 --episodes 1000 --out runs/lightsearcher/eval_musique_dev.json
+    python examples/openrlhf/evaluate.py ... --dry-run   # check the run file and print the plan (CI)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--config", default="configs/openrlhf/lightsearcher.yaml", help="the run file trained"
+    )
+    parser.add_argument("--model", required=True, help="the saved model folder (openrlhf.ckpt.output_dir)")
+    parser.add_argument("--data", required=True, help="held-out questions (FlashRAG JSONL)")
+    parser.add_argument("--retriever", default="http://127.0.0.1:8000", help="the retrieval server")
+    parser.add_argument("--episodes", type=int, default=1000, help="questions to evaluate")
+    parser.add_argument("--out", type=Path, help="write the figures as JSON")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="check the run file, print the plan, run nothing"
+    )
+    args = parser.parse_args()
+
+    from searchgym.trainers.openrlhf import load_run_config
+
+    agent = load_run_config(args.config).agent
+    env_kwargs = {**agent.env_kwargs, "data_path": args.data, "retriever": args.retriever}
+    # Evaluation writes to no training store: the reward's minimum tool-call store stays in memory.
+    if isinstance(env_kwargs.get("reward_kwargs"), dict):
+        env_kwargs["reward_kwargs"] = {k: v for k, v in env_kwargs["reward_kwargs"].items() if k != "store"}
+    plan = {
+        "env_id": agent.env_id,
+        "env_kwargs": env_kwargs,
+        "policy": f"vllm:{args.model}",
+        "episodes": args.episodes,
+    }
+    print(json.dumps(plan, indent=2, default=str))
+    if args.dry_run:
+        return
+
+    import gymnasium as gym
+
+    from searchgym.policies import make_policy
+    from searchgym.policies.evaluation import evaluate
+
+    policy = make_policy(f"vllm:{args.model}", protocol=agent.protocol)
+    result = evaluate(lambda: gym.make(agent.env_id, **env_kwargs), policy, args.episodes, batch_size=64)
+    figures = result.to_dict()
+    print(json.dumps(figures, indent=2))
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"plan": plan, "result": figures}, indent=2) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

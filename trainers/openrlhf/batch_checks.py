@@ -1,0 +1,116 @@
+"""The batch and GPU arithmetic that DeepSpeed and OpenRLHF's ``train()`` assert at start-up.
+
+``flags.check_flags`` runs the checks of ``train_ppo_ray``'s ``__main__`` block; these are
+the ones that only fail once Ray has placed the actors and DeepSpeed starts (minutes into
+a run), restated here so a dry run catches them. All of them read OpenRLHF 0.11.2:
+
+- DeepSpeed (``DeepspeedStrategy``, ``get_train_ds_config``): gradient accumulation is
+  ``train.batch_size // train.micro_batch_size // dp`` and DeepSpeed asserts
+  ``train.batch_size == micro_batch_size × accumulation × dp`` with accumulation ≥ 1, where
+  ``dp`` = actor GPUs / (``ds.ring_attn_size`` × ``ds.tensor_parallel_size``);
+- ``RayActorGroup.async_run_method_batch``: the rollout batch is cut into experiences of
+  ``rollout.micro_batch_size`` samples and dealt out in equal chunks to the ``dp`` ranks. A
+  rank that gets fewer samples takes fewer optimizer steps and the others wait for it in
+  ZeRO's collectives, so every rank must get the same number of samples;
+- ``PolicyModelActor.ppo_train``: a rank steps the optimizer every ``train.batch_size / dp``
+  samples, so a rollout batch that is not a multiple of ``train.batch_size`` leaves a
+  partial step (or, when smaller, no step at all);
+- ``train()``: under ``train.colocate_all`` the vLLM engines fill the actor's GPUs exactly,
+  and colocated actor and reference groups have the same shape.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .flags import FlagError
+
+__all__ = ["check_batch_arithmetic"]
+
+
+def _get(args: Any, dotted: str, default: Any = None) -> Any:
+    node = args
+    for part in dotted.split("."):
+        node = getattr(node, part, None)
+        if node is None:
+            return default
+    return node
+
+
+def _divisors_up_to(n: int, limit: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0 and d <= limit]
+
+
+def _suggest(total: int, per: int, current: int) -> str:
+    """A value for a micro batch near ``current`` such that ``total`` splits into ``per`` × it."""
+    fits = _divisors_up_to(total // per, max(current, 1))
+    return str(fits[-1]) if fits else "1"
+
+
+def check_batch_arithmetic(args: Any) -> None:
+    """Raise :class:`FlagError` when DeepSpeed or OpenRLHF would stop the run on its batch sizes.
+
+    Args:
+        args: OpenRLHF's parsed, nested args (``check_flags``' first result).
+    """
+    actor_gpus = _get(args, "actor.num_nodes", 1) * _get(args, "actor.num_gpus_per_node", 8)
+    ring, tp = _get(args, "ds.ring_attn_size", 1), _get(args, "ds.tensor_parallel_size", 1)
+    vllm_engines = _get(args, "vllm.num_engines")
+    if not vllm_engines:
+        raise FlagError(
+            "openrlhf.vllm.num_engines is not set: the searchgym agent runs inside the vLLM engines. "
+            f"Set it, e.g. vllm.num_engines: {actor_gpus} with vllm.tensor_parallel_size: 1."
+        )
+    if actor_gpus % (ring * tp):
+        raise FlagError(
+            f"The actor's {actor_gpus} GPUs (actor.num_nodes × actor.num_gpus_per_node) do not split into groups "
+            f"of ds.ring_attn_size × ds.tensor_parallel_size = {ring * tp}; make the GPU count a multiple of it."
+        )
+    dp = actor_gpus // (ring * tp)
+    colocate_all = _get(args, "train.colocate_all", False)
+    async_enable = _get(args, "train.async_enable", False)
+    vllm_tp = _get(args, "vllm.tensor_parallel_size", 1)
+    if colocate_all and not async_enable and vllm_engines * vllm_tp != actor_gpus:
+        raise FlagError(
+            f"train.colocate_all puts the vLLM engines on the actor's {actor_gpus} GPUs, so vllm.num_engines × "
+            f"vllm.tensor_parallel_size must be {actor_gpus} (got {vllm_engines} × {vllm_tp}); e.g. "
+            f"vllm.num_engines: {actor_gpus // vllm_tp if actor_gpus % vllm_tp == 0 else actor_gpus} "
+            f"with vllm.tensor_parallel_size: {vllm_tp if actor_gpus % vllm_tp == 0 else 1}."
+        )
+    if (colocate_all or _get(args, "train.colocate_actor_ref", False)) and _get(
+        args, "algo.kl.init_coef", 0
+    ) > 0:
+        actor = (_get(args, "actor.num_nodes", 1), _get(args, "actor.num_gpus_per_node", 8))
+        ref = (_get(args, "ref.num_nodes", 1), _get(args, "ref.num_gpus_per_node", 8))
+        if actor != ref:
+            raise FlagError(
+                f"Colocated actor and reference models need the same shape: ref.num_nodes, ref.num_gpus_per_node "
+                f"= {ref[0]}, {ref[1]}, but the actor has {actor[0]}, {actor[1]}. Set ref to {actor[0]}, {actor[1]}."
+            )
+    if _get(args, "train.dynamic_batch_enable", False):
+        return  # DeepSpeed then runs with micro batch 1 and balanced partitions: none of the below
+    batch, micro = _get(args, "train.batch_size", 128), _get(args, "train.micro_batch_size", 1)
+    if batch % (micro * dp) or batch < micro * dp:
+        fix = (
+            f"Set train.micro_batch_size to {_suggest(batch, dp, micro)} (or train.batch_size to a multiple of {micro * dp})."
+            if batch % dp == 0
+            else f"Set train.batch_size to a multiple of {micro * dp}."
+        )
+        raise FlagError(
+            f"DeepSpeed needs train.batch_size = train.micro_batch_size × gradient accumulation × {dp} data-parallel "
+            f"ranks, and {batch} is not a multiple of {micro} × {dp} = {micro * dp}. {fix}"
+        )
+    rollout = _get(args, "rollout.batch_size", 1) * _get(args, "rollout.n_samples_per_prompt", 1)
+    if rollout % batch:
+        raise FlagError(
+            f"A rollout batch holds rollout.batch_size × rollout.n_samples_per_prompt = {rollout} samples, which is "
+            f"not a multiple of train.batch_size = {batch}: the actor would take a partial optimizer step (or none). "
+            f"Set train.batch_size to {rollout} (one update per rollout batch) or another divisor of {rollout}."
+        )
+    rollout_micro = _get(args, "rollout.micro_batch_size", 1)  # rollout is a multiple of dp here
+    if rollout % (rollout_micro * dp):
+        raise FlagError(
+            f"The {rollout} samples of a rollout batch are cut into experiences of rollout.micro_batch_size = "
+            f"{rollout_micro} and dealt to {dp} data-parallel ranks; unequal shares make ranks take different "
+            f"numbers of steps and hang in ZeRO. Set rollout.micro_batch_size to {_suggest(rollout, dp, rollout_micro)}."
+        )
