@@ -34,8 +34,8 @@ from typing import Any, TextIO
 
 from ...envs.errors import InvalidArgumentError, SearchGymError
 from .advantage_hook import HOOK, TSAS_ESTIMATORS, needs_hook
-from .cluster import cluster_runtime_env
 from .batch_checks import check_batch_arithmetic
+from .cluster import cluster_runtime_env
 from .config import AGENT_CONFIG_VARIABLE, BASEDIR_VARIABLE, RunConfig, load_run_config
 from .flags import check_flags, flatten, openrlhf_parser, to_argv
 from .resume import prepare_stores, run_stores

@@ -31,8 +31,8 @@ from typing import Any, Protocol
 
 from ...envs.errors import SearchGymError
 from ...memory.jsonl_format import write_atomically
-from .config import AgentConfig
 from .cluster import store_client
+from .config import AgentConfig
 
 __all__ = [
     "FileSnapshots",
