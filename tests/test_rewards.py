@@ -375,8 +375,16 @@ def test_sem_branches():
     assert sem(traj(answer("Lyon"))) == 0.0
     # a1 partial below τ (F1 = 2/3 < 0.8), no search: 0.
     assert sem(traj(answer("Paris France"))) == 0.0
-    # a1 wrong, two searches then an answer: three turns, u = 0 → 0.
-    assert sem(traj(search(answer="Lyon"), search(), answer("Paris"))) == 0.0
+    # a1 wrong, two searches then a right answer: PAPERS.md §3 allows several searches, u = 1 → 1.
+    assert sem(traj(search(answer="Lyon"), search(), answer("Paris"))) == 1.0
+    # ... three searches, partial a2: F1(a2) = 2/3.
+    assert sem(traj(search(answer="Lyon"), search(), search(), answer("Paris France"))) == pytest.approx(2 / 3)
+    # a1 right, then two searches (s = 1): 0.
+    assert sem(traj(search(answer="Paris"), search(), answer("Paris"))) == 0.0
+    # A malformed search between the first and the final answer (f = 0, u = 0): 0.
+    assert sem(traj(search(answer="Lyon"), search(ok=False), answer("Paris"))) == 0.0
+    # An invalid turn between the searches and the answer: 0.
+    assert sem(traj(search(answer="Lyon"), invalid(), answer("Paris"))) == 0.0
     # Malformed second turn (f = 0): 0.
     assert sem(traj(search(answer="Lyon"), answer("Paris", ok=False))) == 0.0
     # Truncated after the search: no final answer (f = 0) → 0.
