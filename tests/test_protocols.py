@@ -354,7 +354,9 @@ def test_sem_second_turn_is_one_pair_or_another_search():
     assert protocol.parse("<think>need the city</think><search>2003 NHL Entry Draft</search>", 1) == Action(
         kind="search", query="2003 NHL Entry Draft", think_blocks=1
     )
-    assert protocol.parse("<search>q2</search><result>made up</result>", 2) == Action(kind="search", query="q2")
+    assert protocol.parse("<search>q2</search><result>made up</result>", 2) == Action(
+        kind="search", query="q2"
+    )
     answer_then_search = protocol.parse("<think>t</think><answer>a</answer><search>q</search>", 1)
     assert answer_then_search.kind == "invalid" and "no <answer> before it" in answer_then_search.error
     two_pairs = protocol.parse("<think>t</think><answer>a</answer><think>u</think><answer>b</answer>", 1)
