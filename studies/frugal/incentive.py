@@ -368,17 +368,22 @@ def run(
     """Entry point of ``searchgym study`` for this folder: run, then write the report files."""
     import json
 
-    from report import write_report
+    from report import update_findings, write_report
 
     study = load_study(config)
     out = Path(output_dir or Path(study["_dir"]) / study.get("output_dir", "results"))
     out.mkdir(parents=True, exist_ok=True)
     results = run_study(study, arms, seeds)
     wall = results.pop("_wall_s")
-    with open(out / "results.json", "w") as f:
-        json.dump(results, f, indent=1, sort_keys=True)
-        f.write("\n")
-    write_report(results, out)
+    text = json.dumps(results, indent=1) + "\n"
+    (out / "results.json").write_text(text)
+    write_report(json.loads(text), out)  # from the file's content, as a reader regenerates it
+    page = Path(study["_dir"]) / "README.md"
+    if (
+        out.resolve() == (Path(study["_dir"]) / study.get("output_dir", "results")).resolve()
+        and page.is_file()
+    ):
+        update_findings(json.loads(text), page)  # the committed results: the findings page quotes them
     print((out / "results.md").read_text())
     print(f"{len(results['arms'])} arms in {wall:.0f} s; results in {out}", file=sys.stderr)
     return 0

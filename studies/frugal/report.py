@@ -14,7 +14,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["render_markdown", "plot_sweep", "write_report"]
+__all__ = ["render_markdown", "render_findings_block", "update_findings", "plot_sweep", "write_report"]
+
+BEGIN, END = "<!-- generated from results/results.json by report.py -->", "<!-- end of generated -->"
+
+STATES = ("1-hop, unknown", "1-hop, name", "2-hop, unknown", "2-hop, name")  # agent.STATES, in order
 
 _COLUMNS = (("EM", "em"), ("ST", "st"), ("SR known", "sr_known"), ("SR unknown", "sr_unknown"),
             ("EM known", "em_known"), ("EM unknown", "em_unknown"))  # fmt: skip
@@ -38,7 +42,7 @@ def _arm_table(arms: dict[str, Any], sampled: bool) -> list[str]:
 
 
 def _policy_table(arms: dict[str, Any]) -> list[str]:
-    states = list(next(iter(arms.values()))["seeds"][0]["policy"])
+    states = [s for s in STATES if s in next(iter(arms.values()))["seeds"][0]["policy"]]
     lines = ["| arm | " + " | ".join(states) + " |", "|---|" + "---|" * len(states)]
     for name, arm in arms.items():
         cells = []
@@ -90,6 +94,12 @@ def render_markdown(results: dict[str, Any]) -> str:
         f"{settings['train']['questions_per_step']} questions x G = {settings['train']['group_size']}. "
         "EM and SR in %, ST in searches per question.",
         "",
+        "## Skills (the model the decisions are trained for)",
+        "",
+        "| " + " | ".join(settings["skills"]) + " |",
+        "|" + "---|" * len(settings["skills"]),
+        "| " + " | ".join(f"{v:g}" for v in settings["skills"].values()) + " |",
+        "",
         "## Greedy evaluation (argmax decision, greedy recollection)",
         "",
         *_arm_table(arms, sampled=False),
@@ -123,6 +133,22 @@ def render_markdown(results: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def render_findings_block(results: dict[str, Any]) -> str:
+    """The findings page's generated part: both arm tables, the targets and the policies."""
+    body = render_markdown(results).split("\n")
+    start = next(i for i, line in enumerate(body) if line.startswith("Mean over seeds"))
+    lines = [line.replace("## ", "### ", 1) if line.startswith("## ") else line for line in body[start:]]
+    return "\n".join([BEGIN, *lines, END])
+
+
+def update_findings(results: dict[str, Any], page: Path) -> None:
+    """Replace the generated part of the findings page (between the markers) in place."""
+    text = page.read_text()
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    page.write_text(head + render_findings_block(results) + tail)
+
+
 def plot_sweep(results: dict[str, Any], path: Path) -> None:
     """Known-question search rate and EM against recall accuracy, one line per scheme."""
     import matplotlib
@@ -133,11 +159,13 @@ def plot_sweep(results: dict[str, Any], path: Path) -> None:
     sweep = results["sweep"]
     arms = list(dict.fromkeys(row["arm"] for row in sweep))
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for arm in arms:
+    styles = ["-", "--", ":", "-."]
+    for i, arm in enumerate(arms):
         rows = sorted((r for r in sweep if r["arm"] == arm), key=lambda r: r["recall"])
         xs = [r["recall"] for r in rows]
-        axes[0].plot(xs, [r["sr_known"] for r in rows], marker="o", label=arm)
-        axes[1].plot(xs, [r["em"] for r in rows], marker="o", label=arm)
+        style = {"marker": "os^vDx*"[i % 7], "linestyle": styles[i % 4], "label": arm, "alpha": 0.8}
+        axes[0].plot(xs, [r["sr_known"] for r in rows], **style)
+        axes[1].plot(xs, [r["em"] for r in rows], **style)
     axes[0].set(
         xlabel="recall accuracy on known facts", ylabel="known questions searched (%)", ylim=(-3, 103)
     )
@@ -159,4 +187,7 @@ def write_report(results: dict[str, Any], out: Path) -> None:
 if __name__ == "__main__":
     folder = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).with_name("results"))
     with open(folder / "results.json") as f:
-        write_report(json.load(f), folder)
+        results = json.load(f)
+    write_report(results, folder)
+    if len(sys.argv) == 1:  # the committed results: the findings page quotes them
+        update_findings(results, Path(__file__).with_name("README.md"))
