@@ -117,6 +117,7 @@ def test_sem_agent_searches_several_times_after_its_first_answer():
 # -- the study -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_run_is_a_pure_function_of_arm_and_seed(study):
     small = {**study, "train": {**study["train"], "steps": 15}, "eval": {"samples": 1}}
     first = run_one(small, "lightsearcher", 3)
@@ -150,12 +151,14 @@ def test_committed_tables_match_the_committed_json(committed):
     assert render_findings_block(committed) in (FOLDER / "README.md").read_text()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arm, seed", [("sem", 0), ("light_search_eq2", 7)])
 def test_a_committed_seed_is_reproduced_bit_for_bit(committed, study, arm, seed):
     rerun = run_one(study, arm, seed)
     assert rerun == next(s for s in committed["arms"][arm]["seeds"] if s["seed"] == seed)
 
 
+@pytest.mark.slow
 def test_searchgym_study_runs_a_study_folder(tmp_path, study):
     from searchgym.cli import main
 
@@ -186,3 +189,12 @@ def test_searchgym_study_runs_a_study_folder(tmp_path, study):
     assert list(results["arms"]) == ["f1", "sem"] and results["arms"]["sem"]["seeds"][0]["seed"] == 0
     assert "sweep" not in results  # a subset runs no sweep
     assert (out / "results.md").read_text() == render_markdown(results)
+
+
+def test_searchgym_study_names_a_missing_runner(tmp_path):
+    from searchgym.cli import main
+
+    config = tmp_path / "study.yaml"
+    config.write_text("runner: nowhere.py\narms: {f1: {}}\n")
+    with pytest.raises(SystemExit, match="nowhere.py"):
+        main(["study", "--config", str(config)])

@@ -12,12 +12,15 @@ import sys
 from pathlib import Path
 
 NAME = "study"
-HELP = "run a study (several GRPO arms x seeds, each warm-started and evaluated) from a YAML file"
+HELP = "run a study from a YAML file: a study folder's runner (studies/frugal), or the tiny-LM arms x seeds"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--config", required=True, type=Path, help="study file (e.g. configs/synthetic/study.yaml)"
+        "--config",
+        required=True,
+        type=Path,
+        help="study file (studies/frugal/incentive.yaml, or the tiny-LM study configs/synthetic/study.yaml)",
     )
     parser.add_argument("--seeds", type=int, nargs="+", help="run only these seeds (default: the file's)")
     parser.add_argument("--arms", nargs="+", help="run only these arms (default: all of the file's)")
