@@ -34,8 +34,25 @@ from searchgym.envs.synthetic_env import SyntheticFactsEnv  # noqa: E402
 
 __all__ = ["load_study", "run_one", "run_study", "aggregate", "check_targets", "FIGURES"]
 
-FIGURES = ("em", "f1", "st", "sr", "sr_known", "sr_unknown", "em_known", "em_unknown")
-"""The figures of one evaluation: percentages, except ``st`` (mean searches per question)."""
+FIGURES = (
+    "em",
+    "f1",
+    "st",
+    "sr",
+    "sr_known",
+    "sr_unknown",
+    "em_known",
+    "em_unknown",
+    "named_unknown",
+    "unnamed_known",
+)
+"""The figures of one evaluation: percentages, except ``st`` (mean searches per question).
+
+``named_unknown`` is the share of unknown one-hop questions whose recollection names
+somebody (a policy that answers after a name answers them, wrongly), and
+``unnamed_known`` the share of known questions whose recollection is "unknown" (a policy
+that searches after "unknown" searches them): what the model's skills, not the scheme,
+decide."""
 
 
 def load_study(path: str | Path) -> dict[str, Any]:
@@ -111,12 +128,16 @@ def _figures(episodes: list[dict[str, Any]]) -> dict[str, float]:
         "sr_unknown": _percent([e["searches"] > 0 for e in unknown]),
         "em_known": _percent([e["em"] for e in known]),
         "em_unknown": _percent([e["em"] for e in unknown]),
+        "named_unknown": _percent([e["named"] for e in unknown if e["hops"] == 1]),
+        "unnamed_known": _percent([not e["named"] for e in known]),
     }
 
 
 def _episode(agent: SkillAgent, index: int, action: int, recalled: str | None, chain: list) -> dict[str, Any]:
     reward, info = agent.play(index, action, recalled, chain)
     return {
+        "named": recalled is not None,
+        "hops": len(chain),
         "reward": reward,
         "searches": info["num_searches"],
         "reasoning": info["reasoning_steps"],

@@ -21,7 +21,8 @@ BEGIN, END = "<!-- generated from results/results.json by report.py -->", "<!-- 
 STATES = ("1-hop, unknown", "1-hop, name", "2-hop, unknown", "2-hop, name")  # agent.STATES, in order
 
 _COLUMNS = (("EM", "em"), ("ST", "st"), ("SR known", "sr_known"), ("SR unknown", "sr_unknown"),
-            ("EM known", "em_known"), ("EM unknown", "em_unknown"))  # fmt: skip
+            ("EM known", "em_known"), ("EM unknown", "em_unknown"),
+            ("named, unknown 1-hop", "named_unknown"), ("unknown, known", "unnamed_known"))  # fmt: skip
 
 
 def _cell(mean: float, half: float | None, digits: int) -> str:
@@ -92,7 +93,9 @@ def render_markdown(results: dict[str, Any]) -> str:
         f"Mean over seeds ± the half-width of the 95% t-interval, on the held-out questions "
         f"(split by fact). {settings['train']['steps']} GRPO steps of "
         f"{settings['train']['questions_per_step']} questions x G = {settings['train']['group_size']}. "
-        "EM and SR in %, ST in searches per question.",
+        "EM and SR in %, ST in searches per question. The last two columns are the model's "
+        "recollections, not its choices: the share of unknown one-hop questions it names somebody "
+        'for, and of known questions it says "unknown" to.',
         "",
         "## Skills (the model the decisions are trained for)",
         "",
