@@ -141,6 +141,17 @@ def test_oracle_under_sem_searches_each_unknown_fact_after_its_first_answer(worl
     assert two_unknown > 0  # the world does hold such questions, so the branch ran
 
 
+def test_sem_max_searches_bounds_the_searches_after_the_first_answer(world):
+    # max_searches=1: the oracle's second search on a two-unknown chain is refused, which
+    # truncates the episode (no final answer, so SEM's f = 0 and R = 0).
+    env = gym.make(ENV_ID, protocol="sem", reward="sem", max_searches=1)
+    oracle = make_policy("oracle_synthetic", protocol="sem", world=world)
+    index = next(i for i, q in enumerate(world.questions) if sum(not f.known for f in world.chain(q.id)) == 2)
+    info, reward, terminated = play(env, oracle, index)
+    assert not terminated and info["num_searches"] == 1 and reward == 0.0
+    assert "limit of 1 searches" in info["error"]
+
+
 def test_make_policy_returns_each_class_with_its_name(world):
     assert isinstance(make_policy("direct"), DirectPolicy)
     assert isinstance(make_policy("naive_rag"), NaiveRAGPolicy)
