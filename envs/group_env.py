@@ -26,14 +26,14 @@ from gymnasium.utils import seeding
 from .errors import InvalidArgumentError, SearchGymError, did_you_mean
 from .records import Doc, Question
 from .registration import check_env_id
-from .rewards import check_number, otc_grpo_tool_rewards, tsas_advantages, tsas_stage
+from .rewards import TSAS_VARIANTS, check_number, otc_grpo_tool_rewards, tsas_advantages, tsas_stage
 from .rewards.outcome import check_outcome
 from .search_env import SearchQAEnv
 
 __all__ = ["GROUP_SCHEMES", "group_parallel_env"]  # and GroupParallelEnv, built on first use
 
 GROUP_SCHEMES: dict[str, dict[str, object]] = {
-    "tsas": {"stage": None, "warmup_steps": 150, "alpha": 0.01},
+    "tsas": {"stage": None, "warmup_steps": 150, "alpha": 0.01, "variant": "eq4"},
     "otc": {"c": 1.0, "outcome": "em", "threshold": 1.0},
     "mean_baseline": {},
 }
@@ -81,6 +81,10 @@ def _check_scheme(scheme: object, scheme_kwargs: object) -> tuple[str | None, di
             raise InvalidArgumentError(f"scheme_kwargs['stage'] must be 1, 2 or None, got {stage!r}.")
         tsas_stage(0, params["warmup_steps"])  # raises on a bad warmup_steps
         params["alpha"] = check_number("scheme_kwargs['alpha']", params["alpha"])
+        if params["variant"] not in TSAS_VARIANTS:
+            raise InvalidArgumentError(
+                f"scheme_kwargs['variant'] must be one of {', '.join(TSAS_VARIANTS)}, got {params['variant']!r}."
+            )
     elif scheme == "otc":
         params["c"] = check_number("scheme_kwargs['c']", params["c"], low=0.0)
         if params["c"] == 0.0:
@@ -157,6 +161,8 @@ class _GroupCore:
       2, fixed), or ``warmup_steps`` (default 150): stage 1 while ``group_step <
       warmup_steps``, where ``group_step`` counts resets (0 for the first group); assign
       ``env.group_step`` to follow a trainer's own step count instead. ``alpha`` (0.01).
+      ``variant``: ``"eq4"`` (Eq. 4 as printed, default) or ``"eq2"`` (PAPERS.md §2's
+      Eq. 2-faithful stage 2, which charges searches to successful rollouts only).
     * ``"otc"``: ``s_i × otc_grpo_tool_rewards(searches, s >= threshold, c)[i]`` with
       ``s_i`` the rollout's EM (``outcome="em"``, default) or F1; ``threshold`` (1.0)
       decides correctness and ``c`` (1.0) is OTC's smoothing constant. A baseline.
@@ -352,9 +358,10 @@ class _GroupCore:
             stage = params["stage"] or tsas_stage(self.group_step, params["warmup_steps"])
             searches = [info["num_searches"] for info in infos]
             reasoning = [info["reasoning_steps"] for info in infos]
-            return tsas_advantages(self._raw, searches, reasoning, stage, params["alpha"]), {
-                "tsas_stage": stage
-            }
+            shaped = tsas_advantages(
+                self._raw, searches, reasoning, stage, params["alpha"], params["variant"]
+            )
+            return shaped, {"tsas_stage": stage}
         if self.group_scheme == "otc":
             scores = [float(info[params["outcome"]]) for info in infos]
             correct = [score >= params["threshold"] for score in scores]

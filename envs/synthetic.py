@@ -14,6 +14,10 @@ Independent sub-generators are used per stage (names, structure, known flags, qu
 so changing ``known_fraction`` keeps the facts and raising it only adds known facts, and
 changing ``two_hop_fraction`` or ``num_questions`` keeps the facts and their flags.
 
+``known_two_hop=False`` keeps every two-hop question out of the known split: a two-hop
+question is drawn only from chains with at least one unknown fact, so "known" means a
+single memorised fact, and answering it from memory needs no chaining.
+
 ``known_by`` sets what a flag is drawn for: each fact (default), or each subject, so that
 all facts about an entity are known or none are, as a language model knows popular
 entities and not obscure ones. A tiny model learns to tell the second kind apart far
@@ -384,6 +388,7 @@ def _build_world(
     two_hop_fraction: float,
     cap: int | None,
     known_by: str = "fact",
+    known_two_hop: bool = True,
 ) -> SyntheticWorld:
     names = make_names(seed, dict(zip(KINDS, counts, strict=True)))
     known_rng = random.Random(f"synthetic-facts/{seed}/known")
@@ -403,7 +408,8 @@ def _build_world(
     one_hop = [
         (RELATIONS[f.relation].question_text(f.subject, _variant(rng, f.relation)), (f,)) for f in facts
     ]
-    two_hop = [(two_hop_question(f, g, _variant(rng, g.relation)), (f, g)) for f, g in two_hop_chains(facts)]
+    pairs = [(f, g) for f, g in two_hop_chains(facts) if known_two_hop or not (f.known and g.known)]
+    two_hop = [(two_hop_question(f, g, _variant(rng, g.relation)), (f, g)) for f, g in pairs]
     n_one, n_two = _question_mix(len(one_hop), len(two_hop), two_hop_fraction, cap)
     picked = rng.sample(one_hop, n_one) + rng.sample(two_hop, n_two)
     rng.shuffle(picked)
@@ -459,6 +465,7 @@ def generate_world(
     two_hop_fraction: float = 0.3,
     num_questions: int | None = None,
     known_by: str = "fact",
+    known_two_hop: bool = True,
 ) -> SyntheticWorld:
     """Generate (or fetch from the cache) the SyntheticFacts world of ``seed``.
 
@@ -486,6 +493,12 @@ def generate_world(
         two_hop_fraction: Share of two-hop questions among the questions.
         num_questions: Upper bound on the number of questions; None keeps the most the mix
             allows (every fact as a one-hop question when two-hop candidates suffice).
+        known_two_hop: True (default): a two-hop question whose two facts are both known
+            is in the known split, so answering it from memory needs the model to chain
+            two recollections. False: such chains are not drawn, so every two-hop question
+            is unknown (it has at least one unknown fact) and the known split holds
+            one-hop questions only. The studies set it False, so that a known question is
+            one a model can answer by recalling one fact.
 
     Returns:
         The world; equal arguments return the same cached, immutable object.
@@ -515,4 +528,8 @@ def generate_world(
         raise InvalidArgumentError(
             f"generate_world: known_by must be one of {', '.join(map(repr, KNOWN_BY))}; got {known_by!r}."
         )
-    return _cached_world(seed, counts, known, two_hop, cap, known_by)
+    if not isinstance(known_two_hop, bool):
+        raise InvalidArgumentError(
+            f"generate_world: known_two_hop must be True or False; got {known_two_hop!r}."
+        )
+    return _cached_world(seed, counts, known, two_hop, cap, known_by, known_two_hop)

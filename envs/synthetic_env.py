@@ -14,22 +14,30 @@ from .rewards import RewardScheme
 from .search_env import SearchQAEnv, check_retriever_kwargs
 from .synthetic import SyntheticWorld, generate_world
 
-__all__ = ["SyntheticFactsEnv", "split_questions", "SPLITS"]
+__all__ = ["SyntheticFactsEnv", "split_questions", "SPLITS", "SPLIT_BY"]
 
 SPLITS = ("all", "train", "eval")
+SPLIT_BY = ("question", "fact")
 
 
 def split_questions(
-    world: SyntheticWorld, split: str = "all", eval_fraction: float = 0.25
+    world: SyntheticWorld, split: str = "all", eval_fraction: float = 0.25, split_by: str = "question"
 ) -> tuple[Question, ...]:
     """The questions of ``split``: ``"all"``, or a seeded train/eval partition of them.
 
     ``eval`` takes ``round(eval_fraction * n)`` questions drawn at random (seeded by the
     world's seed) and ``train`` the rest, so the two never share a question and every run
     on the same world draws the same partition.
+
+    With ``split_by="fact"`` the partition is held out by fact: ``eval`` is drawn as above,
+    and ``train`` keeps only the other questions none of whose facts is a hop of an eval
+    question, so no held-out fact is ever seen in training (a two-hop eval question then
+    also removes the one-hop questions about its two facts from ``train``).
     """
     if split not in SPLITS:
         raise InvalidArgumentError(f"split must be one of {', '.join(SPLITS)}; got {split!r}.")
+    if split_by not in SPLIT_BY:
+        raise InvalidArgumentError(f"split_by must be one of {', '.join(SPLIT_BY)}; got {split_by!r}.")
     if (
         isinstance(eval_fraction, bool)
         or not isinstance(eval_fraction, (int, float))
@@ -46,6 +54,9 @@ def split_questions(
             f"eval_fraction={eval_fraction} leaves the train or eval split of {len(order)} questions empty."
         )
     chosen = sorted(order[:cut] if split == "eval" else order[cut:])
+    if split == "train" and split_by == "fact":
+        held_out = {fact for i in order[:cut] for fact in world.chains[i]}
+        chosen = [i for i in chosen if not held_out.intersection(world.chains[i])]
     return tuple(world.questions[i] for i in chosen)
 
 
@@ -66,7 +77,9 @@ class SyntheticFactsEnv(SearchQAEnv):
     ## Arguments
     world_seed: seed of the world generator (default 0). The episode seed given to
         ``reset`` only picks questions. world_kwargs: passed to ``generate_world`` (sizes,
-        ``known_fraction``, ``two_hop_fraction``, ``num_questions``).
+        ``known_fraction``, ``two_hop_fraction``, ``num_questions``, ``known_by``, and
+        ``known_two_hop``: False keeps two-hop questions out of the known split, so a
+        known question needs one recalled fact and no chaining; the studies set it).
     retriever: ``"bm25"`` (default), another backend name (``"simulated"``: documents
         written from the world by :class:`~searchgym.envs.retrieval.simulated.SyntheticDocGenerator`
         unless ``retriever_kwargs`` names a generator, model or base_url), or a
@@ -74,8 +87,17 @@ class SyntheticFactsEnv(SearchQAEnv):
         ``{"noise_prob": 0.3}``). split: ``"all"`` (default), ``"train"`` or ``"eval"``, a
     seeded partition of the questions (:func:`split_questions`) so that a policy can be
     trained on one part and evaluated on held-out questions of the same world;
-    eval_fraction: the eval part's share (default 0.25). Other arguments as
+    eval_fraction: the eval part's share (default 0.25). split_by: ``"question"``
+    (default: held out by question, so an eval two-hop question may chain facts that
+    training questions ask about) or ``"fact"`` (held out by fact: no fact of an eval
+    question is a hop of any training question; the studies use it). Other arguments as
     :class:`SearchQAEnv`.
+
+    ## Evaluation
+    A policy trained by sampling (GRPO samples rollouts at temperature 1) is a different
+    policy when decoded greedily. Report both: greedy (``temperature=0``) and at the
+    training temperature, e.g. ``searchgym eval --policy "hf:DIR?temperature=1.0"``
+    with several episode seeds. The incentive study (``studies/frugal``) reports both.
 
     ## Version History
     * v0: initial version.
@@ -98,10 +120,11 @@ class SyntheticFactsEnv(SearchQAEnv):
         instructions: str | None = None,
         split: str = "all",
         eval_fraction: float = 0.25,
+        split_by: str = "question",
     ):
         self.world: SyntheticWorld = generate_world(world_seed, **dict(world_kwargs or {}))
         self.split = split
-        questions = split_questions(self.world, split, eval_fraction)
+        questions = split_questions(self.world, split, eval_fraction, split_by)
         options = check_retriever_kwargs(retriever, retriever_kwargs)
         if retriever == "simulated" and not {"generator", "model", "base_url"} & options.keys():
             from .retrieval.simulated import SyntheticDocGenerator

@@ -43,9 +43,9 @@ class _ScriptedPolicy(Policy):
     def _search(self, query: str, guess: str, reason: str, history: str) -> str:
         if self.protocol.name != "sem":
             return self.protocol.write_action(query=query, think=reason)
-        # SEM's template: a first answer before the one search it allows; none after it.
+        # SEM's template: a first answer before the first search; later searches carry none.
         if history.strip():
-            return self._answer(guess, "I may search only once; this is my best answer.")
+            return self.protocol.write_action(query=query, think=reason, first=False)  # type: ignore[call-arg]
         return self.protocol.write_action(query=query, answer=guess, think=reason)
 
 

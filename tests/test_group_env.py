@@ -241,6 +241,25 @@ def test_tsas_stage_switches_after_warmup_resets():
     assert infos["rollout_0"]["tsas_stage"] == 1
 
 
+def test_tsas_eq2_variant_charges_searches_to_rollouts_above_the_mean():
+    env = make(2, "tsas", {"stage": 2, "variant": "eq2"})
+    world = env.envs[0].unwrapped.world
+    policies = [make_policy("oracle_synthetic", world=world), make_policy("naive_rag")]
+    differs = 0
+    for seed in range(6):
+        _, infos, totals = run_group(env, policies, seed=seed)
+        agents = env.possible_agents
+        f1 = [infos[a]["f1"] for a in agents]
+        searches = [infos[a]["num_searches"] for a in agents]
+        reasoning = [infos[a]["reasoning_steps"] for a in agents]
+        expected = tsas_advantages(f1, searches, reasoning, 2, 0.01, "eq2")
+        assert [totals[a] for a in agents] == pytest.approx(expected, abs=1e-12)
+        differs += expected != pytest.approx(tsas_advantages(f1, searches, reasoning, 2, 0.01, "eq4"))
+    assert differs  # some group tells the two readings apart, so the variant really reached the env
+    with pytest.raises(InvalidArgumentError, match="variant"):
+        make(2, "tsas", {"variant": "eq5"})
+
+
 def test_otc_with_f1_outcome_and_threshold():
     # One rollout answers right with no search, one answers "zzz": scores s = [1, 0]; with
     # threshold 0.5 rollout_0 is correct, n = 0, r_tool(0) = 1 -> rewards [1 * 1, 0 * 1] = [1, 0].

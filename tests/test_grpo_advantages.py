@@ -63,6 +63,14 @@ def test_tsas_stage_two_by_hand():
     assert tsas(FIGURES, step=150, warmup_steps=150) == pytest.approx([0.658188, -0.438771], abs=1e-6)
 
 
+def test_tsas_eq2_variant_by_hand_and_through_group_advantages():
+    # Eq. 2 reading (PAPERS.md §2): σ+ = max(0, ±0.122459); A1 = 0.5 − 0.122459 · 1.291759
+    # = 0.5 − 0.158188 = 0.341812; A2 = −0.5 (σ+ = 0).
+    assert tsas(FIGURES, step=150, variant="eq2") == pytest.approx([0.341812, -0.5], abs=1e-6)
+    got = group_advantages("tsas", FIGURES, step=150, tsas_variant="eq2")
+    assert got == pytest.approx([0.341812, -0.5], abs=1e-6)
+
+
 def test_tsas_switches_stage_exactly_at_the_warmup_step():
     stage1, stage2 = [1.204133, -0.5], [0.658188, -0.438771]
     assert tsas(FIGURES, step=9, warmup_steps=10) == pytest.approx(stage1, abs=1e-6)

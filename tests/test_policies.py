@@ -125,23 +125,31 @@ def test_oracle_searches_once_per_unknown_fact_and_always_answers_right(protocol
         assert info["em"] == 1.0, question
 
 
-def test_oracle_under_sem_fails_exactly_when_two_facts_are_unknown(world):
-    # SEM allows one search, so a two-hop chain with both facts unknown cannot be solved:
-    # after its one search the oracle answers "unknown", in a well-formed turn.
-    env = gym.make(ENV_ID, protocol="sem")
+def test_oracle_under_sem_searches_each_unknown_fact_after_its_first_answer(world):
+    # SEM allows several searches after the first answer (PAPERS.md §3, corrected), so a
+    # two-hop chain with both facts unknown is solved with two searches.
+    env = gym.make(ENV_ID, protocol="sem", reward="sem")
     oracle = make_policy("oracle_synthetic", protocol="sem", world=world)
     two_unknown = 0
     for index, question in enumerate(world.questions):
         unknown_facts = sum(not fact.known for fact in world.chain(question.id))
-        info, _, terminated = play(env, oracle, index)
-        assert terminated
-        assert info["num_searches"] == min(unknown_facts, 1), question
-        if unknown_facts >= 2:
-            two_unknown += 1
-            assert info["em"] == 0.0 and info["format_ok"], question
-        else:
-            assert info["em"] == 1.0 and info["format_ok"], question
+        info, reward, terminated = play(env, oracle, index)
+        assert terminated and info["format_ok"], question
+        assert info["num_searches"] == unknown_facts, question
+        assert info["em"] == 1.0 and reward == 1.0, question
+        two_unknown += unknown_facts >= 2
     assert two_unknown > 0  # the world does hold such questions, so the branch ran
+
+
+def test_sem_max_searches_bounds_the_searches_after_the_first_answer(world):
+    # max_searches=1: the oracle's second search on a two-unknown chain is refused, which
+    # truncates the episode (no final answer, so SEM's f = 0 and R = 0).
+    env = gym.make(ENV_ID, protocol="sem", reward="sem", max_searches=1)
+    oracle = make_policy("oracle_synthetic", protocol="sem", world=world)
+    index = next(i for i, q in enumerate(world.questions) if sum(not f.known for f in world.chain(q.id)) == 2)
+    info, reward, terminated = play(env, oracle, index)
+    assert not terminated and info["num_searches"] == 1 and reward == 0.0
+    assert "limit of 1 searches" in info["error"]
 
 
 def test_make_policy_returns_each_class_with_its_name(world):

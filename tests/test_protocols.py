@@ -344,15 +344,34 @@ def test_sem_several_pairs_count_for_the_t_indicator():
     assert SEMProtocol().parse(text, 0) == Action(kind="answer", answer="1", think_blocks=2, answer_blocks=2)
 
 
-def test_sem_second_turn_is_one_pair():
+def test_sem_second_turn_is_one_pair_or_another_search():
     protocol = SEMProtocol()
     assert protocol.parse("<think>found it</think><answer>\\boxed{Nashville}</answer>", 1) == Action(
         kind="answer", answer="Nashville", think_blocks=1, answer_blocks=1
     )
-    second_search = protocol.parse("<think>t</think><answer>a</answer><search>q</search>", 1)
-    assert second_search.kind == "invalid" and "one search" in second_search.error
+    # PAPERS.md §3 (corrected): more searches may follow, with or without a think first, as in
+    # SEM's Redenbach example (sem.txt, Table 4).
+    assert protocol.parse("<think>need the city</think><search>2003 NHL Entry Draft</search>", 1) == Action(
+        kind="search", query="2003 NHL Entry Draft", think_blocks=1
+    )
+    assert protocol.parse("<search>q2</search><result>made up</result>", 2) == Action(
+        kind="search", query="q2"
+    )
+    answer_then_search = protocol.parse("<think>t</think><answer>a</answer><search>q</search>", 1)
+    assert answer_then_search.kind == "invalid" and "no <answer> before it" in answer_then_search.error
     two_pairs = protocol.parse("<think>t</think><answer>a</answer><think>u</think><answer>b</answer>", 1)
     assert two_pairs.kind == "invalid" and two_pairs.think_blocks == 2 and two_pairs.answer_blocks == 2
+    empty = protocol.parse("<think>t</think><search> </search>", 1)
+    assert empty.kind == "invalid" and "empty" in empty.error
+
+
+def test_sem_write_action_later_search_round_trips():
+    protocol = SEMProtocol()
+    text = protocol.write_action(query="q2", think="t", first=False)
+    assert text == "<think>t</think>\n<search>q2</search>"
+    assert protocol.parse(text, 1) == Action(kind="search", query="q2", think_blocks=1)
+    with pytest.raises(InvalidArgumentError, match="no answer"):
+        protocol.write_action(query="q2", answer="a", first=False)
 
 
 @pytest.mark.parametrize(

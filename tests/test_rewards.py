@@ -389,8 +389,18 @@ def test_sem_branches():
     assert sem(traj(answer("Lyon"))) == 0.0
     # a1 partial below τ (F1 = 2/3 < 0.8), no search: 0.
     assert sem(traj(answer("Paris France"))) == 0.0
-    # a1 wrong, two searches then an answer: three turns, u = 0 → 0.
-    assert sem(traj(search(answer="Lyon"), search(), answer("Paris"))) == 0.0
+    # a1 wrong, two searches then a right answer: PAPERS.md §3 allows several searches, u = 1 → 1.
+    assert sem(traj(search(answer="Lyon"), search(), answer("Paris"))) == 1.0
+    # ... three searches, partial a2: F1(a2) = 2/3.
+    assert sem(traj(search(answer="Lyon"), search(), search(), answer("Paris France"))) == pytest.approx(
+        2 / 3
+    )
+    # a1 right, then two searches (s = 1): 0.
+    assert sem(traj(search(answer="Paris"), search(), answer("Paris"))) == 0.0
+    # A malformed search between the first and the final answer (f = 0, u = 0): 0.
+    assert sem(traj(search(answer="Lyon"), search(ok=False), answer("Paris"))) == 0.0
+    # An invalid turn between the searches and the answer: 0.
+    assert sem(traj(search(answer="Lyon"), invalid(), answer("Paris"))) == 0.0
     # Malformed second turn (f = 0): 0.
     assert sem(traj(search(answer="Lyon"), answer("Paris", ok=False))) == 0.0
     # Truncated after the search: no final answer (f = 0) → 0.
@@ -485,6 +495,34 @@ def test_tsas_stage_two():
     assert got == pytest.approx([0.566684, -0.432149, 0.0], abs=1e-6)
     # α only enters stage 1.
     assert tsas_advantages([1, 0, 0.5], [1, 0, 3], [2, 1, 0], stage=2, alpha=5.0) == pytest.approx(got)
+
+
+def test_tsas_eq2_variant_stage_two():
+    # PAPERS.md §2, Eq. 2 variant: σ+ = max(0, sigmoid(A+) - 0.5); A = A+ - σ+·(S+ + T+).
+    # Same group as above. i=1: σ+ = 0.122459, S+ + T+ = -0.554072 + 1.098612 = 0.544540,
+    #      A = 0.5 - 0.066684 = 0.433316.
+    # i=2: σ+ = max(0, -0.122459) = 0 → A = A+ = -0.5.   i=3: σ+ = 0 → 0.
+    got = tsas_advantages([1, 0, 0.5], [1, 0, 3], [2, 1, 0], stage=2, variant="eq2")
+    assert got == pytest.approx([0.433316, -0.5, 0.0], abs=1e-6)
+    # Stage 1 is the same in both readings.
+    assert tsas_advantages([1, 0, 0.5], [1, 0, 3], [2, 1, 0], stage=1, variant="eq2") == pytest.approx(
+        [1.204133, -0.493069, 1.386294], abs=1e-6
+    )
+
+
+def test_tsas_readings_disagree_on_a_right_search_against_a_right_direct_answer():
+    # R = [1, 1, 0], S = [0, 1, 1], T = [1, 1, 1]: A+ = [1/3, 1/3, -2/3], std(S) = 0.471405,
+    # σ(1/3) - 0.5 = 0.082570, S+ = [-0.471405, 0.221742, 0.221742], T+ = ln 2 = 0.693147.
+    # Eq. 4: A1 = 1/3 + 0.082570·0.221742 = 0.351643; A2 = 1/3 + 0.082570·0.914889 = 0.408876;
+    #        A3 = -2/3 + (0.339244 - 0.5)·0.914889 = -0.813741 → the search outranks.
+    # Eq. 2: A1 = 1/3 - 0.018309 = 0.315024; A2 = 1/3 - 0.075543 = 0.257791; A3 = -2/3
+    #        → the direct answer outranks.
+    eq4 = tsas_advantages([1, 1, 0], [0, 1, 1], [1, 1, 1], stage=2)
+    eq2 = tsas_advantages([1, 1, 0], [0, 1, 1], [1, 1, 1], stage=2, variant="eq2")
+    assert eq4 == pytest.approx([0.351643, 0.408876, -0.813741], abs=1e-6)
+    assert eq2 == pytest.approx([0.315024, 0.257791, -0.666667], abs=1e-6)
+    with pytest.raises(InvalidArgumentError, match="variant"):
+        tsas_advantages([1], [0], [0], stage=2, variant="eq3")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

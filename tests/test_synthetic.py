@@ -346,3 +346,44 @@ def test_known_by_subject_flags_every_fact_of_an_entity_alike():
 def test_known_by_rejects_unknown_names():
     with pytest.raises(InvalidArgumentError, match="known_by must be one of 'fact', 'subject'; got 'entity'"):
         generate_world(0, known_by="entity")
+
+
+# --- the study knobs: known two-hop questions, the held-out split by fact --------------------
+
+
+def test_known_two_hop_false_keeps_two_hop_questions_out_of_the_known_split():
+    default = generate_world(0)
+    assert any(q.known and q.hops == 2 for q in default.questions)  # the default keeps them
+    world = generate_world(0, known_two_hop=False)
+    assert world.facts == default.facts  # the facts and their flags do not change
+    two_hop = [(q, c) for q, c in zip(world.questions, world.chains, strict=True) if q.hops == 2]
+    assert two_hop and all(not q.known and not all(f.known for f in chain) for q, chain in two_hop)
+    assert any(q.known for q in world.questions)  # the known one-hop questions stay
+    with pytest.raises(InvalidArgumentError, match="known_two_hop"):
+        generate_world(0, known_two_hop="no")
+
+
+def test_split_by_fact_shares_no_fact_between_train_and_eval():
+    from searchgym.envs.synthetic_env import split_questions
+
+    world = generate_world(0, known_two_hop=False)
+    chains = dict(zip((q.id for q in world.questions), world.chains, strict=True))
+
+    def facts_of(questions):
+        return {fact for q in questions for fact in chains[q.id]}
+
+    by_question = split_questions(world, "train"), split_questions(world, "eval")
+    by_fact = (
+        split_questions(world, "train", split_by="fact"),
+        split_questions(world, "eval", split_by="fact"),
+    )
+    assert by_fact[1] == by_question[1]  # the same held-out questions
+    assert facts_of(by_question[0]) & facts_of(by_question[1])  # a split by question leaks facts
+    assert not facts_of(by_fact[0]) & facts_of(by_fact[1])
+    assert set(by_fact[0]) < set(by_question[0]) and len(by_fact[0]) > len(world.questions) // 3
+    with pytest.raises(InvalidArgumentError, match="split_by"):
+        split_questions(world, "train", split_by="entity")
+    from searchgym.envs.synthetic_env import SyntheticFactsEnv
+
+    env = SyntheticFactsEnv(world_kwargs={"known_two_hop": False}, split="train", split_by="fact")
+    assert env.questions == list(by_fact[0])

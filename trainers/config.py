@@ -207,6 +207,8 @@ class AlgoConfig:
             or ``tsas`` (Light-Search's two-stage shaping, PAPERS.md §2).
         tsas_warmup_steps: M1, the first step of Light-Search's stage 2 (paper: 150).
         tsas_alpha: α, the weight of the reasoning term in stage 1 (paper: 0.01).
+        tsas_variant: Stage 2 as Eq. 4 is printed (``eq4``) or the Eq. 2-faithful reading
+            (``eq2``: searches cost only rollouts above the group mean), PAPERS.md §2.
         tsas_reasoning: T counts ``<think>`` blocks (``steps``, the paper's choice) or the
             tokens inside them (``tokens``).
         clip_eps: PPO clip range ε (0.2).
@@ -241,6 +243,7 @@ class AlgoConfig:
     advantage: Literal["group_norm", "dr_grpo", "tsas"] = "group_norm"
     tsas_warmup_steps: int = 150
     tsas_alpha: float = 0.01
+    tsas_variant: Literal["eq4", "eq2"] = "eq4"
     tsas_reasoning: Literal["steps", "tokens"] = "steps"
     clip_eps: float = 0.2
     kl_coef: float = 0.001

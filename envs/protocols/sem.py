@@ -1,9 +1,10 @@
-"""The SEM protocol: answer first, then search at most once (PAPERS.md §3).
+"""The SEM protocol: answer first, then search as often as needed (PAPERS.md §3).
 
 Turn 0 is ``<think>…</think><answer>a1</answer>``, optionally followed by
-``<search>query</search>``. After a search the env returns ``<result>…</result>`` and turn
-1 is ``<think>…</think><answer>a2</answer>``. Tags must come in this order with only white
-space between them.
+``<search>query</search>``. After a search the env returns ``<result>…</result>`` and each
+later turn is either one more search, ``[<think>…</think>]<search>query</search>``, or the
+final ``<think>…</think><answer>a2</answer>``. Tags must come in this order with only white
+space between them; the env's ``max_searches`` bounds the number of searches.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ __all__ = ["SEMProtocol"]
 
 _TEMPLATE = (
     "Turn 0 is <think>…</think><answer>…</answer>, optionally followed by one <search>…</search>; "
-    "after the <result> comes one more <think>…</think><answer>…</answer>."
+    "after each <result> comes either another search, [<think>…</think>]<search>…</search>, or the "
+    "final <think>…</think><answer>…</answer>."
 )
 
 
@@ -51,24 +53,24 @@ def _first_turn_error(blocks: list[Block]) -> str | None:
 
 
 def _later_turn_error(blocks: list[Block]) -> str | None:
-    """Why a turn after the search is not exactly ``think answer``, or None when it is."""
+    """Why a turn after a search is neither ``think? search`` nor ``think answer``, or None."""
     names = [b.name for b in blocks]
+    if names in (["search"], ["think", "search"], ["think", "answer"]):
+        return None
+    shown = " ".join(f"<{n}>" for n in names[:4]) + (" …" if len(names) > 4 else "")
     if "search" in names:
         return (
-            "Only one search is allowed: after the <result> write only "
-            "<think>…</think><answer>…</answer> with your final answer."
+            "After a <result>, a further search is [<think>…</think>]<search>…</search> alone, "
+            f"with no <answer> before it; found {shown}."
         )
-    if names != ["think", "answer"]:
-        shown = " ".join(f"<{n}>" for n in names[:4]) + (" …" if len(names) > 4 else "")
-        return (
-            f"After the search, write exactly one <think>…</think><answer>…</answer>; "
-            f"found {shown or 'no blocks'}."
-        )
-    return None
+    return (
+        "After a <result>, write either another [<think>…</think>]<search>…</search> or exactly one "
+        f"<think>…</think><answer>…</answer> with your final answer; found {shown or 'no blocks'}."
+    )
 
 
 class SEMProtocol(Protocol):
-    """SEM's template: a first answer, then at most one search and a final answer.
+    """SEM's template: a first answer, then optionally searches and a final answer.
 
     Readings:
 
@@ -78,7 +80,9 @@ class SEMProtocol(Protocol):
     * Turn 0 without a search: kind ``answer`` with ``answer`` = a1. Several think/answer
       pairs are well formed (``format_ok`` True); ``answer`` is the first one and
       ``think_blocks``/``answer_blocks`` count all of them, for SEM's ``t`` indicator.
-    * Turn 1 and later: exactly one think/answer pair, kind ``answer``; a search is invalid.
+    * Turn 1 and later (after a search): ``[think] search``, kind ``search`` with no
+      ``answer``; or exactly one think/answer pair, kind ``answer``. PAPERS.md §3 (corrected)
+      allows several searches before the final answer, as in SEM's own multi-hop example.
 
     An answer is the content of the first ``\\boxed{}`` inside ``<answer>`` when present,
     else the whole ``<answer>`` text (as PAPERS.md §3 settles), stripped.
@@ -99,12 +103,12 @@ class SEMProtocol(Protocol):
             "Start by reasoning between <think> and </think>, then give your best answer right "
             "away between <answer> and </answer>, with the short answer wrapped in \\boxed{}, for "
             "example <answer> \\boxed{Paris} </answer>.\n"
-            "If you are confident in that answer, stop there. If you are not, add one search "
+            "If you are confident in that answer, stop there. If you are not, add a search "
             "after it: <search> your query </search>. The passages found will come back between "
-            "<result> and </result>; then reason once more between <think> and </think> and give "
-            "your final answer between <answer> and </answer>, boxed the same way.\n"
-            "You may search at most once. Keep the tags in exactly this order, with nothing "
-            "outside them."
+            "<result> and </result>; then either search again, optionally reasoning first "
+            "(<think> … </think> <search> … </search>), or reason once more between <think> and "
+            "</think> and give your final answer between <answer> and </answer>, boxed the same "
+            "way.\nKeep the tags in exactly this order, with nothing outside them."
         )
 
     def parse(self, text: str, turn: int = 0) -> Action:
@@ -114,7 +118,7 @@ class SEMProtocol(Protocol):
         if isinstance(turn, bool) or not isinstance(turn, int) or turn < 0:
             return invalid(f"turn must be an int >= 0, got {turn!r}.")
         first = turn == 0
-        blocks, error = split_blocks(text, self._pattern, stop_after="search" if first else None)
+        blocks, error = split_blocks(text, self._pattern, stop_after="search")
         if error is None:
             error = _first_turn_error(blocks) if first else _later_turn_error(blocks)
         if error is not None:
@@ -129,7 +133,7 @@ class SEMProtocol(Protocol):
             nesting = nested_box(read_boxed(block.content)) if "\\boxed" in block.content else None
             if nesting is not None:
                 return invalid(nesting, think_blocks=thinks, answer_blocks=len(answers))
-        answer = boxed_or_whole(answers[0].content)
+        answer = boxed_or_whole(answers[0].content) if answers else None
         if blocks[-1].name == "search":
             query = blocks[-1].content.strip()
             if not query:
@@ -141,7 +145,7 @@ class SEMProtocol(Protocol):
             return Action(
                 kind="search", query=query, answer=answer, think_blocks=thinks, answer_blocks=len(answers)
             )
-        if not answer:
+        if answer is None or not answer:
             return invalid(
                 "The answer is empty: write it inside <answer>…</answer>, boxed as \\boxed{...}.",
                 think_blocks=thinks,
@@ -153,17 +157,28 @@ class SEMProtocol(Protocol):
         body = self.format_doc_list(docs) if docs else "No results."
         return f"\n<result>{body}</result>\n"
 
-    def write_action(self, *, query: str | None = None, answer: str | None = None, think: str = "") -> str:
-        """``<think>{think}</think>\\n<answer>\\boxed{answer}</answer>``, then ``\\n<search>{query}</search>``.
+    def write_action(
+        self, *, query: str | None = None, answer: str | None = None, think: str = "", first: bool = True
+    ) -> str:
+        """``<think>{think}</think>\n<answer>\boxed{answer}</answer>``, then ``\n<search>{query}</search>``.
 
-        With a query this is the turn-0 form (first answer, then the search); the first
-        answer may then be left out, which writes an empty ``<answer></answer>``, so that
-        ``write_action(query=q)`` works as it does for the other protocols. Without a query
-        it is a final answer, valid on any turn.
+        With a query and ``first`` (the default) this is the turn-0 form (first answer, then
+        the search); the first answer may then be left out, which writes an empty
+        ``<answer></answer>``, so that ``write_action(query=q)`` works as it does for the
+        other protocols. With a query and ``first=False`` it is a later search,
+        ``<think>{think}</think>\n<search>{query}</search>``, which takes no answer. Without
+        a query it is a final answer, valid on any turn.
         """
         think = neutralise_tags(check_think(think), self.tags)
         if query is not None and (not isinstance(query, str) or not query.strip()):
             raise InvalidArgumentError(f"query must be a non-blank str or None, got {query!r}.")
+        if query is not None and not first:
+            if answer is not None:
+                raise InvalidArgumentError(
+                    f"A later search (first=False) carries no answer, got answer={answer!r}; "
+                    "give the answer in the final turn instead."
+                )
+            return f"<think>{think}</think>\n<search>{neutralise_tags(query, self.tags)}</search>"
         if answer is None and query is not None:
             answer = ""
         if not isinstance(answer, str) or (query is None and not answer.strip()):

@@ -22,7 +22,7 @@ from .min_tool_calls import MinToolCalls, MinToolCallStore
 from .otc import OTCReward, otc_grpo_tool_rewards, otc_ppo_tool_reward
 from .outcome import ExactMatchReward, F1Reward
 from .sem import SEMReward
-from .tsas import tsas_advantages, tsas_stage
+from .tsas import TSAS_VARIANTS, tsas_advantages, tsas_stage
 
 __all__ = [
     # registry
@@ -44,6 +44,7 @@ __all__ = [
     # group-level functions
     "otc_ppo_tool_reward",
     "otc_grpo_tool_rewards",
+    "TSAS_VARIANTS",
     "tsas_advantages",
     "tsas_stage",
 ]

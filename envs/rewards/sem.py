@@ -1,4 +1,4 @@
-"""SEM's reward: answer at once when sure, search once when not."""
+"""SEM's reward: answer at once when sure, search when not."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ __all__ = ["SEMReward"]
 class SEMReward(RewardScheme):
     """SEM's reward (PAPERS.md §3, Eq. 1), for trajectories of the SEM protocol.
 
-    The policy first reasons and gives an answer a1; if unsure it may then search once,
-    reason again and give a final answer a2. With τ the confidence threshold::
+    The policy first reasons and gives an answer a1; if unsure it may then search (several
+    times, PAPERS.md §3 as corrected), reason again and give a final answer a2. With τ the confidence threshold::
 
         R = f · [ 1{F1(a1) >= τ and s = 0 and t = 1} · F1(a1)
                 + 1{F1(a1) <  τ and u = 1}          · F1(a2) ]
@@ -24,11 +24,12 @@ class SEMReward(RewardScheme):
     - ``a1``: the answer of the first turn (given before any search);
     - ``s``: at least one search was made;
     - ``t``: the first turn holds exactly one think block and one answer block;
-    - ``u``: ``s`` holds and there are exactly two turns, the second a well-formed answer;
+    - ``u``: ``s`` holds, every turn after the first is a well-formed search except the
+      last, which is a well-formed answer (the env's ``max_searches`` bounds the count);
     - ``a2``: the final answer.
 
     So a correct first answer pays only if the policy stopped there, and a wrong first
-    answer pays only through one search followed by a final answer. A confident, correct
+    answer pays only through searches followed by a final answer. A confident, correct
     a1 followed by a needless search scores 0, as does a truncated episode (``f = 0``).
 
     Defaults: τ = 0.8 (PAPERS.md settles it; the paper leaves it unnamed).
@@ -53,7 +54,13 @@ class SEMReward(RewardScheme):
         if f1_first >= self.tau:
             single_pair = first.think_blocks == 1 and first.answer_blocks == 1
             return f1_first if not searched and single_pair else 0.0
-        second_ok = len(turns) == 2 and turns[1].action.kind == "answer" and turns[1].action.format_ok
-        if searched and second_ok:
+        later = [t.action for t in turns[1:]]
+        searches_then_answer = (
+            len(later) >= 1
+            and all(a.kind == "search" and a.format_ok for a in later[:-1])
+            and later[-1].kind == "answer"
+            and later[-1].format_ok
+        )
+        if searched and searches_then_answer:
             return f1_score(trajectory.answer, golds)
         return 0.0

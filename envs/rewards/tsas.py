@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Literal
 
 from ..errors import InvalidArgumentError
 from .base import check_number
 
-__all__ = ["tsas_advantages", "tsas_stage"]
+__all__ = ["TSAS_VARIANTS", "tsas_advantages", "tsas_stage"]
+
+TSAS_VARIANTS = ("eq4", "eq2")
+"""Readings of stage 2: Eq. 4 as printed, and the Eq. 2-faithful one (PAPERS.md §2)."""
 
 
 def _sigmoid(x: float) -> float:
@@ -47,6 +51,7 @@ def tsas_advantages(
     reasoning: Sequence[float],
     stage: int,
     alpha: float = 0.01,
+    variant: Literal["eq4", "eq2"] = "eq4",
 ) -> list[float]:
     """Shaped advantages of the G rollouts of one question (PAPERS.md §2).
 
@@ -62,9 +67,19 @@ def tsas_advantages(
             σ_i  = sigmoid(A+_i) - 0.5
             A_i  = A+_i + σ_i · S+_i + σ_i · T+_i
 
-    In stage 1 searching and reasoning are encouraged outright; in stage 2 they add to the
-    advantage of rollouts that beat the group mean and subtract from those below it, so
-    search is rewarded only where it comes with a better answer.
+    In stage 1 searching and reasoning are encouraged outright; in stage 2 (Eq. 4 as
+    printed) they add to the advantage of rollouts that beat the group mean and subtract
+    from those below it, so a right search outranks a right direct answer.
+
+    The paper's Eq. 2 instead defines stage 2 as a cost charged to successful trajectories
+    only, ``R2 = R − g(R)·C``. PAPERS.md §2 settles that reading as ``variant="eq2"``
+    (stage 1 unchanged)::
+
+        σ+_i = max(0, sigmoid(A+_i) - 0.5)
+        A_i  = A+_i - σ+_i · (S+_i + T+_i)
+
+    so a rollout above the group mean pays for its searches and reasoning, and one below
+    it is left at ``A+_i``.
 
     Settled in PAPERS.md: mean and std are over the group, std is the population std
     (divide by G), logs are natural, and stage 1 uses ``log(T + 1)`` where the paper writes
@@ -79,13 +94,15 @@ def tsas_advantages(
         reasoning: ``T_i`` (>= 0) for each rollout.
         stage: 1 or 2.
         alpha: Weight of the reasoning term in stage 1.
+        variant: ``"eq4"`` (the paper's Eq. 4 as printed, the default) or ``"eq2"`` (the
+            Eq. 2-faithful stage 2).
 
     Returns:
         ``A_i`` for each rollout, in order.
 
     Raises:
         InvalidArgumentError: On empty or unequal-length inputs, a non-finite value, a
-            negative count, or a stage other than 1 or 2.
+            negative count, a stage other than 1 or 2, or an unknown variant.
     """
     if not (len(rewards) == len(searches) == len(reasoning)) or not rewards:
         raise InvalidArgumentError(
@@ -94,6 +111,10 @@ def tsas_advantages(
         )
     if stage not in (1, 2) or isinstance(stage, bool) or not isinstance(stage, int):
         raise InvalidArgumentError(f"stage must be 1 (warm-up) or 2 (annealing), got {stage!r}.")
+    if variant not in TSAS_VARIANTS:
+        raise InvalidArgumentError(
+            f"variant must be 'eq4' (Eq. 4 as printed) or 'eq2' (Eq. 2-faithful), got {variant!r}."
+        )
     alpha = check_number("alpha", alpha)
     r = _check_values("rewards", rewards, non_negative=False)
     s = _check_values("searches", searches, non_negative=True)
@@ -110,6 +131,11 @@ def tsas_advantages(
     std_s = math.sqrt(sum((x - mean_s) ** 2 for x in s) / len(s))
     out = []
     for a, si, ti in zip(centred, s, t, strict=True):
-        gate = _sigmoid(a) - 0.5
-        out.append(a + gate * (math.log(si + 1) - std_s) + gate * math.log(ti + 1))
+        s_plus, t_plus = math.log(si + 1) - std_s, math.log(ti + 1)
+        if variant == "eq4":
+            gate = _sigmoid(a) - 0.5
+            out.append(a + gate * s_plus + gate * t_plus)
+        else:
+            gate = max(0.0, _sigmoid(a) - 0.5)
+            out.append(a - gate * (s_plus + t_plus))
     return out

@@ -1,4 +1,9 @@
-"""``searchgym study``: run every arm of a study file for every seed; write the table and plot."""
+"""``searchgym study``: run every arm of a study file for every seed; write the table and plot.
+
+A study file with a ``runner:`` key belongs to a study folder (``studies/frugal``): the
+command loads that script from the file's folder and calls its ``run(config, output_dir,
+arms, seeds)``, so the study's code lives with the study, not in the library.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +12,15 @@ import sys
 from pathlib import Path
 
 NAME = "study"
-HELP = "run a study (several GRPO arms x seeds, each warm-started and evaluated) from a YAML file"
+HELP = "run a study from a YAML file: a study folder's runner (studies/frugal), or the tiny-LM arms x seeds"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--config", required=True, type=Path, help="study file (e.g. configs/synthetic/study.yaml)"
+        "--config",
+        required=True,
+        type=Path,
+        help="study file (studies/frugal/incentive.yaml, or the tiny-LM study configs/synthetic/study.yaml)",
     )
     parser.add_argument("--seeds", type=int, nargs="+", help="run only these seeds (default: the file's)")
     parser.add_argument("--arms", nargs="+", help="run only these arms (default: all of the file's)")
@@ -23,8 +31,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
 
 
+def _folder_runner(config: Path):
+    """The ``run`` function of the study folder's script named by ``runner:``, or None."""
+    import importlib.util
+
+    import yaml
+
+    with open(config) as f:
+        data = yaml.safe_load(f)
+    runner = data.get("runner") if isinstance(data, dict) else None
+    if runner is None:
+        return None
+    script = config.resolve().parent / str(runner)
+    if not script.is_file():
+        raise SystemExit(f"{config}: runner {runner!r} is not a file next to the study file ({script}).")
+    spec = importlib.util.spec_from_file_location(script.stem, script)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[script.stem] = module  # so that worker processes can unpickle its functions
+    spec.loader.exec_module(module)
+    return module.run
+
+
 def run(args: argparse.Namespace) -> int:
     import logging
+
+    folder_run = _folder_runner(args.config)
+    if folder_run is not None:
+        if args.collect:
+            raise SystemExit("--collect applies to the tiny-LM study only; a folder study reruns in minutes.")
+        return int(folder_run(args.config, args.output_dir, args.arms, args.seeds))
 
     from searchgym.trainers.study.study import format_results, load_study, run_study
 

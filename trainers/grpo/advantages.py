@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from ...envs.errors import InvalidArgumentError
 from ...envs.rewards import tsas_advantages, tsas_stage
@@ -82,14 +83,22 @@ def group_norm(rewards: Sequence[float], eps: float = GROUP_NORM_EPS) -> list[fl
     return [c / (std + eps) for c in centred]
 
 
-def tsas(figures: GroupFigures, step: int, warmup_steps: int = 150, alpha: float = 0.01) -> list[float]:
+def tsas(
+    figures: GroupFigures,
+    step: int,
+    warmup_steps: int = 150,
+    alpha: float = 0.01,
+    variant: Literal["eq4", "eq2"] = "eq4",
+) -> list[float]:
     """Light-Search's shaped advantages for training step ``step`` (stage 2 from ``warmup_steps`` on).
 
     See :func:`searchgym.envs.rewards.tsas_advantages` for the equations; this picks the
     stage with :func:`~searchgym.envs.rewards.tsas_stage` (stage 1 while ``step < M1``).
     """
     stage = tsas_stage(step, warmup_steps)
-    return tsas_advantages(figures.rewards, figures.searches, figures.reasoning, stage, alpha=alpha)
+    return tsas_advantages(
+        figures.rewards, figures.searches, figures.reasoning, stage, alpha=alpha, variant=variant
+    )
 
 
 def group_advantages(
@@ -99,6 +108,7 @@ def group_advantages(
     step: int = 0,
     tsas_warmup_steps: int = 150,
     tsas_alpha: float = 0.01,
+    tsas_variant: Literal["eq4", "eq2"] = "eq4",
 ) -> list[float]:
     """The advantages of one group under ``estimator`` (``group_norm``, ``dr_grpo`` or ``tsas``).
 
@@ -110,5 +120,5 @@ def group_advantages(
     if estimator == "dr_grpo":
         return dr_grpo(figures.rewards)
     if estimator == "tsas":
-        return tsas(figures, step, tsas_warmup_steps, tsas_alpha)
+        return tsas(figures, step, tsas_warmup_steps, tsas_alpha, tsas_variant)
     raise InvalidArgumentError(f"estimator must be one of group_norm, dr_grpo, tsas; got {estimator!r}.")

@@ -282,6 +282,7 @@ class GRPOTrainer:
                     step=step,
                     tsas_warmup_steps=algo.tsas_warmup_steps,
                     tsas_alpha=algo.tsas_alpha,
+                    tsas_variant=algo.tsas_variant,
                 )
             )
         return out

@@ -1,0 +1,200 @@
+"""The incentive study (studies/frugal): its agent, its determinism, and its committed results."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+FOLDER = Path(__file__).resolve().parents[1] / "studies" / "frugal"
+sys.path.insert(0, str(FOLDER))
+
+from agent import DecisionPolicy, Recollector, SkillAgent, Skills  # noqa: E402
+from incentive import load_study, mean_ci, run_one  # noqa: E402
+from report import render_findings_block, render_markdown  # noqa: E402
+
+from searchgym.envs.synthetic_env import SyntheticFactsEnv  # noqa: E402
+
+RESULTS = FOLDER / "results"
+ARMS = ("f1", "otc", "naive_cost", "lightsearcher", "lightsearcher_no_adaptive", "light_search",
+        "light_search_no_stage2", "light_search_eq2", "sem")  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def study():
+    return load_study(FOLDER / "incentive.yaml")
+
+
+@pytest.fixture(scope="module")
+def committed():
+    with open(RESULTS / "results.json") as f:
+        return json.load(f)
+
+
+def _env(protocol="search_r1", reward="f1", noise=0.0):
+    return SyntheticFactsEnv(
+        world_seed=0,
+        world_kwargs={"known_two_hop": False},
+        retriever="simulated",
+        retriever_kwargs={"noise_prob": noise, "seed": 0},
+        topk=1,
+        protocol=protocol,
+        reward=reward,
+    )
+
+
+# -- the agent -------------------------------------------------------------------------------
+
+
+def test_policy_update_by_hand():
+    # Uniform start π = (1/3, 1/3, 1/3). One sample (state 1, action 2, A = 1), lr = 1:
+    # θ[1] += 1 · (onehot(2) − π) = (−1/3, −1/3, 2/3); other states unchanged.
+    policy = DecisionPolicy()
+    policy.update([(1, 2, 1.0)], lr=1.0)
+    assert policy.logits[1] == pytest.approx([-1 / 3, -1 / 3, 2 / 3])
+    assert policy.logits[0] == [0.0, 0.0, 0.0]
+    # softmax(−1/3, −1/3, 2/3) = (1, 1, e) / (2 + e) = (0.211942, 0.211942, 0.576117)
+    assert policy.probs(1) == pytest.approx([0.211942, 0.211942, 0.576117], abs=1e-6)
+    assert policy.greedy(1) == 2 and policy.greedy(0) == 0  # ties go to fewer searches
+
+
+def test_recollection_rates_follow_the_skills():
+    world = _env().unwrapped.world
+    skills = Skills(recall=0.7, says_unknown=0.6, hallucination=0.5)
+    memory = Recollector(world, skills, random.Random(1), greedy=False, seed=0)
+    known = [f for f in world.facts if f.known]
+    unknown = [f for f in world.facts if not f.known]
+    n = 20
+    right = sum(memory.recall(f) == f.object for f in known for _ in range(n)) / (n * len(known))
+    silent = sum(memory.recall(f) is None for f in unknown for _ in range(n)) / (n * len(unknown))
+    named_wrong_known = sum(
+        (r := memory.recall(f)) is not None and r != f.object for f in known for _ in range(n)
+    ) / (n * len(known))
+    assert right == pytest.approx(0.7, abs=0.02)
+    assert silent == pytest.approx(0.6, abs=0.02)
+    assert named_wrong_known == pytest.approx(0.3 * 0.5, abs=0.02)
+    greedy = Recollector(world, skills, random.Random(2), greedy=True, seed=0)
+    assert [greedy.recall(f) for f in known[:50]] == [greedy.recall(f) for f in known[:50]]  # fixed per fact
+
+
+def test_perfect_skills_answer_every_question_right_through_the_env():
+    env = _env(noise=0.0)
+    perfect = Skills(
+        recall=1, recall_greedy=1, says_unknown=1, says_unknown_greedy=1, chain=1, retrieval_noise=0
+    )
+    rng = random.Random(0)
+    agent = SkillAgent(env, Recollector(env.unwrapped.world, perfect, rng, greedy=False, seed=0), rng)
+    questions = env.unwrapped.questions
+    for index in range(0, len(questions), 7):
+        state, recalled, chain = agent.observe(index)
+        known = questions[index].known
+        _, info = agent.play(index, 2, recalled, chain)  # searching everything: always right
+        assert info["em"] == 1.0 and info["format_ok"]
+        assert info["num_searches"] == 2
+        _, info = agent.play(index, 0, recalled, chain)  # from memory: right exactly when known
+        assert info["num_searches"] == 0 and info["em"] == float(known)
+
+
+def test_sem_agent_searches_several_times_after_its_first_answer():
+    env = _env(protocol="sem", reward="sem")
+    perfect = Skills(recall=1, recall_greedy=1, says_unknown=1, says_unknown_greedy=1, chain=1)
+    rng = random.Random(0)
+    agent = SkillAgent(env, Recollector(env.unwrapped.world, perfect, rng, greedy=False, seed=0), rng)
+    questions = env.unwrapped.questions
+    index = next(i for i, q in enumerate(questions) if q.hops == 2 and not q.known)
+    state, recalled, chain = agent.observe(index)
+    reward, info = agent.play(index, 2, recalled, chain)
+    assert info["num_searches"] == 2 and info["format_ok"]
+    # a1 (from memory) is wrong on an unknown question, the searches find the answer: R = F1(a2) = 1.
+    assert reward == 1.0
+
+
+# -- the study -------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_run_is_a_pure_function_of_arm_and_seed(study):
+    small = {**study, "train": {**study["train"], "steps": 15}, "eval": {"samples": 1}}
+    first = run_one(small, "lightsearcher", 3)
+    run_one(small, "f1", 4)  # another run in between shares the process's caches
+    assert run_one(small, "lightsearcher", 3) == first
+
+
+def test_mean_ci_by_hand():
+    # values 1, 2, 3: mean 2, s = 1, t(0.975, 2) = 4.302653; half-width = 4.302653 / sqrt(3) = 2.484138
+    mean, half = mean_ci([1.0, 2.0, 3.0])
+    assert mean == 2.0 and half == pytest.approx(2.484138, abs=1e-6)
+    assert mean_ci([5.0]) == (5.0, 0.0)
+    assert all(math.isnan(x) for x in mean_ci([]))
+
+
+def test_committed_results_have_the_issue_schema(committed, study):
+    assert set(ARMS) <= set(committed["arms"])
+    for name, arm in committed["arms"].items():
+        assert {"em", "sr_known", "sr_unknown"} <= set(arm["mean"]), name
+        assert [s["seed"] for s in arm["seeds"]] == study["seeds"], name
+        for seed in arm["seeds"]:
+            assert {"seed", "em", "sr_known", "sr_unknown"} <= set(seed)
+            assert 0 <= seed["sr_known"] <= 100 and 0 <= seed["em"] <= 100
+    assert all(t["met"] in (True, False) for t in committed["targets"])
+
+
+def test_committed_tables_match_the_committed_json(committed):
+    assert (RESULTS / "results.md").read_text() == render_markdown(committed)
+    assert (RESULTS / "sweep.png").is_file()
+    # the findings page quotes the same tables, generated too
+    assert render_findings_block(committed) in (FOLDER / "README.md").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arm, seed", [("sem", 0), ("light_search_eq2", 7)])
+def test_a_committed_seed_is_reproduced_bit_for_bit(committed, study, arm, seed):
+    rerun = run_one(study, arm, seed)
+    assert rerun == next(s for s in committed["arms"][arm]["seeds"] if s["seed"] == seed)
+
+
+@pytest.mark.slow
+def test_searchgym_study_runs_a_study_folder(tmp_path, study):
+    from searchgym.cli import main
+
+    small = {k: v for k, v in study.items() if k != "_dir"}
+    small.update(runner=str(FOLDER / "incentive.py"), workers=1, train={**study["train"], "steps": 5})
+    small["eval"] = {"samples": 1}
+    config = tmp_path / "small.yaml"
+    config.write_text(yaml.safe_dump(small))
+    out = tmp_path / "out"
+    assert (
+        main(
+            [
+                "study",
+                "--config",
+                str(config),
+                "--output-dir",
+                str(out),
+                "--arms",
+                "f1",
+                "sem",
+                "--seeds",
+                "0",
+            ]
+        )
+        == 0
+    )
+    results = json.loads((out / "results.json").read_text())
+    assert list(results["arms"]) == ["f1", "sem"] and results["arms"]["sem"]["seeds"][0]["seed"] == 0
+    assert "sweep" not in results  # a subset runs no sweep
+    assert (out / "results.md").read_text() == render_markdown(results)
+
+
+def test_searchgym_study_names_a_missing_runner(tmp_path):
+    from searchgym.cli import main
+
+    config = tmp_path / "study.yaml"
+    config.write_text("runner: nowhere.py\narms: {f1: {}}\n")
+    with pytest.raises(SystemExit, match="nowhere.py"):
+        main(["study", "--config", str(config)])
