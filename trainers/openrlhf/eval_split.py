@@ -118,6 +118,13 @@ class ReadOnlyStore:
     def update(self, qid: str, m: int) -> None:
         """Evaluation does not lower the training minimum."""
 
+    def lookup_and_lower(self, qid: str, m: int | None) -> int | None:
+        """The training minimum for ``qid``, left as it is."""
+        return self.store.lookup_and_lower(qid, None)
+
+    def minima(self) -> dict[str, int]:
+        return self.store.minima()
+
 
 def keep_out_of_stores(env: Any) -> list[tuple[Any, str, Any]]:
     """Stop ``env`` from writing its episodes (memory recording, minimum tool-call store).
