@@ -4,7 +4,7 @@
     OMP_NUM_THREADS=2 python benchmarks/real_model_train.py
 
 Trains with ``configs/grpo_smollm2_cpu.yaml`` (``--config``) from scratch in a fresh output
-folder, then writes the per-step figures to ``benchmarks/results/real_model_train.json``
+folder and, after every step, writes the per-step figures to ``benchmarks/results/real_model_train.json``
 and the curve of the well-formed share, the reward and F1 (per step, and their mean over a
 sliding window) to ``docs/real_model_train.png``.
 """
@@ -57,6 +57,12 @@ def main() -> None:
     )
     parser.add_argument("--config", type=Path, default=REPO / "configs" / "grpo_smollm2_cpu.yaml")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    parser.add_argument(
+        "--max-minutes",
+        type=float,
+        default=0,
+        help="stop after the step that passes this wall time (0: run all steps)",
+    )
     parser.add_argument("--window", type=int, default=4, help="steps in the curve's sliding mean")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "real_model_train.json")
     parser.add_argument("--png", type=Path, default=REPO / "docs" / "real_model_train.png")
@@ -65,28 +71,39 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
 
     from searchgym.trainers.config import load_config
-    from searchgym.trainers.grpo import train
+    from searchgym.trainers.grpo import GRPOTrainer
 
     config = load_config(args.config)
     shutil.rmtree(config.output_dir, ignore_errors=True)  # a fresh run, never a resumed one
     start = time.perf_counter()
-    state = train(config, progress=False)
-    wall = time.perf_counter() - start
-    history = state.history
-    step_s = [h["train"]["step_s"] for h in history]
-    write_report(
-        args.out,
-        {
-            "command": f"OMP_NUM_THREADS={args.threads} python benchmarks/real_model_train.py",
-            "config": str(args.config.relative_to(REPO)),
-            "torch_threads": torch.get_num_threads(),
-            "wall_time_s": round(wall, 1),
-            "median_step_s": sorted(step_s)[len(step_s) // 2],
-            "history": history,
-        },
-    )
-    plot(history, args.png, args.window)
-    print(f"wrote {args.out} and {args.png} ({wall:.0f} s)")
+    trainer = GRPOTrainer(config, progress=False)
+    try:
+        while trainer.state.step < config.steps:  # one step at a time: the files follow the run
+            trainer.train(steps=1)
+            history = trainer.state.history
+            step_s = sorted(h["train"]["step_s"] for h in history)
+            wall = time.perf_counter() - start
+            write_report(
+                args.out,
+                {
+                    "command": f"OMP_NUM_THREADS={args.threads} python benchmarks/real_model_train.py"
+                    + (f" --max-minutes {args.max_minutes:g}" if args.max_minutes else ""),
+                    "config": str(args.config.relative_to(REPO)),
+                    "torch_threads": torch.get_num_threads(),
+                    "steps_done": trainer.state.step,
+                    "steps_configured": config.steps,
+                    "wall_time_s": round(wall, 1),
+                    "median_step_s": step_s[len(step_s) // 2],
+                    "history": history,
+                },
+            )
+            plot(history, args.png, args.window)
+            if args.max_minutes and wall > 60 * args.max_minutes:
+                print(f"stopped after {trainer.state.step} steps: --max-minutes {args.max_minutes:g} reached")
+                break
+    finally:
+        trainer.close()
+    print(f"wrote {args.out} and {args.png}")
 
 
 if __name__ == "__main__":
