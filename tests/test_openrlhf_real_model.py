@@ -1,0 +1,317 @@
+"""The OpenRLHF agent with a real model: SmolLM2-135M-Instruct generating on the CPU.
+
+OpenRLHF 0.11.2's own ``MultiTurnAgentExecutor`` loop drives a :class:`FakeVLLMEngine`
+(vLLM's output conventions, see tests/fake_vllm.py) whose tokens come from SmolLM2 run
+with transformers, over real BM25 retrieval on a few passages, for every protocol.
+
+SmolLM2 splits the stop strings into several tokens (``</search>`` is ``</``, ``search``,
+``>``), merges ``>`` with what follows (``</search>.`` ends in the one token ``>.``), ends
+its turns with ``<|im_end|>``, the token its ChatML template closes turns with, and its
+template adds a default system turn. Whatever the weak model writes, the episode must end
+without an exception, the tokens trained on must be the chat rendering of the episode, the
+loss must cover exactly the model's tokens, no EOS text may reach the env, and the reward
+must be the env's. Forced to write the right answer, it must score right.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import math
+
+import gymnasium as gym
+import pytest
+
+pytest.importorskip("openrlhf.utils.agent", reason="needs openrlhf==0.11.2 (--no-deps) and aiohttp")
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from fake_vllm import FakeVLLMEngine, SamplingParams  # noqa: E402
+
+import searchgym  # noqa: E402,F401  (registers the ids)
+from searchgym.envs.protocols import make_protocol  # noqa: E402
+from searchgym.policies.chat import ChatFormatter  # noqa: E402
+from searchgym.policies.tiny import load_tokenizer  # noqa: E402
+from searchgym.trainers.openrlhf.agent import SearchGymAgentExecutor, label_to_options  # noqa: E402
+from searchgym.trainers.openrlhf.config import AgentConfig  # noqa: E402
+from searchgym.trainers.openrlhf.env_pool import env_pool  # noqa: E402
+
+ENV_ID = "searchgym/NQ-v0"
+IM_END, ENDOFTEXT = 2, 0  # <|im_end|> (EOS, end of turn) and <|endoftext|>
+EOS_TEXTS = ("<|im_end|>", "<|endoftext|>", "<|im_start|>")
+PASSAGES = [
+    ("Ottawa", "Ottawa is the capital city of Canada, on the south bank of the Ottawa River."),
+    ("Canberra", "Canberra is the capital city of Australia, founded in 1913."),
+    ("Toronto", "Toronto is the most populous city in Canada and the capital of Ontario."),
+    ("Maple syrup", "Canada produces most of the world's maple syrup, mainly in Quebec."),
+    ("Bern", "Bern is the de facto capital of Switzerland."),
+]
+QUESTION = {"id": "q0", "question": "What is the capital of Canada?", "golden_answers": ["Ottawa"]}
+QUERY = "capital of Canada"
+PROTOCOL_REWARDS = {"search_r1": "em", "research": "f1", "sem": "em", "tool_call": "f1"}
+MAX_NEW_TOKENS = 24  # per turn: the weak model rambles, a few tokens show all that matters
+
+
+@pytest.fixture(scope="module")
+def tok(smollm2_dir):
+    return load_tokenizer(smollm2_dir)
+
+
+@pytest.fixture(scope="module")
+def model(smollm2_dir):
+    from transformers import AutoModelForCausalLM
+
+    torch.set_num_threads(1)
+    return AutoModelForCausalLM.from_pretrained(smollm2_dir, dtype=torch.float32).eval()
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("nq")
+    corpus = folder / "corpus.jsonl"
+    corpus.write_text(
+        "".join(json.dumps({"id": str(i), "title": t, "text": x}) + "\n" for i, (t, x) in enumerate(PASSAGES))
+    )
+    questions = folder / "nq.jsonl"
+    questions.write_text(json.dumps(QUESTION) + "\n")
+    return folder
+
+
+def env_kwargs(data, protocol: str, **extra) -> dict:
+    return {
+        "data_path": str(data / "nq.jsonl"),
+        "corpus_path": str(data / "corpus.jsonl"),
+        "index_dir": str(data / "index"),
+        "retriever": "bm25",
+        "protocol": protocol,
+        "reward": PROTOCOL_REWARDS[protocol],
+        "max_turns": 3,
+        "topk": 2,
+        **extra,
+    }
+
+
+class SmolLM2Tokens:
+    """A :data:`fake_vllm.TokenGenerator`: SmolLM2's greedy tokens, with their log-probabilities.
+
+    Decodes one token at a time with the KV cache, lazily, so the engine reads only as far as
+    vLLM would. As vLLM's ``MinTokensLogitsProcessor`` does, no EOS or stop token is chosen
+    within ``min_tokens``. ``forced`` (one token list per request) is a prefix the model is
+    made to write first (read in one forward pass with the prompt); past it the model writes
+    freely. Every log-probability is the model's own.
+    """
+
+    def __init__(self, model, tok, forced: list[list[int]] | None = None):
+        self.model, self.tok, self.forced = model, tok, forced
+        self.calls = 0
+        # transformers renamed the KV cache argument (5.24 warns about the old name)
+        self.cache_arg = (
+            "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        )
+
+    def __call__(self, prompt_ids, params):
+        forced = self.forced[self.calls] if self.forced and self.calls < len(self.forced) else []
+        self.calls += 1
+        banned = [self.tok.eos_token_id, *(params.stop_token_ids or ())]
+        return self._decode(list(prompt_ids), forced, params.min_tokens or 0, banned)
+
+    @torch.no_grad()
+    def _decode(self, prompt_ids, forced, min_tokens, banned):
+        # the prompt and the forced tokens in one forward pass; their logprobs are the model's
+        out = self._forward(prompt_ids + forced, None)
+        logprobs = torch.log_softmax(out.logits[0, len(prompt_ids) - 1 :].float(), dim=-1)
+        for i, token in enumerate(forced):
+            yield token, float(logprobs[i, token])
+        past, logprobs, n = out.past_key_values, logprobs[-1], len(forced)
+        while True:
+            allowed = logprobs.clone()
+            if n < min_tokens:
+                allowed[banned] = -math.inf
+            token = int(allowed.argmax())
+            yield token, float(logprobs[token])
+            out = self._forward([token], past)
+            past, logprobs, n = (
+                out.past_key_values,
+                torch.log_softmax(out.logits[0, -1].float(), dim=-1),
+                n + 1,
+            )
+
+    def _forward(self, ids, past):
+        return self.model(input_ids=torch.tensor([ids]), use_cache=True, **{self.cache_arg: past})
+
+
+def run_episode(config: AgentConfig, tok, generator, max_new_tokens=MAX_NEW_TOKENS):
+    engine = FakeVLLMEngine(tok, generator, stop_token_ids=[ENDOFTEXT])
+    result = asyncio.run(
+        SearchGymAgentExecutor(config=config).execute(
+            prompt="unused",
+            label=json.dumps(QUESTION),
+            sampling_params=SamplingParams.openrlhf(max_new_tokens=max_new_tokens, logprobs=True),
+            max_length=2048,
+            hf_tokenizer=tok,
+            llm_engine=engine,
+        )
+    )
+    env = env_pool(config).acquire()  # the env that played the episode, its trajectory intact
+    try:
+        trajectory = env.unwrapped.trajectory
+    finally:
+        env_pool(config).release(env)
+    return result, engine, trajectory
+
+
+def replay(kwargs: dict, actions: list[str]):
+    """The actions on a fresh env: (prompt, observations, rewards, trajectory)."""
+    env = gym.make(ENV_ID, **kwargs)
+    prompt, _ = env.reset(options=label_to_options(json.dumps(QUESTION)))
+    observations, rewards = [], []
+    for action in actions:
+        observation, reward, terminated, truncated, _ = env.step(action)
+        observations.append(observation)
+        rewards.append(reward)
+        if terminated or truncated:
+            break
+    trajectory = env.unwrapped.trajectory
+    env.close()
+    return prompt, observations, rewards, trajectory
+
+
+def check_episode(result, engine, trajectory, kwargs, tok):
+    """What must hold whatever the model wrote; returns the replayed rewards."""
+    actions = [turn.action_text for turn in trajectory.turns]
+    assert len(actions) == len(engine.outputs) == len(result["action_ranges"])
+    # the env read each turn's text without the EOS text vLLM wrote into it
+    for action, out in zip(actions, engine.outputs, strict=True):
+        assert not any(eos in action for eos in EOS_TEXTS), action
+        assert out.text in (action, action + "<|im_end|>")
+        assert out.text.endswith("<|im_end|>") == (out.finish_reason == "stop" and out.stop_reason is None)
+        if isinstance(out.stop_reason, str):  # stopped at a stop string: it ends the action
+            assert action.endswith(out.stop_reason)
+    # the reward is the scheme's on the parsed actions, played again on a fresh env
+    prompt, observations, rewards, replayed = replay(kwargs, actions)
+    assert len(rewards) == len(actions) or trajectory.truncated
+    assert result["reward"] == pytest.approx(sum(rewards)) == pytest.approx(trajectory.reward)
+    assert [t.action.kind for t in replayed.turns] == [t.action.kind for t in trajectory.turns]
+    logs = result["extra_logs"]
+    assert (logs["em"], logs["f1"], logs["format_ok"]) == (
+        replayed.em,
+        replayed.f1,
+        float(replayed.format_ok),
+    )
+
+    # the tokens trained on: the chat rendering of the episode, token for token
+    tokens, ranges = result["observation_tokens"], result["action_ranges"]
+    segments = [prompt]
+    for action, observation in zip(actions, observations[:-1], strict=False):
+        segments += [action, observation]
+    segments.append(actions[-1])
+    ended_at_eos = engine.outputs[-1].text.endswith("<|im_end|>")
+    text = tok.decode(tokens, skip_special_tokens=False)
+    assert text == ChatFormatter(tok).render(segments) + ("<|im_end|>" if ended_at_eos else "")
+    # the text between the actions is tokenised as the template tokenises it
+    first = tok.apply_chat_template(
+        [{"role": "user", "content": prompt.strip()}], tokenize=False, add_generation_prompt=True
+    )
+    assert tokens[: ranges[0][0]] == tok(first, add_special_tokens=False)["input_ids"]
+    # the loss covers exactly the model's tokens: each turn's sampled ids, up to its stop
+    # string's end (the token that completes it cut there), with their logprobs
+    logprobs = result["rollout_log_probs"]
+    for (a, b), out in zip(ranges, engine.outputs, strict=True):
+        kept = tokens[a:b]
+        assert kept and tok.decode(kept, skip_special_tokens=False) == out.text
+        sampled = [out.logprobs[i][t].logprob for i, t in enumerate(out.token_ids)]
+        if isinstance(out.stop_reason, str):
+            k = next(
+                k for k in range(len(out.token_ids)) if out.stop_reason in tok.decode(out.token_ids[: k + 1])
+            )
+            assert kept[:k] == out.token_ids[:k] and logprobs[a : a + k] == sampled[:k]
+            assert sum(logprobs[a:b]) == pytest.approx(sum(sampled[: k + 1]))
+        else:
+            assert kept == out.token_ids and logprobs[a:b] == sampled
+    in_actions = {i for a, b in ranges for i in range(a, b)}
+    assert all(lp == 0.0 for i, lp in enumerate(logprobs) if i not in in_actions)
+    return rewards
+
+
+# -- SmolLM2's tokenizer --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("protocol", sorted(PROTOCOL_REWARDS))
+def test_every_stop_string_spans_several_smollm2_tokens(tok, protocol):
+    stops = ChatFormatter(tok).stop_strings(protocol)
+    assert stops
+    for stop in stops:
+        assert len(tok(stop, add_special_tokens=False)["input_ids"]) >= 3, stop
+    assert tok.eos_token_id == IM_END and tok.convert_ids_to_tokens([IM_END, ENDOFTEXT]) == [
+        "<|im_end|>",
+        "<|endoftext|>",
+    ]
+    # and the token that ends it may carry text past it
+    assert tok.convert_ids_to_tokens(tok("</search>.", add_special_tokens=False)["input_ids"])[-1] == ">."
+
+
+# -- whatever the model writes ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("protocol", sorted(PROTOCOL_REWARDS))
+def test_a_free_episode_is_the_chat_rendering_with_the_envs_reward(protocol, tok, model, data):
+    kwargs = env_kwargs(data, protocol)
+    config = AgentConfig(ENV_ID, kwargs)
+    result, engine, trajectory = run_episode(config, tok, SmolLM2Tokens(model, tok))
+    check_episode(result, engine, trajectory, kwargs, tok)
+    assert all(len(out.token_ids) <= MAX_NEW_TOKENS for out in engine.outputs)
+
+
+# -- forced to write the right answer -------------------------------------------------------------------
+
+
+def right_turns(protocol: str) -> list[str]:
+    proto = make_protocol(protocol)
+    think = "I should look it up."
+    first = proto.write_action(query=QUERY, think=think)
+    return [first, proto.write_action(answer="Ottawa", think="Ottawa is the capital.")]
+
+
+@pytest.mark.parametrize("protocol", sorted(PROTOCOL_REWARDS))
+def test_a_forced_right_answer_scores_right(protocol, tok, model, data):
+    kwargs = env_kwargs(data, protocol, index_dir=str(data / "index-forced"))  # its own env pool
+    turns = right_turns(protocol)
+    stops = ChatFormatter(tok).stop_strings(protocol)
+    # each turn's text, then the EOS where no stop string ends it (SEM's answer)
+    forced = [
+        tok(t, add_special_tokens=False)["input_ids"]
+        + ([] if any(t.endswith(s) for s in stops) else [IM_END])
+        for t in turns
+    ]
+    config = AgentConfig(ENV_ID, kwargs)
+    result, engine, trajectory = run_episode(
+        config, tok, SmolLM2Tokens(model, tok, forced), max_new_tokens=64
+    )
+    rewards = check_episode(result, engine, trajectory, kwargs, tok)
+    assert [t.action_text for t in trajectory.turns] == turns
+    assert trajectory.num_searches == 1 and "Ottawa" in [doc.title for doc in trajectory.turns[0].docs]
+    assert result["reward"] == sum(rewards) == 1.0
+    assert result["extra_logs"]["em"] == 1.0 and result["extra_logs"]["format_errors"] == 0.0
+    assert (engine.outputs[-1].stop_reason is None) == (protocol == "sem")  # SEM's answer ends at EOS
+
+
+def test_a_stop_token_that_runs_past_the_stop_string_is_trained_as_the_env_read_it(tok, model, data):
+    """SmolLM2 writes ``</search>.`` as ``</``, ``search``, ``>.``: vLLM cuts the text at the stop
+    string but the token carries the ``.``; the trained text must still be the rendering."""
+    kwargs = env_kwargs(data, "search_r1", index_dir=str(data / "index-straddle"))
+    turns = right_turns("search_r1")
+    forced = [tok(turns[0] + ".", add_special_tokens=False)["input_ids"], tok(turns[1])["input_ids"]]
+    assert tok.convert_ids_to_tokens(forced[0][-1]) == ">."
+    config = AgentConfig(ENV_ID, kwargs)
+    result, engine, trajectory = run_episode(
+        config, tok, SmolLM2Tokens(model, tok, forced), max_new_tokens=64
+    )
+    first = engine.outputs[0]
+    assert first.text == turns[0] and first.token_ids[: len(forced[0])] == forced[0]
+    check_episode(result, engine, trajectory, kwargs, tok)
+    assert result["reward"] == 1.0
+    # trained: the model's tokens with ">." cut back to ">", which takes its logprob
+    a, b = result["action_ranges"][0]
+    assert result["observation_tokens"][a:b] == tok(turns[0], add_special_tokens=False)["input_ids"]
+    assert result["rollout_log_probs"][b - 1] == first.logprobs[len(forced[0]) - 1][forced[0][-1]].logprob
