@@ -50,7 +50,7 @@ PASSAGES = [
 QUESTION = {"id": "q0", "question": "What is the capital of Canada?", "golden_answers": ["Ottawa"]}
 QUERY = "capital of Canada"
 PROTOCOL_REWARDS = {"search_r1": "em", "research": "f1", "sem": "em", "tool_call": "f1"}
-MAX_NEW_TOKENS = 24  # per turn: the weak model rambles, a few tokens show all that matters
+MAX_NEW_TOKENS = 16  # per turn: the weak model rambles, a few tokens show all that matters
 
 
 @pytest.fixture(scope="module")
@@ -93,56 +93,77 @@ def env_kwargs(data, protocol: str, **extra) -> dict:
 
 
 class SmolLM2Tokens:
-    """A :data:`fake_vllm.TokenGenerator`: SmolLM2's greedy tokens, with their log-probabilities.
+    """A :data:`fake_vllm.TokenGenerator`: SmolLM2's tokens, with their log-probabilities.
+
+    Sampled at the request's temperature from a generator seeded with ``seed`` (greedy at
+    temperature 0), from the full softmax (OpenRLHF asks for ``top_p=1``, ``top_k=-1``).
 
     Decodes one token at a time with the KV cache, lazily, so the engine reads only as far as
-    vLLM would. As vLLM's ``MinTokensLogitsProcessor`` does, no EOS or stop token is chosen
+    vLLM would; a request reuses the cache of the context it shares with the last one (as
+    vLLM's prefix cache does). As vLLM's ``MinTokensLogitsProcessor`` does, no EOS or stop token is chosen
     within ``min_tokens``. ``forced`` (one token list per request) is a prefix the model is
     made to write first (read in one forward pass with the prompt); past it the model writes
     freely. Every log-probability is the model's own.
     """
 
-    def __init__(self, model, tok, forced: list[list[int]] | None = None):
+    def __init__(self, model, tok, forced: list[list[int]] | None = None, seed: int = 0):
         self.model, self.tok, self.forced = model, tok, forced
         self.calls = 0
+        self.rng = torch.Generator().manual_seed(seed)
         # transformers renamed the KV cache argument (5.24 warns about the old name)
         self.cache_arg = (
             "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
         )
+        self.cache, self.cached = None, []  # the KV cache and the ids it holds
 
     def __call__(self, prompt_ids, params):
         forced = self.forced[self.calls] if self.forced and self.calls < len(self.forced) else []
         self.calls += 1
         banned = [self.tok.eos_token_id, *(params.stop_token_ids or ())]
-        return self._decode(list(prompt_ids), forced, params.min_tokens or 0, banned)
+        return self._decode(list(prompt_ids), forced, params.min_tokens or 0, banned, params.temperature)
 
     @torch.no_grad()
-    def _decode(self, prompt_ids, forced, min_tokens, banned):
-        # the prompt and the forced tokens in one forward pass; their logprobs are the model's
-        out = self._forward(prompt_ids + forced, None)
-        logprobs = torch.log_softmax(out.logits[0, len(prompt_ids) - 1 :].float(), dim=-1)
+    def _decode(self, prompt_ids, forced, min_tokens, banned, temperature):
+        # the prompt and the forced tokens in one forward pass (reusing the cache of the
+        # context they share with the last request); their logprobs are the model's
+        reuse = 0
+        limit = min(len(self.cached), len(prompt_ids) - 1)
+        while reuse < limit and self.cached[reuse] == prompt_ids[reuse]:
+            reuse += 1
+        if not reuse:
+            self.cache = None
+        elif reuse < len(self.cached):
+            self.cache.crop(reuse - len(self.cached))  # a negative count: that many tokens go
+        self.cached = self.cached[:reuse]
+        logits = self._forward((prompt_ids + forced)[reuse:], keep=len(forced) + 1)
+        logprobs = torch.log_softmax(logits[0].float(), dim=-1)
         for i, token in enumerate(forced):
             yield token, float(logprobs[i, token])
-        past, logprobs, n = out.past_key_values, logprobs[-1], len(forced)
+        logprobs, n = logprobs[-1], len(forced)
         while True:
             allowed = logprobs.clone()
             if n < min_tokens:
                 allowed[banned] = -math.inf
-            token = int(allowed.argmax())
+            if temperature > 0:
+                probs = torch.softmax(allowed / temperature, -1)
+                token = int(torch.multinomial(probs, 1, generator=self.rng))
+            else:
+                token = int(allowed.argmax())
             yield token, float(logprobs[token])
-            out = self._forward([token], past)
-            past, logprobs, n = (
-                out.past_key_values,
-                torch.log_softmax(out.logits[0, -1].float(), dim=-1),
-                n + 1,
-            )
+            logprobs = torch.log_softmax(self._forward([token])[0, -1].float(), dim=-1)
+            n += 1
 
-    def _forward(self, ids, past):
-        return self.model(input_ids=torch.tensor([ids]), use_cache=True, **{self.cache_arg: past})
+    def _forward(self, ids, keep=1):
+        """The logits of the last ``keep`` of ``ids`` read after the cached ones; the cache then holds them too."""
+        cache = {self.cache_arg: self.cache}
+        out = self.model(input_ids=torch.tensor([ids]), use_cache=True, logits_to_keep=keep, **cache)
+        self.cache = getattr(out, self.cache_arg)  # the output field is named like the argument
+        self.cached += list(ids)
+        return out.logits
 
 
-def run_episode(config: AgentConfig, tok, generator, max_new_tokens=MAX_NEW_TOKENS):
-    engine = FakeVLLMEngine(tok, generator, stop_token_ids=[ENDOFTEXT])
+def run_episode(config: AgentConfig, tok, generator, max_new_tokens=MAX_NEW_TOKENS, tokens_per_step=1):
+    engine = FakeVLLMEngine(tok, generator, stop_token_ids=[ENDOFTEXT], tokens_per_step=tokens_per_step)
     result = asyncio.run(
         SearchGymAgentExecutor(config=config).execute(
             prompt="unused",
@@ -296,17 +317,19 @@ def test_a_forced_right_answer_scores_right(protocol, tok, model, data):
     assert (engine.outputs[-1].stop_reason is None) == (protocol == "sem")  # SEM's answer ends at EOS
 
 
-def test_a_stop_token_that_runs_past_the_stop_string_is_trained_as_the_env_read_it(tok, model, data):
+@pytest.mark.parametrize("tokens_per_step", [1, 4])
+def test_a_stop_token_that_runs_past_the_stop_string_is_trained_as_the_env_read_it(
+    tokens_per_step, tok, model, data
+):
     """SmolLM2 writes ``</search>.`` as ``</``, ``search``, ``>.``: vLLM cuts the text at the stop
     string but the token carries the ``.``; the trained text must still be the rendering."""
     kwargs = env_kwargs(data, "search_r1", index_dir=str(data / "index-straddle"))
     turns = right_turns("search_r1")
-    forced = [tok(turns[0] + ".", add_special_tokens=False)["input_ids"], tok(turns[1])["input_ids"]]
+    forced = [tok(text, add_special_tokens=False)["input_ids"] for text in (turns[0] + ".", turns[1])]
     assert tok.convert_ids_to_tokens(forced[0][-1]) == ">."
     config = AgentConfig(ENV_ID, kwargs)
-    result, engine, trajectory = run_episode(
-        config, tok, SmolLM2Tokens(model, tok, forced), max_new_tokens=64
-    )
+    generator = SmolLM2Tokens(model, tok, forced)
+    result, engine, trajectory = run_episode(config, tok, generator, 64, tokens_per_step)
     first = engine.outputs[0]
     assert first.text == turns[0] and first.token_ids[: len(forced[0])] == forced[0]
     check_episode(result, engine, trajectory, kwargs, tok)
