@@ -7,13 +7,14 @@ model sampled. Three things in that answer need care (see ``docs/gpu.md``):
   turn that ends at the model's EOS ends with its text (``...</answer><|im_end|>``).
   :func:`split_end_of_sequence` takes it off for the env.
 - vLLM cuts the text at a stop string but keeps every token of the engine step that hit
-  it. :class:`TurnEngine` drops the tokens after the one that completes the stop string.
+  it. :class:`TurnEngine` drops the tokens after the one that completes the stop string,
+  and cuts that token back to the stop string's end when it runs past it.
 - OpenRLHF's multi-turn loop sets ``max_tokens`` to the remaining context every turn.
   :class:`TurnEngine` applies a per-turn cap on top.
 
 :attr:`TurnEngine.said` is what the turn's tokens wrote beyond the action the env sees
-(the EOS text, or a token's text past the stop string), so the agent does not repeat it in
-the feedback that follows.
+(the EOS text; a token's text past the stop string only where it could not be cut back),
+so the agent does not repeat it in the feedback that follows.
 """
 
 from __future__ import annotations
@@ -126,8 +127,8 @@ class TurnEngine:
         self.engine, self.tokenizer, self.max_turn_tokens = engine, tokenizer, max_turn_tokens
         self.said = ""
         """What the last turn's tokens wrote beyond the action the env sees: the EOS text
-        (``<|im_end|>``), or the text of a token past the stop string (``>\n\n`` completing
-        ``</search>`` leaves ``\n\n``); "" when nothing."""
+        (``<|im_end|>``), or the text of a token past the stop string where it could not be
+        cut back; "" when nothing."""
 
     async def generate(
         self, prompt_token_ids: Any, sampling_params: Any, multi_modal_data: Any = None
