@@ -31,6 +31,7 @@ from fake_vllm import FakeVLLMEngine, SamplingParams  # noqa: E402
 
 import searchgym  # noqa: E402,F401  (registers the ids)
 from searchgym.envs.protocols import make_protocol  # noqa: E402
+from searchgym.envs.rewards import make_reward  # noqa: E402
 from searchgym.policies.chat import ChatFormatter  # noqa: E402
 from searchgym.policies.tiny import load_tokenizer  # noqa: E402
 from searchgym.trainers.openrlhf.agent import SearchGymAgentExecutor, label_to_options  # noqa: E402
@@ -338,3 +339,33 @@ def test_a_stop_token_that_runs_past_the_stop_string_is_trained_as_the_env_read_
     a, b = result["action_ranges"][0]
     assert result["observation_tokens"][a:b] == tok(turns[0], add_special_tokens=False)["input_ids"]
     assert result["rollout_log_probs"][b - 1] == first.logprobs[len(forced[0]) - 1][forced[0][-1]].logprob
+
+
+def test_a_context_that_runs_out_ends_the_episode_with_the_schemes_reward(tok, model, data):
+    """The base loop stops without a last step when the context is full; the episode still
+    ends, truncated, with what the scheme gives its parsed actions (here a format penalty)."""
+    kwargs = env_kwargs(data, "search_r1", reward="f1", reward_kwargs={"format_penalty": -1.0})
+    env = gym.make(ENV_ID, **kwargs)
+    prompt, _ = env.reset(options=label_to_options(json.dumps(QUESTION)))
+    env.close()
+    prompt_tokens = len(tok(ChatFormatter(tok).prompt(prompt), add_special_tokens=False)["input_ids"])
+    config = AgentConfig(ENV_ID, kwargs)
+    engine = FakeVLLMEngine(tok, SmolLM2Tokens(model, tok), stop_token_ids=[ENDOFTEXT])
+    result = asyncio.run(
+        SearchGymAgentExecutor(config=config).execute(
+            prompt="unused",
+            label=json.dumps(QUESTION),
+            sampling_params=SamplingParams.openrlhf(max_new_tokens=MAX_NEW_TOKENS),
+            max_length=prompt_tokens + MAX_NEW_TOKENS + 4,  # one turn, then its feedback fills it
+            hf_tokenizer=tok,
+            llm_engine=engine,
+        )
+    )
+    assert len(engine.outputs) == 1 and len(result["action_ranges"]) == 1
+    action = engine.outputs[0].text.removesuffix("<|im_end|>")
+    *_, replayed = replay(kwargs, [action])
+    replayed.truncated = True
+    expected = make_reward("f1", format_penalty=-1.0)(replayed)
+    assert result["reward"] == pytest.approx(expected) and result["scores"] == pytest.approx(expected)
+    assert result["extra_logs"]["episode_truncated"] == 1.0 and result["extra_logs"]["answered"] == 0.0
+    assert (expected == -1.0) == (not replayed.format_ok)
