@@ -203,7 +203,8 @@ def check_episode(result, engine, trajectory, kwargs, tok):
     """What must hold whatever the model wrote; returns the replayed rewards."""
     actions = [turn.action_text for turn in trajectory.turns]
     assert len(actions) == len(engine.outputs) == len(result["action_ranges"])
-    # the env read each turn's text without the EOS text vLLM wrote into it
+    # the env read each turn's text without the EOS text vLLM wrote into it (SmolLM2 ends
+    # its turns with <|im_end|>; with these seeds it never samples <|endoftext|>)
     for action, out in zip(actions, engine.outputs, strict=True):
         assert not any(eos in action for eos in EOS_TEXTS), action
         assert out.text in (action, action + "<|im_end|>")
@@ -231,7 +232,8 @@ def check_episode(result, engine, trajectory, kwargs, tok):
     ended_at_eos = engine.outputs[-1].text.endswith("<|im_end|>")
     text = tok.decode(tokens, skip_special_tokens=False)
     assert text == ChatFormatter(tok).render(segments) + ("<|im_end|>" if ended_at_eos else "")
-    # the text between the actions is tokenised as the template tokenises it
+    # the prompt is tokenised as SmolLM2's template renders it (the feedback as the chat
+    # formatter renders it: tests/test_real_model.py checks that against the template)
     first = tok.apply_chat_template(
         [{"role": "user", "content": prompt.strip()}], tokenize=False, add_generation_prompt=True
     )
@@ -311,6 +313,12 @@ def test_a_forced_right_answer_scores_right(protocol, tok, model, data):
         config, tok, SmolLM2Tokens(model, tok, forced), max_new_tokens=64
     )
     rewards = check_episode(result, engine, trajectory, kwargs, tok)
+    # generation stopped right where each multi-token stop string (or the EOS) completed,
+    # though the model would have written on
+    assert [out.token_ids for out in engine.outputs] == forced
+    assert [out.stop_reason for out in engine.outputs] == [
+        next((s for s in stops if t.endswith(s)), None) for t in turns
+    ]
     assert [t.action_text for t in trajectory.turns] == turns
     assert trajectory.num_searches == 1 and "Ottawa" in [doc.title for doc in trajectory.turns[0].docs]
     assert result["reward"] == sum(rewards) == 1.0
