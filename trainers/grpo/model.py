@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from ...envs.errors import InvalidArgumentError, SearchGymError
+from ...envs.models import resolve_model
 from ..config import ModelConfig
 
 __all__ = ["model_source", "load_tokenizer_for", "load_model", "resolve_device"]
@@ -41,7 +42,7 @@ def model_source(config: ModelConfig) -> Path:
             seed=tiny.seed,
         )
     assert config.path is not None  # ModelConfig guarantees one of the two
-    return Path(config.path)
+    return Path(resolve_model(config.path))
 
 
 def load_tokenizer_for(config: ModelConfig, folder: str | os.PathLike[str]) -> Any:

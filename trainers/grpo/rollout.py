@@ -18,8 +18,9 @@ An episode becomes one token sequence::
 All episodes of a step run side by side: at each turn the contexts of the running
 episodes are sampled from in batches, each action goes to its env, and the episodes that
 go on get their feedback appended. An episode whose context reaches ``max_context_tokens``
-has its remaining turns taken as empty actions (format errors), so that the env ends and
-scores it as usual.
+(or whose next feedback would leave no room for an action) has its remaining turns taken as
+empty actions (format errors), so that the env ends and scores it as usual; its tokens never
+exceed the budget.
 """
 
 from __future__ import annotations
@@ -263,8 +264,13 @@ class RolloutCollector:
             eos_text = self.tokenizer.convert_ids_to_tokens(action.ids[-1])
             if isinstance(eos_text, str) and feedback.startswith(eos_text):
                 feedback = feedback[len(eos_text) :]
+        ids = self._encode(feedback, prompt=False)
+        if len(ep.token_ids) + len(ids) >= self.max_context_tokens:
+            # no room for the feedback and a next action: the budget ends the episode here
+            self._exhaust(ep, env)
+            return False
         spans = locate_spans(feedback, obs, info.get("memory_spans", ()))
-        ep._append("feedback", self._encode(feedback, prompt=False), feedback, spans)
+        ep._append("feedback", ids, feedback, spans)
         return True
 
     def _exhaust(self, ep: Episode, env: gym.Env) -> None:

@@ -38,7 +38,8 @@ hands back and what the base loop asks of it:
   the chat rendering.
 - Tokens past a stop string: vLLM cuts the text at the stop string but keeps every token
   of the engine step (several with speculative decoding). :class:`TurnEngine` drops the
-  tokens (and their logprobs) after the one that completes the stop string, so the
+  tokens (and their logprobs) after the one that completes the stop string, and cuts that
+  one back to the stop string's end when it runs past it (SmolLM2's ``>.``), so the
   sequence trained on matches the action the env parsed.
 - The per-turn cap: the base loop sets ``max_tokens`` to the remaining context before
   every turn, which overrides ``--rollout.max_new_tokens``. :class:`TurnEngine` applies

@@ -7,13 +7,14 @@ model sampled. Three things in that answer need care (see ``docs/gpu.md``):
   turn that ends at the model's EOS ends with its text (``...</answer><|im_end|>``).
   :func:`split_end_of_sequence` takes it off for the env.
 - vLLM cuts the text at a stop string but keeps every token of the engine step that hit
-  it. :class:`TurnEngine` drops the tokens after the one that completes the stop string.
+  it. :class:`TurnEngine` drops the tokens after the one that completes the stop string,
+  and cuts that token back to the stop string's end when it runs past it.
 - OpenRLHF's multi-turn loop sets ``max_tokens`` to the remaining context every turn.
   :class:`TurnEngine` applies a per-turn cap on top.
 
 :attr:`TurnEngine.said` is what the turn's tokens wrote beyond the action the env sees
-(the EOS text, or a token's text past the stop string), so the agent does not repeat it in
-the feedback that follows.
+(the EOS text; a token's text past the stop string only where it could not be cut back),
+so the agent does not repeat it in the feedback that follows.
 """
 
 from __future__ import annotations
@@ -61,10 +62,16 @@ def split_end_of_sequence(text: str, tokenizer: Any = None) -> tuple[str, str]:
 
 
 def _without_tokens_past_stop(request_output: Any, tokenizer: Any) -> Any:
-    """``request_output`` with the tokens after the one that completes the stop string dropped.
+    """``request_output`` with its tokens ending where the stop string ends.
 
     vLLM cuts ``text`` at the stop string (``stop_reason``) but keeps every token of the
-    engine step that produced it. Logprobs are cut alike. Other outputs pass unchanged.
+    engine step that produced it, so the tokens after the one that completes the stop
+    string are dropped. That token itself may carry text past the stop string (SmolLM2
+    writes ``</search>.`` as ``</``, ``search``, ``>.``): it is replaced by the tokens of the
+    stop string's rest (``>``), so the tokens trained on read exactly the action the env
+    parsed, as the built-in trainer and evaluation read it. The replacement takes the
+    replaced token's logprob (the rest get 0), so the turn's rollout logprob is unchanged.
+    Other outputs pass unchanged.
     """
     output = request_output.outputs[0]
     stop = getattr(output, "stop_reason", None)
@@ -74,15 +81,36 @@ def _without_tokens_past_stop(request_output: Any, tokenizer: Any) -> Any:
     keep = len(ids)
     while keep > 1 and stop in tokenizer.decode(ids[: keep - 1], skip_special_tokens=False):
         keep -= 1
-    if keep == len(ids):
+    logprobs = None if getattr(output, "logprobs", None) is None else list(output.logprobs)[:keep]
+    head, last = ids[: keep - 1], ids[keep - 1 : keep]
+    head_text = tokenizer.decode(head, skip_special_tokens=False)
+    text = tokenizer.decode(head + last, skip_special_tokens=False)
+    end = text.find(stop, max(0, len(head_text) - len(stop) + 1)) + len(stop)
+    tail = last
+    if len(stop) <= end < len(text) and text.startswith(head_text):  # the last token runs past it
+        tail = list(tokenizer(text[len(head_text) : end], add_special_tokens=False)["input_ids"])
+        if logprobs is not None:
+            logprobs = logprobs[:-1] + _moved_logprob(logprobs[-1].get(last[0]), tail)
+    if head + tail == ids:
         return request_output
     trimmed = copy.copy(output)
-    trimmed.token_ids = ids[:keep]
-    if getattr(output, "logprobs", None) is not None:
-        trimmed.logprobs = list(output.logprobs)[:keep]
+    trimmed.token_ids = head + tail
+    if logprobs is not None:
+        trimmed.logprobs = logprobs
     result = copy.copy(request_output)
     result.outputs = [trimmed, *list(request_output.outputs)[1:]]
     return result
+
+
+def _moved_logprob(sampled: Any, tokens: list[int]) -> list[dict[int, Any]]:
+    """vLLM logprob entries for ``tokens`` that replace a sampled token: its logprob on the first, 0 on the rest."""
+    entries = []
+    for i, token in enumerate(tokens):
+        entry = copy.copy(sampled)
+        if entry is not None:
+            entry.logprob = sampled.logprob if i == 0 else 0.0
+        entries.append({token: entry} if entry is not None else {})
+    return entries
 
 
 class TurnEngine:
@@ -99,8 +127,8 @@ class TurnEngine:
         self.engine, self.tokenizer, self.max_turn_tokens = engine, tokenizer, max_turn_tokens
         self.said = ""
         """What the last turn's tokens wrote beyond the action the env sees: the EOS text
-        (``<|im_end|>``), or the text of a token past the stop string (``>\n\n`` completing
-        ``</search>`` leaves ``\n\n``); "" when nothing."""
+        (``<|im_end|>``), or the text of a token past the stop string where it could not be
+        cut back; "" when nothing."""
 
     async def generate(
         self, prompt_token_ids: Any, sampling_params: Any, multi_modal_data: Any = None

@@ -275,7 +275,8 @@ def make_simulated_retriever(
 
     The generator is, in order: ``generator`` if given; an OpenAI-compatible endpoint when
     ``base_url`` is given (``model`` names the served model); a local transformers model
-    when only ``model`` is given (a path, or a hub name with network). SyntheticFacts envs
+    when only ``model`` is given (a path, a pulled offline model's name such as
+    ``smollm2-135m-instruct``, or a hub name with network). SyntheticFacts envs
     pass the world's :class:`SyntheticDocGenerator` when none of the three is set. A
     simulated engine has no corpus: ``corpus_path``, ``docs`` and ``index_dir`` are accepted
     (envs pass them) and ignored.
@@ -294,7 +295,9 @@ def make_simulated_retriever(
                 )
             generator = openai_generator(model, base_url, timeout=timeout, retries=retries, api_key=api_key)
         elif model is not None:
-            generator = transformers_generator(model, max_new_tokens)
+            from ...models import resolve_model
+
+            generator = transformers_generator(resolve_model(model), max_new_tokens)
         else:
             raise InvalidArgumentError(
                 "The simulated retriever needs a document generator: pass generator=<callable list[str] -> "

@@ -1,0 +1,110 @@
+"""A short built-in GRPO run of SmolLM2-135M-Instruct on a CPU: its curve and step times.
+
+    searchgym models pull smollm2-135m-instruct
+    OMP_NUM_THREADS=2 python benchmarks/real_model_train.py
+
+Trains with ``configs/grpo_smollm2_cpu.yaml`` (``--config``) from scratch in a fresh output
+folder and, after every step, writes the per-step figures to ``benchmarks/results/real_model_train.json``
+and the curve of the well-formed share, the reward and F1 (per step, and their mean over a
+sliding window) to ``docs/real_model_train.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import REPO, write_report  # noqa: E402
+
+
+def plot(history: list[dict], path: Path, window: int) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    steps = [h["step"] for h in history]
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
+    for ax, key, label in zip(
+        axes, ("format_ok", "reward", "f1"), ("well-formed share", "reward", "F1"), strict=True
+    ):
+        values = np.array([h["rollout"][key] for h in history])
+        ax.plot(steps, values, "o-", alpha=0.4, label="per step")
+        if len(values) >= window:
+            smooth = np.convolve(values, np.ones(window) / window, mode="valid")
+            ax.plot(steps[window - 1 :], smooth, "-", linewidth=2, label=f"mean of {window} steps")
+        ax.set_xlabel("GRPO step")
+        ax.set_title(label)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.suptitle("SmolLM2-135M-Instruct, built-in GRPO on CPU (NQ sample, BM25, search_r1)", fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--config", type=Path, default=REPO / "configs" / "grpo_smollm2_cpu.yaml")
+    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    parser.add_argument(
+        "--max-minutes",
+        type=float,
+        default=0,
+        help="stop after the step that passes this wall time (0: run all steps)",
+    )
+    parser.add_argument("--window", type=int, default=4, help="steps in the curve's sliding mean")
+    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "real_model_train.json")
+    parser.add_argument("--png", type=Path, default=REPO / "docs" / "real_model_train.png")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+
+    from searchgym.trainers.config import load_config
+    from searchgym.trainers.grpo import GRPOTrainer
+
+    config = load_config(args.config)
+    shutil.rmtree(config.output_dir, ignore_errors=True)  # a fresh run, never a resumed one
+    start = time.perf_counter()
+    trainer = GRPOTrainer(config, progress=False)
+    try:
+        while trainer.state.step < config.steps:  # one step at a time: the files follow the run
+            trainer.train(steps=1)
+            history = trainer.state.history
+            step_s = sorted(h["train"]["step_s"] for h in history)
+            wall = time.perf_counter() - start
+            write_report(
+                args.out,
+                {
+                    "command": f"OMP_NUM_THREADS={args.threads} python benchmarks/real_model_train.py"
+                    + (f" --max-minutes {args.max_minutes:g}" if args.max_minutes else ""),
+                    "config": str(args.config.relative_to(REPO)),
+                    "torch_threads": torch.get_num_threads(),
+                    "steps_done": trainer.state.step,
+                    "steps_configured": config.steps,
+                    "wall_time_s": round(wall, 1),
+                    "median_step_s": step_s[len(step_s) // 2],
+                    "history": history,
+                },
+            )
+            plot(history, args.png, args.window)
+            if args.max_minutes and wall > 60 * args.max_minutes:
+                print(f"stopped after {trainer.state.step} steps: --max-minutes {args.max_minutes:g} reached")
+                break
+    finally:
+        trainer.close()
+    print(f"wrote {args.out} and {args.png}")
+
+
+if __name__ == "__main__":
+    main()

