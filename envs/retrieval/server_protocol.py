@@ -255,8 +255,12 @@ def doc_from_item(item: object) -> Doc:
         document, score = item["document"], item.get("score", 0.0)
     if not isinstance(document, dict):
         raise ValueError(f"a result item must be a JSON object, got {json.dumps(document)[:80]}")
-    if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
-        raise ValueError(f"a score must be a finite number, got {json.dumps(score)[:80]}")
+    try:  # a JSON integer can be too large for a float: 1 followed by 400 zeros
+        finite = not isinstance(score, bool) and isinstance(score, (int, float)) and math.isfinite(score)
+    except OverflowError:
+        finite = False
+    if not finite:
+        raise ValueError(f"a score must be a finite number, got {str(score)[:80]}")
     doc_id = document.get("id", "")
     if isinstance(doc_id, int) and not isinstance(doc_id, bool):
         doc_id = str(doc_id)
@@ -285,7 +289,7 @@ def parse_response(body: bytes, num_queries: int) -> list[list[Doc]]:
     """
     try:
         data = json.loads(body)
-    except (ValueError, RecursionError) as exc:
+    except (ValueError, RecursionError) as exc:  # also integers over Python's digit limit
         raise ValueError(f"the body is not JSON ({exc}): {body[:80]!r}") from None
     if not isinstance(data, dict) or not isinstance(data.get("result"), list):
         raise ValueError(f'expected {{"result": [...]}}, got {json.dumps(data)[:80]}')
