@@ -7,7 +7,12 @@ the results are split back per request. The routes and their answers (``POST /re
 ``GET /health``, ``GET /stats``) are in :mod:`.service`; this module carries them over HTTP.
 
 Every bad request gets a 4xx JSON answer ``{"error": ...}``, a failing retriever a 500, and
-the server keeps serving. ``searchgym serve`` starts it (see :mod:`searchgym.commands.serve`);
+the server keeps serving. Slow or stuck clients cannot pile up: a connection that sends no
+whole request head within ``idle_timeout_s`` is closed, a body that takes longer than
+``body_timeout_s`` gets a 408, and past ``max_connections`` a new connection closes the
+oldest idle one (or gets a 503 when none is idle), so a normal query is still answered. A
+client that hangs up before its answer is counted apart (``client_disconnects``) and logged
+in one line. ``searchgym serve`` starts it (see :mod:`searchgym.commands.serve`);
 :class:`RetrievalServer` runs it in-process, in a background thread or in the foreground.
 aiohttp is used rather than the standard library because its C HTTP parser and event loop
 keep the per-request cost low, and many idle keep-alive connections cost no threads.
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import signal
 import threading
 from collections.abc import Callable
@@ -31,6 +37,66 @@ from .server_protocol import body_too_large
 from .service import RetrievalService, ServerConfig
 
 __all__ = ["RetrievalServer"]
+
+log = logging.getLogger("searchgym.server")
+
+_LINGER_S = 1.0
+"""How long the unread rest of a refused body is read and dropped before the connection closes."""
+
+_SPARE_FILES = 128
+"""File descriptors kept free beside ``max_connections`` (index files, logs, the listener)."""
+
+
+def _fit_connection_limit(wanted: int) -> int:
+    """``wanted``, after raising this process's open-file limit to fit it if needed (and allowed).
+
+    Returns the number of connections the open-file limit allows, at most ``wanted``.
+    """
+    try:
+        import resource
+    except ImportError:  # Windows: no such limit to manage
+        return wanted
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = wanted + _SPARE_FILES
+    if soft != resource.RLIM_INFINITY and soft < need:
+        target = need if hard == resource.RLIM_INFINITY else min(need, hard)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    if soft != resource.RLIM_INFINITY and soft < need:
+        allowed = max(1, soft - _SPARE_FILES)
+        log.warning(
+            "max_connections=%d does not fit the open-file limit %d (ulimit -n); serving at most %d connections.",
+            wanted,
+            soft,
+            allowed,
+        )
+        return allowed
+    return wanted
+
+
+class _Refusal(asyncio.Protocol):
+    """A connection past the limit: answer 503 with a JSON message, then close."""
+
+    def __init__(self, answer: bytes) -> None:
+        self._answer = answer
+        self._transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        transport.write(self._answer)
+        # Close once the request has arrived (closing with it unread could reset the answer away).
+        asyncio.get_running_loop().call_later(1.0, transport.close)
+
+    def data_received(self, data: bytes) -> None:
+        if self._transport is not None and b"\r\n\r\n" in data:
+            self._transport.close()
+
+    def eof_received(self) -> bool:
+        return False
 
 
 def _json(payload: dict[str, Any], status: int = 200) -> web.Response:
@@ -71,6 +137,10 @@ class RetrievalServer:
         """The bound port, once started."""
         self._reuse_port = reuse_port
         self._runner: web.AppRunner | None = None
+        self._listener: asyncio.Server | None = None
+        self._in_progress: set[object] = set()  # transports with a request being handled
+        self._accepting: set[Any] = set()  # handlers made for connections not yet in server.connections
+        self._max_connections = self.config.max_connections
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_event: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
@@ -113,8 +183,13 @@ class RetrievalServer:
 
     @web.middleware
     async def _errors(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        transport = request.transport
+        self._in_progress.add(transport)
         try:
             return await handler(request)
+        except ConnectionError:  # the client hung up (aiohttp: "Connection lost"); nobody to answer
+            self.service.client_gone(request.method, request.path)
+            raise
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise
@@ -123,6 +198,8 @@ class RetrievalServer:
             )
         except Exception as exc:  # a server never dies on a request
             return _json(self.service.internal_error(exc, request.method, request.path), 500)
+        finally:
+            self._in_progress.discard(transport)
 
     async def _retrieve(self, request: web.Request) -> web.Response:
         async def read_body() -> bytes:
@@ -132,7 +209,10 @@ class RetrievalServer:
                 raise body_too_large(self.config.limits) from None
 
         status, payload = await self.service.retrieve(request.content_length, read_body)
-        return _json(payload, status)
+        response = _json(payload, status)
+        if status == 408:  # the rest of the body may still come: start afresh on a new connection
+            response.force_close()
+        return response
 
     async def _health(self, request: web.Request) -> web.Response:
         return _json(self.service.health_payload())
@@ -140,35 +220,82 @@ class RetrievalServer:
     async def _stats(self, request: web.Request) -> web.Response:
         return _json(self.service.stats_payload())
 
+    # -- connections -------------------------------------------------------------------------
+
+    def _new_connection(self) -> asyncio.BaseProtocol:
+        """The protocol of an accepted connection: aiohttp's, or a 503 past ``max_connections``."""
+        assert self._runner is not None and self._runner.server is not None
+        server = self._runner.server
+        # Connections accepted in this loop turn join server.connections a turn later.
+        open_now = [c for c in server.connections if c.transport is not None]  # closing ones left out
+        open_now += [c for c in self._accepting if c not in server.connections]
+        if len(open_now) >= self._max_connections:
+            idle = next(
+                (c for c in open_now if c.transport is not None and c.transport not in self._in_progress),
+                None,
+            )
+            if idle is None:
+                self.stats.refused_connections += 1
+                message = (
+                    f"The server holds max_connections={self._max_connections} connections, none of them idle. "
+                    "Retry shortly, or restart the server with a larger --max-connections."
+                )
+                body = json.dumps({"error": message, "cap": "max_connections"}).encode()
+                head = (
+                    f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                    f"Content-Length: {len(body)}\r\nConnection: close\r\nRetry-After: 1\r\n\r\n"
+                )
+                return _Refusal(head.encode() + body)
+            self.stats.closed_idle_connections += 1
+            idle.force_close()  # the oldest idle connection makes room
+        handler = server()
+        # The transport schedules connection_made right after this returns; forget the handler after that.
+        self._accepting.add(handler)
+        loop = asyncio.get_running_loop()
+        loop.call_soon(loop.call_soon, self._accepting.discard, handler)
+        return handler
+
     # -- life cycle ------------------------------------------------------------------------
 
     async def _open(self) -> None:
         config = self.config
         self._stop_event = asyncio.Event()
+        self._max_connections = _fit_connection_limit(config.max_connections)
         # In-flight requests get 5 s to finish when the server stops; idle connections close at once.
-        runner = web.AppRunner(self._app(), access_log=None, handle_signals=False, shutdown_timeout=5.0)
+        # keepalive_timeout closes a connection that sends no whole request head for that long;
+        # lingering_time bounds how long the rest of a refused body is read (10 s by default).
+        runner = web.AppRunner(
+            self._app(),
+            access_log=None,
+            handle_signals=False,
+            shutdown_timeout=5.0,
+            keepalive_timeout=config.idle_timeout_s,
+            lingering_time=_LINGER_S,
+        )
         await runner.setup()
         self._runner = runner
         self.service.open(peers=lambda: len(runner.server.connections) if runner.server is not None else 0)
-        site = web.TCPSite(
-            runner,
-            config.host,
-            config.port,
-            backlog=1024,
-            reuse_address=True,
-            reuse_port=self._reuse_port or None,
-        )
         try:
-            await site.start()
+            self._listener = await asyncio.get_running_loop().create_server(
+                self._new_connection,
+                config.host,
+                config.port,
+                backlog=1024,
+                reuse_address=True,
+                reuse_port=self._reuse_port or None,
+            )
         except OSError as exc:
             await self._close()
             raise InvalidArgumentError(
                 f"Cannot listen on {config.host}:{config.port} ({exc.strerror or exc}). Choose another --port "
                 "(0 picks a free one) or stop the process that holds it."
             ) from exc
-        self.port = int(runner.addresses[0][1])
+        self.port = int(self._listener.sockets[0].getsockname()[1])
 
     async def _close(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
