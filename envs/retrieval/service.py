@@ -269,7 +269,8 @@ def load_index(
         backend: ``"bm25"``, ``"dense"`` or another registered backend; None picks ``"bm25"``
             for a directory holding a searchgym BM25 index and ``"dense"`` otherwise.
         corpus_path: The corpus of a FAISS file, or of a dense index kept apart from it.
-        **options: Passed to a non-BM25 backend (e.g. ``model``).
+        **options: Passed to a non-BM25 backend (e.g. ``model``); ``verify`` (True, False or
+            None) to every saved index: whether to check its files' SHA-256 digests on load.
 
     Raises:
         DataFileError: ``index`` is missing or is not a readable index.
@@ -277,7 +278,7 @@ def load_index(
         InvalidArgumentError: A FAISS file was given without ``corpus_path``, or with ``backend="bm25"``.
     """
     from . import make_retriever
-    from .bm25 import BM25Retriever, read_index_meta
+    from .bm25 import BM25Retriever, is_bm25_index_dir
 
     path = Path(index)
     if path.is_file():
@@ -298,7 +299,7 @@ def load_index(
             "`searchgym index --corpus FILE --backend bm25 --out DIR` and pass that DIR."
         )
     if backend is None:
-        backend = "bm25" if read_index_meta(path) is not None else "dense"
+        backend = "bm25" if is_bm25_index_dir(path) else "dense"
     if backend == "bm25":
-        return BM25Retriever.load(path)
+        return BM25Retriever.load(path, verify=options.get("verify"))
     return make_retriever(backend, index_dir=path, corpus_path=corpus_path, **options)

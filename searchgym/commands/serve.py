@@ -51,6 +51,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--model", help="dense only: encoder to use instead of the one recorded with the index"
     )
     parser.add_argument(
+        "--verify-index",
+        action="store_true",
+        help="check the SHA-256 digest of every index file on load, however large the index (by default "
+        "digests are checked up to 4 GB of index files, sizes always)",
+    )
+    parser.add_argument(
         "--host", default="127.0.0.1", help="interface to bind (default: %(default)s, loopback only)"
     )
     parser.add_argument(
@@ -162,7 +168,9 @@ def run(args: argparse.Namespace) -> int:
     from searchgym.envs.errors import SearchGymError
     from searchgym.envs.retrieval.server_protocol import RequestLimits
 
-    options = {"model": args.model} if args.model else {}
+    options: dict[str, Any] = {"model": args.model} if args.model else {}
+    if args.verify_index:
+        options["verify"] = True
     settings: dict[str, Any] = dict(
         host=args.host,
         port=args.port,
