@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ import pytest
 pytest.importorskip("aiohttp", reason="the server needs aiohttp: pip install 'searchgym[serve]'")
 
 from searchgym.envs.records import Doc
-from searchgym.envs.retrieval import BM25Retriever
+from searchgym.envs.retrieval import BM25Retriever, Retriever
 from searchgym.envs.retrieval.server import RetrievalServer
 from searchgym.envs.retrieval.server_protocol import RequestLimits
 from searchgym.envs.retrieval.service import ServerConfig
@@ -36,6 +37,19 @@ HEAD = b"POST /retrieve HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\
 @pytest.fixture(scope="module")
 def small() -> BM25Retriever:
     return BM25Retriever(DOCS)
+
+
+class Sleepy(Retriever):
+    """``inner`` that takes 0.8 s per search call (a slow encoder)."""
+
+    name = "sleepy"
+
+    def __init__(self, inner: Retriever) -> None:
+        self.inner = inner
+
+    def search(self, queries: Sequence[str], k: int) -> list[list[Doc]]:
+        time.sleep(0.8)
+        return self.inner.search(queries, k)
 
 
 def query(port: int, payload: dict | None = None, timeout: float = 5.0) -> tuple[int, dict, float]:
@@ -109,7 +123,8 @@ def test_past_max_connections_idle_ones_make_room_and_a_normal_query_is_answered
         assert status == 200 and answer["result"][0][0]["id"] == "d1"
         assert seconds < 1.0
         # All but 8 were closed: idle ones to make room, or answered 503 while all 8 were new.
-        assert sum(closed_by_server(s, within=1.5) is not None for s in idle) >= 30 - 8
+        time.sleep(1.2)  # a 503 answer closes its connection within 1 s
+        assert sum(closed_by_server(s, within=0.05) is not None for s in idle) >= 30 - 8
         counters = stats(srv.port)
         assert counters["closed_idle_connections"] >= 1
         assert counters["closed_idle_connections"] + counters["refused_connections"] >= 30 + 1 - 8
@@ -117,19 +132,29 @@ def test_past_max_connections_idle_ones_make_room_and_a_normal_query_is_answered
             s.close()
 
 
-def test_when_every_connection_is_busy_a_new_one_gets_a_503_naming_the_cap(small):
-    with RetrievalServer(small, ServerConfig(port=0, max_connections=4, body_timeout_s=30)) as srv:
+def test_stalled_bodies_make_room_too_and_a_503_comes_only_when_all_are_being_answered(small):
+    with RetrievalServer(Sleepy(small), ServerConfig(port=0, max_connections=4, body_timeout_s=30)) as srv:
         stalled = [raw(srv.port, HEAD % 100 + b'{"que') for _ in range(4)]
-        time.sleep(0.3)  # their heads are read: four requests in progress
-        sock = raw(srv.port, HEAD % 2 + b"{}")
-        answer = closed_by_server(sock, within=3.0)
-        assert answer is not None and answer.startswith(b"HTTP/1.1 503")
-        body = json.loads(answer.split(b"\r\n\r\n", 1)[1])
-        assert body["cap"] == "max_connections" and "max_connections=4" in body["error"]
+        time.sleep(0.3)  # four requests wait for their bodies
+        status, answer, seconds = query(srv.port)
+        assert status == 200 and seconds < 2.0  # the oldest stalled body made room
+        assert closed_by_server(stalled[0], within=1.0) is not None
+        counters = stats(srv.port)
+        assert counters["closed_idle_connections"] >= 1 and counters["client_disconnects"] == 0
         for s in stalled:
             s.close()
         time.sleep(0.2)
-        assert query(srv.port)[0] == 200 and stats(srv.port)["refused_connections"] == 1
+        body = json.dumps({"queries": ["paris"]}).encode()
+        searching = [raw(srv.port, HEAD % len(body) + body) for _ in range(4)]
+        time.sleep(0.3)  # four requests being searched (0.8 s each, one at a time)
+        sock = raw(srv.port, HEAD % 2 + b"{}")
+        answer = closed_by_server(sock, within=3.0)
+        assert answer is not None and answer.startswith(b"HTTP/1.1 503")
+        payload = json.loads(answer.split(b"\r\n\r\n", 1)[1])
+        assert payload["cap"] == "max_connections" and "max_connections=4" in payload["error"]
+        for s in searching:
+            s.close()
+        assert stats(srv.port)["refused_connections"] >= 1
 
 
 # -- 2. work and answer size of one request ---------------------------------------------------------

@@ -39,9 +39,9 @@ class ServerStats:
     client_disconnects: int = 0
     """Requests whose client hung up before the answer (not errors of the server)."""
     refused_connections: int = 0
-    """Connections answered 503 because ``max_connections`` were open and none was idle."""
+    """Connections answered 503 because ``max_connections`` were open, all being answered."""
     closed_idle_connections: int = 0
-    """Idle connections closed to make room for a new one at ``max_connections``."""
+    """Idle connections, or ones waiting for their body, closed to make room at ``max_connections``."""
     batch_queries: Counter[int] = field(default_factory=Counter)
     """Queries per search call → number of such calls."""
     batch_requests: Counter[int] = field(default_factory=Counter)

@@ -10,7 +10,8 @@ Every bad request gets a 4xx JSON answer ``{"error": ...}``, a failing retriever
 the server keeps serving. Slow or stuck clients cannot pile up: a connection that sends no
 whole request head within ``idle_timeout_s`` is closed, a body that takes longer than
 ``body_timeout_s`` gets a 408, and past ``max_connections`` a new connection closes the
-oldest idle one (or gets a 503 when none is idle), so a normal query is still answered. A
+oldest idle one, or else the oldest one still waiting for its body (a 503 answers it only when
+every connection has a request being searched or answered), so a normal query is still answered. A
 client that hangs up before its answer is counted apart (``client_disconnects``) and logged
 in one line. ``searchgym serve`` starts it (see :mod:`searchgym.commands.serve`);
 :class:`RetrievalServer` runs it in-process, in a background thread or in the foreground.
@@ -139,6 +140,8 @@ class RetrievalServer:
         self._runner: web.AppRunner | None = None
         self._listener: asyncio.Server | None = None
         self._in_progress: set[object] = set()  # transports with a request being handled
+        self._reading: set[object] = set()  # ... of which those still waiting for their body
+        self._evicted: set[object] = set()  # transports closed to make room (not hang-ups)
         self._accepting: set[Any] = set()  # handlers made for connections not yet in server.connections
         self._max_connections = self.config.max_connections
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -188,7 +191,10 @@ class RetrievalServer:
         try:
             return await handler(request)
         except ConnectionError:  # the client hung up (aiohttp: "Connection lost"); nobody to answer
-            self.service.client_gone(request.method, request.path)
+            if transport in self._evicted:
+                self._evicted.discard(transport)
+            else:
+                self.service.client_gone(request.method, request.path)
             raise
         except web.HTTPException as exc:
             if exc.status < 400:
@@ -203,10 +209,13 @@ class RetrievalServer:
 
     async def _retrieve(self, request: web.Request) -> web.Response:
         async def read_body() -> bytes:
+            self._reading.add(request.transport)
             try:
                 return await request.read()
             except web.HTTPRequestEntityTooLarge:  # a body without Content-Length, over the cap
                 raise body_too_large(self.config.limits) from None
+            finally:
+                self._reading.discard(request.transport)
 
         status, payload = await self.service.retrieve(request.content_length, read_body)
         response = _json(payload, status)
@@ -230,14 +239,17 @@ class RetrievalServer:
         open_now = [c for c in server.connections if c.transport is not None]  # closing ones left out
         open_now += [c for c in self._accepting if c not in server.connections]
         if len(open_now) >= self._max_connections:
-            idle = next(
-                (c for c in open_now if c.transport is not None and c.transport not in self._in_progress),
-                None,
-            )
+            made = [c for c in open_now if c.transport is not None]
+            # Room comes from the oldest idle connection, else from the oldest one still waiting for its body.
+            idle = next((c for c in made if c.transport not in self._in_progress), None)
+            if idle is None:
+                idle = next((c for c in made if c.transport in self._reading), None)
+                if idle is not None:
+                    self._evicted.add(idle.transport)
             if idle is None:
                 self.stats.refused_connections += 1
                 message = (
-                    f"The server holds max_connections={self._max_connections} connections, none of them idle. "
+                    f"The server holds max_connections={self._max_connections} connections, all being answered. "
                     "Retry shortly, or restart the server with a larger --max-connections."
                 )
                 body = json.dumps({"error": message, "cap": "max_connections"}).encode()
@@ -247,7 +259,7 @@ class RetrievalServer:
                 )
                 return _Refusal(head.encode() + body)
             self.stats.closed_idle_connections += 1
-            idle.force_close()  # the oldest idle connection makes room
+            idle.force_close()
         handler = server()
         # The transport schedules connection_made right after this returns; forget the handler after that.
         self._accepting.add(handler)

@@ -70,8 +70,8 @@ class ServerConfig:
         body_timeout_s: A request whose body does not arrive in this long gets a 408 and
             its connection is closed.
         max_connections: Most open client connections. A new one past it closes the oldest
-            idle connection, or, when every connection has a request in progress, is
-            answered 503 and closed.
+            idle connection, or else the oldest one still waiting for its request body; when
+            every connection has a request being searched or answered, it gets a 503.
     """
 
     host: str = "127.0.0.1"
