@@ -44,21 +44,30 @@ log = logging.getLogger("searchgym.server")
 _LINGER_S = 1.0
 """How long the unread rest of a refused body is read and dropped before the connection closes."""
 
+_ENCODE_OFF_LOOP_DOCS = 1000
+"""Answers with more documents are encoded on a thread, so the event loop keeps answering."""
+
+_BACKLOG = 256
+"""Connections the kernel queues before the server accepts them (and most accepted in one go)."""
+
 _SPARE_FILES = 128
 """File descriptors kept free beside ``max_connections`` (index files, logs, the listener)."""
 
 
-def _fit_connection_limit(wanted: int) -> int:
-    """``wanted``, after raising this process's open-file limit to fit it if needed (and allowed).
+def _fit_connection_limit(wanted: int) -> tuple[int, int]:
+    """``(max_connections, accept backlog)`` that fit this process's open-file limit.
 
-    Returns the number of connections the open-file limit allows, at most ``wanted``.
+    Past the limit, an accept burst (up to the backlog) holds new sockets while the
+    connections they replace close a loop turn or two later, so the open-file limit must fit
+    ``wanted + 2 × backlog + spare``: it is raised to that when allowed (``ulimit -n`` is often
+    1024); otherwise the backlog and then ``max_connections`` shrink to fit, with a warning.
     """
     try:
         import resource
     except ImportError:  # Windows: no such limit to manage
-        return wanted
+        return wanted, _BACKLOG
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    need = wanted + _SPARE_FILES
+    need = wanted + 2 * _BACKLOG + _SPARE_FILES
     if soft != resource.RLIM_INFINITY and soft < need:
         target = need if hard == resource.RLIM_INFINITY else min(need, hard)
         try:
@@ -66,16 +75,18 @@ def _fit_connection_limit(wanted: int) -> int:
             soft = target
         except (ValueError, OSError):
             pass
-    if soft != resource.RLIM_INFINITY and soft < need:
-        allowed = max(1, soft - _SPARE_FILES)
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return wanted, _BACKLOG
+    backlog = max(16, min(_BACKLOG, soft // 8))
+    allowed = max(1, min(wanted, soft - 2 * backlog - _SPARE_FILES))
+    if allowed < wanted:
         log.warning(
             "max_connections=%d does not fit the open-file limit %d (ulimit -n); serving at most %d connections.",
             wanted,
             soft,
             allowed,
         )
-        return allowed
-    return wanted
+    return allowed, backlog
 
 
 class _Refusal(asyncio.Protocol):
@@ -142,7 +153,8 @@ class RetrievalServer:
         self._in_progress: set[object] = set()  # transports with a request being handled
         self._reading: set[object] = set()  # ... of which those still waiting for their body
         self._evicted: set[object] = set()  # transports closed to make room (not hang-ups)
-        self._accepting: set[Any] = set()  # handlers made for connections not yet in server.connections
+        self._live: dict[Any, None] = {}  # open connections' handlers, oldest first
+        self._closing: set[Any] = set()  # handlers closed to make room, until their socket is released
         self._max_connections = self.config.max_connections
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_event: asyncio.Event | None = None
@@ -195,7 +207,7 @@ class RetrievalServer:
                 self._evicted.discard(transport)
             else:
                 self.service.client_gone(request.method, request.path)
-            raise
+            return web.Response(status=400)  # never sent; re-raising would make aiohttp log a traceback
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise
@@ -218,7 +230,11 @@ class RetrievalServer:
                 self._reading.discard(request.transport)
 
         status, payload = await self.service.retrieve(request.content_length, read_body)
-        response = _json(payload, status)
+        if status == 200 and sum(len(docs) for docs in payload["result"]) > _ENCODE_OFF_LOOP_DOCS:
+            body = await asyncio.get_running_loop().run_in_executor(None, json.dumps, payload)
+            response = web.Response(text=body, content_type="application/json")
+        else:
+            response = _json(payload, status)
         if status == 408:  # the rest of the body may still come: start afresh on a new connection
             response.force_close()
         return response
@@ -234,19 +250,9 @@ class RetrievalServer:
     def _new_connection(self) -> asyncio.BaseProtocol:
         """The protocol of an accepted connection: aiohttp's, or a 503 past ``max_connections``."""
         assert self._runner is not None and self._runner.server is not None
-        server = self._runner.server
-        # Connections accepted in this loop turn join server.connections a turn later.
-        open_now = [c for c in server.connections if c.transport is not None]  # closing ones left out
-        open_now += [c for c in self._accepting if c not in server.connections]
-        if len(open_now) >= self._max_connections:
-            made = [c for c in open_now if c.transport is not None]
-            # Room comes from the oldest idle connection, else from the oldest one still waiting for its body.
-            idle = next((c for c in made if c.transport not in self._in_progress), None)
-            if idle is None:
-                idle = next((c for c in made if c.transport in self._reading), None)
-                if idle is not None:
-                    self._evicted.add(idle.transport)
-            if idle is None:
+        if len(self._live) + len(self._closing) >= self._max_connections:
+            victim = self._room()
+            if victim is None:
                 self.stats.refused_connections += 1
                 message = (
                     f"The server holds max_connections={self._max_connections} connections, all being answered. "
@@ -258,21 +264,39 @@ class RetrievalServer:
                     f"Content-Length: {len(body)}\r\nConnection: close\r\nRetry-After: 1\r\n\r\n"
                 )
                 return _Refusal(head.encode() + body)
+            del self._live[victim]
+            self._closing.add(victim)
             self.stats.closed_idle_connections += 1
-            idle.force_close()
-        handler = server()
-        # The transport schedules connection_made right after this returns; forget the handler after that.
-        self._accepting.add(handler)
-        loop = asyncio.get_running_loop()
-        loop.call_soon(loop.call_soon, self._accepting.discard, handler)
+            victim.force_close()
+        handler = self._runner.server()
+        self._live[handler] = None
         return handler
+
+    def _room(self) -> Any:
+        """The connection to close for a new one: the oldest idle, else the oldest waiting for its body."""
+        waiting = None
+        for handler in self._live:
+            transport = handler.transport
+            if transport is None:  # not yet connected
+                continue
+            if transport not in self._in_progress:
+                return handler
+            if waiting is None and transport in self._reading:
+                waiting = handler
+        if waiting is not None:
+            self._evicted.add(waiting.transport)
+        return waiting
+
+    def _connection_lost(self, handler: Any) -> None:
+        self._live.pop(handler, None)
+        self._closing.discard(handler)
 
     # -- life cycle ------------------------------------------------------------------------
 
     async def _open(self) -> None:
         config = self.config
         self._stop_event = asyncio.Event()
-        self._max_connections = _fit_connection_limit(config.max_connections)
+        self._max_connections, backlog = _fit_connection_limit(config.max_connections)
         # In-flight requests get 5 s to finish when the server stops; idle connections close at once.
         # keepalive_timeout closes a connection that sends no whole request head for that long;
         # lingering_time bounds how long the rest of a refused body is read (10 s by default).
@@ -287,12 +311,21 @@ class RetrievalServer:
         await runner.setup()
         self._runner = runner
         self.service.open(peers=lambda: len(runner.server.connections) if runner.server is not None else 0)
+        server = runner.server
+        assert server is not None
+        aiohttp_lost = server.connection_lost
+
+        def connection_lost(handler: Any, exc: BaseException | None) -> None:  # each handler calls it once
+            self._connection_lost(handler)
+            aiohttp_lost(handler, exc)
+
+        server.connection_lost = connection_lost  # type: ignore[method-assign]
         try:
             self._listener = await asyncio.get_running_loop().create_server(
                 self._new_connection,
                 config.host,
                 config.port,
-                backlog=1024,
+                backlog=backlog,
                 reuse_address=True,
                 reuse_port=self._reuse_port or None,
             )

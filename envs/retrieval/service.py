@@ -57,8 +57,9 @@ class ServerConfig:
         host: Interface to bind; loopback unless told otherwise (the server has no auth).
         port: TCP port; 0 picks a free one (read it back from :attr:`.server.RetrievalServer.port`).
         max_batch_size: Most queries merged into one ``retriever.search`` call. A request
-            with more queries is searched in slices of this size, one after another, so that
-            small requests that arrive meanwhile are searched between its slices.
+            with more queries, or more than :data:`SLICE_CHARS` characters of them, is
+            searched in slices, one after another, so that small requests that arrive
+            meanwhile are searched between its slices.
         max_wait_ms: Longest a request waits for others to join its batch. The batch also
             leaves early when it is full, or when every open client connection has a request
             in it (see :class:`~.batching.DynamicBatcher`).
@@ -111,6 +112,26 @@ class ServerConfig:
 def listening_message(url: str, details: str) -> str:
     """The line ``searchgym serve`` prints once it answers at ``url``."""
     return f"searchgym serve: listening on {url} ({details}); POST /retrieve, GET /health, GET /stats. Ctrl-C stops."
+
+
+SLICE_CHARS = 16_384
+"""Most query characters in one slice of a large request (the work of a search call grows with them)."""
+
+
+def _slices(queries: list[str], max_queries: int) -> list[list[str]]:
+    """``queries`` cut into runs of at most ``max_queries`` queries and about :data:`SLICE_CHARS` characters."""
+    slices: list[list[str]] = []
+    current: list[str] = []
+    chars = 0
+    for query in queries:
+        if current and (len(current) >= max_queries or chars + len(query) > SLICE_CHARS):
+            slices.append(current)
+            current, chars = [], 0
+        current.append(query)
+        chars += len(query)
+    if current:
+        slices.append(current)
+    return slices
 
 
 class RetrievalService:
@@ -196,10 +217,9 @@ class RetrievalService:
             return exc.status, exc.payload
         batcher = self._batcher if self._batcher is not None else self.open()
         results: list[list[Doc]] = []
-        step = config.max_batch_size
         try:  # slice by slice, so that small requests are searched in between
-            for start in range(0, len(parsed.queries), step):
-                results += await batcher.submit(parsed.queries[start : start + step], parsed.topk)
+            for part in _slices(parsed.queries, config.max_batch_size):
+                results += await batcher.submit(part, parsed.topk)
         except Exception as exc:  # the retriever failed: answer 500 and keep serving
             log.warning("retriever failed on %d queries: %r", len(parsed.queries), exc)
             self.stats.errors[500] += 1
