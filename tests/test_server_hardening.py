@@ -141,6 +141,7 @@ def test_stalled_bodies_make_room_too_and_a_503_comes_only_when_all_are_being_an
         assert closed_by_server(stalled[0], within=1.0) is not None
         counters = stats(srv.port)
         assert counters["closed_idle_connections"] >= 1 and counters["client_disconnects"] == 0
+        assert counters["errors"] == {}
         for s in stalled:
             s.close()
         time.sleep(0.2)

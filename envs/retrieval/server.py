@@ -215,6 +215,9 @@ class RetrievalServer:
                 self.service.refuse(exc.status, exc.reason, request.method, request.path), exc.status
             )
         except Exception as exc:  # a server never dies on a request
+            if transport in self._evicted:  # closed to make room while it waited for its body
+                self._evicted.discard(transport)
+                return web.Response(status=400)  # never sent
             return _json(self.service.internal_error(exc, request.method, request.path), 500)
         finally:
             self._in_progress.discard(transport)
