@@ -202,12 +202,6 @@ class RetrievalServer:
         self._in_progress.add(transport)
         try:
             return await handler(request)
-        except ConnectionError:  # the client hung up (aiohttp: "Connection lost"); nobody to answer
-            if transport in self._evicted:
-                self._evicted.discard(transport)
-            else:
-                self.service.client_gone(request.method, request.path)
-            return web.Response(status=400)  # never sent; re-raising would make aiohttp log a traceback
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise
@@ -215,9 +209,13 @@ class RetrievalServer:
                 self.service.refuse(exc.status, exc.reason, request.method, request.path), exc.status
             )
         except Exception as exc:  # a server never dies on a request
-            if transport in self._evicted:  # closed to make room while it waited for its body
-                self._evicted.discard(transport)
-                return web.Response(status=400)  # never sent
+            # aiohttp reports a lost connection as ConnectionResetError or RuntimeError("Connection closed.")
+            if isinstance(exc, ConnectionError) or request.protocol.transport is None:
+                if transport in self._evicted:  # closed to make room while it waited for its body
+                    self._evicted.discard(transport)
+                else:  # the client hung up
+                    self.service.client_gone(request.method, request.path)
+                return web.Response(status=400)  # never sent; raising would make aiohttp log a traceback
             return _json(self.service.internal_error(exc, request.method, request.path), 500)
         finally:
             self._in_progress.discard(transport)
