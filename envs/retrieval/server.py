@@ -320,7 +320,7 @@ class RetrievalServer:
             self._connection_lost(handler)
             aiohttp_lost(handler, exc)
 
-        server.connection_lost = connection_lost  # type: ignore[method-assign]
+        server.connection_lost = connection_lost  # type: ignore[method-assign,assignment]
         try:
             self._listener = await asyncio.get_running_loop().create_server(
                 self._new_connection,

@@ -301,11 +301,13 @@ def doc_from_item(item: object) -> Doc:
         document, score = item["document"], item.get("score", 0.0)
     if not isinstance(document, dict):
         raise ValueError(f"a result item must be a JSON object, got {json.dumps(document)[:80]}")
-    try:  # a JSON integer can be too large for a float: 1 followed by 400 zeros
-        finite = not isinstance(score, bool) and isinstance(score, (int, float)) and math.isfinite(score)
-    except OverflowError:
-        finite = False
-    if not finite:
+    value = math.nan
+    if isinstance(score, (int, float)) and not isinstance(score, bool):
+        try:  # a JSON integer can be too large for a float: 1 followed by 400 zeros
+            value = float(score)
+        except OverflowError:
+            pass
+    if not math.isfinite(value):
         raise ValueError(f"a score must be a finite number, got {str(score)[:80]}")
     doc_id = document.get("id", "")
     if isinstance(doc_id, int) and not isinstance(doc_id, bool):
@@ -316,14 +318,14 @@ def doc_from_item(item: object) -> Doc:
         title = document.get("title", "")
         if not isinstance(title, str):
             raise ValueError(f"a document title must be a string, got {json.dumps(title)[:80]}")
-        return Doc(id=doc_id, title=title, text=document["text"], score=float(score))
+        return Doc(id=doc_id, title=title, text=document["text"], score=value)
     contents = document.get("contents")
     if not isinstance(contents, str):
         raise ValueError(
             f"a document needs 'contents' or 'text' as a string, got keys {sorted(map(str, document))}"
         )
     title, text = split_contents(contents)  # as load_corpus reads FlashRAG's corpus lines
-    return Doc(id=doc_id, title=title, text=text, score=float(score))
+    return Doc(id=doc_id, title=title, text=text, score=value)
 
 
 def parse_response(body: bytes, num_queries: int) -> list[list[Doc]]:
