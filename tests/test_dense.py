@@ -490,3 +490,29 @@ def test_searchgym_index_command_end_to_end(subset, tmp_path):
     bad = subprocess.run([*command[:4], "--corpus", str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "x")],
                          capture_output=True, text=True)  # fmt: skip
     assert bad.returncode == 2 and "missing.jsonl" in bad.stderr
+
+
+def test_garbage_offsets_are_reported_naming_the_offsets_file(damaged):
+    size = (damaged / "offsets.i64").stat().st_size
+    garbage = np.random.default_rng(0).integers(-(2**62), 2**62, size // 8, dtype=np.int64)
+    (damaged / "offsets.i64").write_bytes(garbage.tobytes())
+    with pytest.raises(DataFileError, match=r"offsets\.i64.*does not hold the line starts"):
+        DenseRetriever.load(damaged)
+
+
+def test_a_changed_offset_that_still_rises_is_caught_by_its_checksum(damaged):
+    offsets = np.fromfile(damaged / "offsets.i64", dtype=np.int64)
+    offsets[5] += 1  # still rising, but row 4 and row 5 now start in the wrong place
+    offsets.tofile(damaged / "offsets.i64")
+    with pytest.raises(DataFileError, match=r"offsets\.i64.*SHA-256.*corrupt"):
+        DenseRetriever.load(damaged)
+
+
+def test_flipped_bytes_in_the_faiss_file_are_caught_by_its_checksum(damaged):
+    path = damaged / "index_flat.faiss"
+    data = bytearray(path.read_bytes())
+    data[-100] ^= 0xFF  # inside the vectors: the index still reads, with one wrong number
+    path.write_bytes(bytes(data))
+    with pytest.raises(DataFileError, match=r"index_flat\.faiss.*SHA-256.*corrupt"):
+        DenseRetriever.load(damaged, index_type="flat")
+    DenseRetriever.load(damaged, index_type="flat", verify=False)

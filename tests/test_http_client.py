@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -256,9 +257,73 @@ def test_server_down_raises_retrieval_error_after_retries():
 def test_slow_server_beyond_the_timeout():
     with canned_server(json_answer({"result": [[]]}), delay=5.0) as url:
         client = HTTPRetriever(url, timeout=0.2, retries=1, backoff=0.01)
-        with pytest.raises(RetrievalError, match=r"after 2 attempt\(s\): no answer within timeout=0.2 s"):
+        start = time.monotonic()
+        with pytest.raises(
+            RetrievalError, match=r"after 1 attempt\(s\): no whole answer within timeout=0.2 s"
+        ):
             client.search(["paris"], 3)
-    assert client.error_count == 1 and client.retry_count == 1 and client.request_count == 2
+    assert time.monotonic() - start < 1.0  # the timeout covers the retries too
+    assert client.error_count == 1 and client.retry_count == 0 and client.request_count == 1
+
+
+@contextmanager
+def trickle_server(reply: bytes, every_s: float) -> Iterator[str]:
+    """A TCP server that reads a request, then sends ``reply`` one byte every ``every_s`` seconds."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    done = threading.Event()
+
+    def serve(conn: socket.socket) -> None:
+        with conn:
+            conn.recv(65536)
+            for i in range(len(reply)):
+                if done.wait(every_s):
+                    return
+                try:
+                    conn.sendall(reply[i : i + 1])
+                except OSError:
+                    return
+
+    def loop() -> None:
+        while not done.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=loop, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        done.set()
+        listener.close()
+
+
+def test_a_server_trickling_a_valid_answer_is_cut_at_the_timeout():
+    body = json.dumps({"result": [[{"document": {"id": "d1", "contents": '"P"\nx'}, "score": 1.0}]]}).encode()
+    reply = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    with trickle_server(reply, every_s=0.05) as url:  # the whole answer would take 5 s
+        client = HTTPRetriever(url, timeout=0.4, retries=3, backoff=0.01)
+        start = time.monotonic()
+        with pytest.raises(RetrievalError, match=r"no whole answer within timeout=0.4 s"):
+            client.search(["paris"], 3)
+        assert time.monotonic() - start < 1.2
+
+
+def test_an_integer_score_too_large_for_a_float_is_a_retrieval_error():
+    body = (
+        b'{"result": [[{"document": {"id": "d1", "contents": "\\"P\\"\\nx"}, "score": 1'
+        + b"0" * 400
+        + b"}]]}"
+    )
+    with canned_server(lambda _b: (200, body, {"Content-Type": "application/json"})) as url:
+        client = HTTPRetriever(url)
+        with pytest.raises(RetrievalError, match="score must be a finite number"):
+            client.search(["paris"], 3)
+        env = gym.make("searchgym/SyntheticFacts-v0", retriever=client)
+        env.reset(seed=0)
+        obs, reward, terminated, truncated, info = env.step("<search>anything</search>")
+        assert "score must be a finite number" in info["retrieval_error"] and not terminated
 
 
 @pytest.mark.parametrize(
@@ -445,7 +510,9 @@ def test_env_turns_a_slow_or_garbled_server_into_an_error_observation(fault):
         env = gym.make("searchgym/SyntheticFacts-v0", retriever=client)
         env.reset(seed=0)
         obs, reward, terminated, truncated, info = env.step("<search>anything</search>")
-        expected = "no answer within timeout=0.2 s" if fault == "slow" else "not Search-R1's /retrieve format"
+        expected = (
+            "no whole answer within timeout=0.2 s" if fault == "slow" else "not Search-R1's /retrieve format"
+        )
         assert expected in info["retrieval_error"] and "The search failed" in obs
         assert not terminated and client.error_count == 1
         obs, reward, terminated, truncated, info = env.step("<answer>x</answer>")

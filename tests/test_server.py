@@ -349,12 +349,25 @@ def test_batches_never_exceed_max_batch_size_and_k_groups_stay_apart():
         assert status == 200 and [item["id"] for item in body["result"][0]] == [d.id for d in want]
 
 
-def test_a_request_larger_than_max_batch_size_is_searched_alone():
-    retriever = Slow()
+def test_a_request_larger_than_max_batch_size_is_searched_in_slices_with_small_ones_between():
+    retriever = Slow()  # 30 ms per search call
     with RetrievalServer(retriever, ServerConfig(port=0, max_batch_size=2)) as srv:
-        status, body = Conn(srv.port).post({"queries": WORDS, "topk": 1})
-    assert status == 200 and len(body["result"]) == 8
-    assert retriever.calls == [(8, 1)]
+        big: list[tuple[int, dict]] = []
+        thread = threading.Thread(
+            target=lambda: big.append(Conn(srv.port).post({"queries": WORDS, "topk": 1}))
+        )
+        thread.start()
+        time.sleep(0.04)  # the big request's first slice is being searched
+        small_status, small = Conn(srv.port).post({"queries": ["rome"], "topk": 1})
+        small_done = len(retriever.calls)
+        thread.join()
+    status, body = big[0]
+    assert status == 200 and [r[0]["id"] for r in body["result"]] == [
+        docs[0].id for docs in retriever.inner.search(WORDS, 1)
+    ]
+    assert small_status == 200 and small["result"][0][0]["id"] == "d3"
+    assert sorted(retriever.calls) == [(1, 1)] + [(2, 1)] * 4
+    assert small_done < len(retriever.calls)  # answered before the big request's last slice ran
 
 
 def test_no_batching_searches_each_request_alone():

@@ -36,6 +36,12 @@ class ServerStats:
     """``retriever.search`` calls."""
     errors: Counter[int] = field(default_factory=Counter)
     """Error answers by HTTP status."""
+    client_disconnects: int = 0
+    """Requests whose client hung up before the answer (not errors of the server)."""
+    refused_connections: int = 0
+    """Connections answered 503 because ``max_connections`` were open, all being answered."""
+    closed_idle_connections: int = 0
+    """Idle connections, or ones waiting for their body, closed to make room at ``max_connections``."""
     batch_queries: Counter[int] = field(default_factory=Counter)
     """Queries per search call → number of such calls."""
     batch_requests: Counter[int] = field(default_factory=Counter)
@@ -48,6 +54,9 @@ class ServerStats:
             "queries": self.queries,
             "batches": self.batches,
             "errors": {str(k): v for k, v in sorted(self.errors.items())},
+            "client_disconnects": self.client_disconnects,
+            "refused_connections": self.refused_connections,
+            "closed_idle_connections": self.closed_idle_connections,
             "batch_queries": {str(k): v for k, v in sorted(self.batch_queries.items())},
             "batch_requests": {str(k): v for k, v in sorted(self.batch_requests.items())},
         }

@@ -17,6 +17,7 @@ from ..data import load_corpus
 from ..errors import DataFileError, InvalidArgumentError, RetrievalError
 from ..records import Doc
 from .base import Retriever
+from .checksums import file_checksums, verify_checksums
 from .jax_guard import import_without_jax
 
 if TYPE_CHECKING:
@@ -205,21 +206,33 @@ class BM25Retriever(Retriever):
             "num_docs": len(self._docs),
             "fingerprint": self.fingerprint,
             **self.params,
+            "files": file_checksums(directory, _index_files(directory)),
         }
         tmp = directory / (_META_FILE + ".tmp")
         tmp.write_text(json.dumps(meta, indent=2), encoding="utf-8")
         tmp.replace(directory / _META_FILE)
 
     @classmethod
-    def load(cls, directory: str | os.PathLike[str]) -> BM25Retriever:
-        """Load an index written by :meth:`save`.
+    def load(cls, directory: str | os.PathLike[str], *, verify: bool | None = None) -> BM25Retriever:
+        """Load an index written by :meth:`save`, checking its files against their recorded checksums.
+
+        Args:
+            directory: The index directory.
+            verify: True checks every file's SHA-256 digest, False only its size, None the
+                digests when the index holds at most 4 GB (see :mod:`.checksums`).
 
         Raises:
             DataFileError: ``directory`` is missing, is not a saved index, or its files are
-                corrupt or disagree with each other.
+                corrupt or disagree with each other (the message names the file).
         """
         directory = Path(directory)
         meta = read_index_meta(directory, strict=True) or {}
+        verify_checksums(
+            directory,
+            meta.get("files"),
+            verify=verify,
+            rebuild="delete the directory and build the index again",
+        )
         try:
             docs = load_corpus(directory / _DOCS_FILE)
             index = bm25s.BM25.load(str(directory), show_progress=False, mmap=False)
@@ -236,6 +249,16 @@ class BM25Retriever(Retriever):
         retriever = cls.__new__(cls)
         retriever._setup(docs, index, float(meta["k1"]), float(meta["b"]), meta["stopwords"], fingerprint)
         return retriever
+
+
+def _index_files(directory: Path) -> list[str]:
+    """The files of a saved index: bm25s's ``*.index.*`` files and the corpus."""
+    return [_DOCS_FILE] + [p.name for p in directory.iterdir() if p.is_file() and ".index." in p.name]
+
+
+def is_bm25_index_dir(directory: str | os.PathLike[str]) -> bool:
+    """Whether ``directory`` holds a searchgym BM25 index's metadata file (readable or not)."""
+    return (Path(directory) / _META_FILE).is_file()
 
 
 def read_index_meta(directory: str | os.PathLike[str], *, strict: bool = False) -> dict[str, Any] | None:

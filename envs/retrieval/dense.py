@@ -16,7 +16,7 @@ from typing import Any
 from ..errors import DataFileError, InvalidArgumentError
 from ..records import Doc
 from .base import Retriever
-from .bm25 import BM25Retriever, read_index_meta
+from .bm25 import BM25Retriever, is_bm25_index_dir
 from .dense_build import META_FILE, build_dense_index, find_dense_meta, read_dense_meta, resolve_prefixes
 from .dense_retriever import SEARCH_OPTIONS, DenseRetriever
 from .passages import write_docs_jsonl
@@ -39,6 +39,7 @@ def make_dense_retriever(
     device: str | None = None,
     progress: bool = True,
     mmap: bool = True,
+    verify: bool | None = None,
     **index_options: Any,
 ) -> DenseRetriever:
     """The ``"dense"`` factory of :func:`searchgym.make_retriever`.
@@ -59,6 +60,7 @@ def make_dense_retriever(
         device: Torch device; None for a GPU when there is one.
         progress: Show progress bars while building.
         mmap: Memory-map FAISS files.
+        verify: Check the index files' SHA-256 digests on load (None: when they hold at most 4 GB).
         **index_options: Index build options (``nlist``, ``pq_m``, ``nbits``, ``hnsw_m``,
             ``ef_construction``, ``train_size``, ``seed``) and search options (``nprobe``, ``ef_search``).
 
@@ -150,6 +152,7 @@ def make_dense_retriever(
         corpus_path=corpus_path,
         query_prefix=resolve_prefixes(e5, query_prefix, None)[0],
         mmap=mmap,
+        verify=verify,
         **common,
         **search_options,
     )
@@ -168,8 +171,8 @@ def open_index(index_dir: str | os.PathLike[str], **kwargs: Any) -> Retriever:
     directory = Path(index_dir)
     if (directory / META_FILE).is_file():
         return DenseRetriever.load(directory, **kwargs)
-    if read_index_meta(directory) is not None:
-        return BM25Retriever.load(directory)
+    if is_bm25_index_dir(directory):
+        return BM25Retriever.load(directory, verify=kwargs.get("verify"))
     raise DataFileError(
         f"{str(directory)!r} holds no searchgym index (neither {META_FILE} nor a BM25 index). Build one with "
         "`searchgym index --corpus FILE --backend dense|bm25 --out DIR`."

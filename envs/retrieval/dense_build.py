@@ -3,7 +3,8 @@
 An index directory holds::
 
     searchgym_dense.json   metadata: corpus fingerprint, model (name, dim, probe vector), prefixes,
-                           chunk and batch size, and the FAISS indexes built (kind -> options)
+                           chunk and batch size, the FAISS indexes built (kind -> options), and
+                           the size and SHA-256 of the files a query reads (see :mod:`.checksums`)
     progress.json          chunks encoded so far (rewritten after every chunk)
     offsets.i64            int64 byte offsets of the corpus lines, n + 1 of them (raw, memory-mapped)
     embeddings.f32         float32 embeddings, n x dim (raw, memory-mapped, written chunk by chunk)
@@ -30,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DataFileError, InvalidArgumentError
+from .checksums import file_checksums
 from .encoders import E5_PASSAGE_PREFIX, E5_QUERY_PREFIX, Encoder, load_encoder, same_model
 from .faiss_index import IndexSpec, build_index, write_index
 from .passages import file_fingerprint, iter_passages, passage_text, scan_line_offsets
@@ -403,6 +405,10 @@ def _finish(
         )
         del vectors
     meta["indexes"][spec.kind] = wanted.to_dict()
+    meta["files"] = {
+        **meta.get("files", {}),
+        **file_checksums(index_dir, [OFFSETS_FILE, index_file(index_dir, spec.kind).name]),
+    }
     _write_json(index_dir / META_FILE, meta)
     return BuildReport(
         chunks_done=num_chunks,

@@ -28,6 +28,7 @@ from ..errors import DataFileError, InvalidArgumentError, RetrievalError, Search
 from ..records import Doc
 from .base import Retriever
 from .bm25 import MAX_QUERY_CHARS, check_search_args
+from .checksums import verify_checksums
 from .dense_build import (
     META_FILE,
     OFFSETS_FILE,
@@ -39,7 +40,15 @@ from .dense_build import (
 )
 from .encoders import Encoder, load_encoder
 from .faiss_index import IndexSpec, build_index, configure_search, import_faiss, read_index, to_search_device
-from .passages import DocListPassages, JsonlPassages, PassageStore, _bar, cached_line_offsets, passage_text
+from .passages import (
+    DocListPassages,
+    JsonlPassages,
+    PassageStore,
+    _bar,
+    cached_line_offsets,
+    check_line_offsets,
+    passage_text,
+)
 
 __all__ = ["SEARCH_OPTIONS", "DenseRetriever"]
 
@@ -156,9 +165,10 @@ class DenseRetriever(Retriever):
         device: str | None = None,
         batch_size: int = 64,
         mmap: bool = True,
+        verify: bool | None = None,
         **search_options: Any,
     ) -> DenseRetriever:
-        """Load a finished index directory.
+        """Load a finished index directory, checking its files against their recorded checksums.
 
         Args:
             index_dir: Built by ``searchgym index`` or :func:`build_dense_index`.
@@ -169,6 +179,9 @@ class DenseRetriever(Retriever):
             device: Torch device of the query encoder.
             batch_size: Queries per forward pass.
             mmap: Memory-map the FAISS file instead of reading it into memory.
+            verify: True checks the SHA-256 digests of the offsets and FAISS files, False only
+                their sizes, None the digests when they hold at most 4 GB (see :mod:`.checksums`).
+                The offsets are checked for order against the corpus either way.
             **search_options: ``nprobe`` (IVF-PQ) or ``ef_search`` (HNSW).
 
         Raises:
@@ -199,18 +212,27 @@ class DenseRetriever(Retriever):
             raise DataFileError(
                 f"The offsets file {str(offsets_path)!r} is missing or does not hold {n + 1} offsets."
             )
-        encoder = load_encoder(model if model is not None else meta["model"]["name"], device=device)
-        check_model(meta, encoder, meta_path)
+        offsets = np.memmap(offsets_path, dtype=np.int64, mode="r")
+        check_line_offsets(offsets, corpus, offsets_path)
         path = index_file(index_dir, kind)
         index = read_index(path, mmap=mmap)
         _check_index(index, path, dim=dim, num_docs=n, what=f"the metadata {str(meta_path)!r}")
+        recorded = meta.get("files")
+        if isinstance(recorded, dict):  # indexes built before checksums were recorded have none
+            recorded = {name: recorded[name] for name in (OFFSETS_FILE, path.name) if name in recorded}
+        rebuild = (
+            f"delete {str(index_dir)!r} and run `searchgym index --corpus {corpus} --out {index_dir}` again"
+        )
+        verify_checksums(index_dir, recorded, verify=verify, rebuild=rebuild)
+        encoder = load_encoder(model if model is not None else meta["model"]["name"], device=device)
+        check_model(meta, encoder, meta_path)
         spec = IndexSpec(**{**meta["indexes"][kind], **search_options})
         recipe_kwargs = dict(
             index_type=kind, corpus_path=str(corpus), model=encoder.name, query_prefix=query_prefix
         )
         return cls(
             to_search_device(index),
-            JsonlPassages(corpus, np.memmap(offsets_path, dtype=np.int64, mode="r")),
+            JsonlPassages(corpus, offsets),
             encoder,
             query_prefix=meta["query_prefix"] if query_prefix is None else query_prefix,
             spec=spec,

@@ -5,11 +5,12 @@ builds an :class:`HTTPRetriever`. It works against ``searchgym serve`` and again
 Search-R1's own retrieval server, and anything else that answers the same format.
 
 The HTTP is a small keep-alive HTTP/1.1 client on the standard library's sockets (see
-:class:`~.http_connection.HTTPConnection` for why not :mod:`http.client`): one connection per thread, so a
+:class:`~.http_connection.HTTPConnection` for why not urllib3): one connection per thread, so a
 shared client is thread-safe and needs no new dependency, reopened when the server closed
-it, after a fork, or after an error. Every failure ends in
+it, after a fork, or after an error. ``timeout`` bounds a whole :meth:`HTTPRetriever.search`
+call, retries included. Every failure, whatever the server sends, ends in
 :class:`~searchgym.error.RetrievalError`, which :class:`~searchgym.envs.SearchQAEnv` turns
-into an error observation, so a dead or confused server never crashes a training run.
+into an error observation, so a dead, frozen or confused server never crashes a training run.
 """
 
 from __future__ import annotations
@@ -66,30 +67,33 @@ def _parse_url(url: object) -> tuple[str, str, int, str]:
 class HTTPRetriever(Retriever):
     """Search through a retrieval server (``searchgym serve``, Search-R1's server, ...).
 
-    Each :meth:`search` call sends its queries in as few requests as the chunking allows
-    (``max_queries_per_request`` queries per request), with ``return_scores`` set so that
-    documents keep their scores. Queries longer than ``max_query_chars`` are cut, as BM25
-    does in-process, so no query string is refused for its length.
+        Each :meth:`search` call sends its queries in as few requests as the chunking allows
+        (``max_queries_per_request`` queries per request), with ``return_scores`` set so that
+        documents keep their scores. Queries longer than ``max_query_chars`` are cut, as BM25
+        does in-process, so no query string is refused for its length.
 
     Failures: connection errors, timeouts and the statuses in :data:`RETRYABLE_STATUSES`
-    are retried ``retries`` times, waiting ``backoff · 2^attempt`` seconds (capped at
-    ``max_backoff``, with jitter) in between. Other error statuses, and answers that are not
-    the ``/retrieve`` format, fail at once. Either way :meth:`search` raises
-    :class:`RetrievalError` with a message that names the server and what went wrong, and
-    :attr:`error_count` goes up by one. Connections are reopened as needed, so a restarted
-    server is picked up by the next call.
+        are retried ``retries`` times, waiting ``backoff · 2^attempt`` seconds (capped at
+        ``max_backoff``, with jitter) in between, as long as the ``timeout`` of the call lasts.
+        Other error statuses, and answers that are not the ``/retrieve`` format (including
+        numbers no float can hold), fail at once. Either way :meth:`search` raises
+        :class:`RetrievalError` with a message that names the server and what went wrong, and
+        :attr:`error_count` goes up by one. Connections are reopened as needed, so a restarted
+        server is picked up by the next call.
 
-    Args:
-        url: ``http://host:port``, optionally with a path prefix or ending in ``/retrieve``.
-        timeout: Seconds allowed for connecting and for each read from the socket.
-        retries: Extra attempts after a transient failure.
-        backoff: First wait between attempts, in seconds.
-        max_backoff: Longest wait between attempts, in seconds.
-        max_queries_per_request: Queries per request; a larger batch is sent in chunks.
-        max_query_chars: Queries are cut to this many characters before sending.
+        Args:
+            url: ``http://host:port``, optionally with a path prefix or ending in ``/retrieve``.
+            timeout: Seconds one :meth:`search` call may take in all: connecting, sending, reading
+                the whole answer, every retry and the waits between them. A server that trickles
+                its answer or freezes costs at most this much per search.
+            retries: Extra attempts after a transient failure, while ``timeout`` lasts.
+            backoff: First wait between attempts, in seconds.
+            max_backoff: Longest wait between attempts, in seconds.
+            max_queries_per_request: Queries per request; a larger batch is sent in chunks.
+            max_query_chars: Queries are cut to this many characters before sending.
 
-    Raises:
-        InvalidArgumentError: A malformed URL or option.
+        Raises:
+            InvalidArgumentError: A malformed URL or option.
     """
 
     name = "http"
@@ -148,12 +152,12 @@ class HTTPRetriever(Retriever):
 
     # -- connections ---------------------------------------------------------------------
 
-    def _connection(self) -> HTTPConnection:
+    def _connection(self, deadline: float) -> HTTPConnection:
         """This thread's open connection, or a new one (also after a fork)."""
         conn: HTTPConnection | None = getattr(self._local, "conn", None)
         if conn is not None and conn.open and conn.pid == os.getpid():
             return conn
-        conn = HTTPConnection(self.scheme, self.host, self.port, self.timeout)
+        conn = HTTPConnection(self.scheme, self.host, self.port, deadline)
         self._local.conn = conn
         with self._lock:
             self._connections.add(conn)
@@ -174,14 +178,14 @@ class HTTPRetriever(Retriever):
                 conn.close()
         self._local = threading.local()
 
-    def _exchange(self, method: str, path: str, body: bytes | None) -> tuple[int, bytes]:
+    def _exchange(self, method: str, path: str, body: bytes | None, deadline: float) -> tuple[int, bytes]:
         """One request on this thread's connection; a stale keep-alive socket is replaced once."""
         for fresh_try in (False, True):
-            conn = self._connection()
+            conn = self._connection(deadline)
             try:
                 with self._lock:
                     self.request_count += 1
-                return conn.request(method, path, body)
+                return conn.request(method, path, body, deadline)
             except (ServerClosed, BrokenPipeError, ConnectionResetError):
                 self._drop_connection()
                 if conn.used and not fresh_try:  # the server closed an idle connection: try a new one
@@ -194,11 +198,11 @@ class HTTPRetriever(Retriever):
 
     # -- one attempt, with retries -----------------------------------------------------------
 
-    def _attempt(self, method: str, path: str, body: bytes | None) -> bytes:
+    def _attempt(self, method: str, path: str, body: bytes | None, deadline: float) -> bytes:
         try:
-            status, data = self._exchange(method, path, body)
+            status, data = self._exchange(method, path, body, deadline)
         except TimeoutError as exc:
-            raise _Transient(f"no answer within timeout={self.timeout:g} s ({exc or 'timed out'})") from exc
+            raise _Transient(f"no whole answer within timeout={self.timeout:g} s") from exc
         except OSError as exc:  # refused, reset, closed early, TLS trouble
             raise _Transient(f"{type(exc).__name__}: {exc}") from exc
         except ProtocolError as exc:
@@ -218,22 +222,23 @@ class HTTPRetriever(Retriever):
             raise _Transient(message)
         raise _Final(message)
 
-    def _call(self, method: str, path: str, body: bytes | None, what: str) -> bytes:
-        """Run one request with retries; raise RetrievalError (and count it) when all fail."""
+    def _call(self, method: str, path: str, body: bytes | None, what: str, deadline: float) -> bytes:
+        """Run one request with retries until ``deadline``; raise RetrievalError (and count it) when all fail."""
         attempts = self.retries + 1
         for attempt in range(attempts):
             try:
-                return self._attempt(method, path, body)
+                return self._attempt(method, path, body, deadline)
             except _Final as exc:
                 problem, tries = str(exc), attempt + 1
                 break
             except _Transient as exc:
                 problem, tries = str(exc), attempt + 1
-                if attempt + 1 < attempts:
-                    with self._lock:
-                        self.retry_count += 1
-                    delay = min(self.max_backoff, self.backoff * 2**attempt)
-                    time.sleep(delay * random.uniform(0.5, 1.0))
+                delay = min(self.max_backoff, self.backoff * 2**attempt) * random.uniform(0.5, 1.0)
+                if attempt + 1 == attempts or time.monotonic() + delay >= deadline:
+                    break
+                with self._lock:
+                    self.retry_count += 1
+                time.sleep(delay)
         self._count_error()
         raise RetrievalError(
             f"The retrieval server at {self.base_url} failed {what} after {tries} attempt(s): {problem}. "
@@ -267,16 +272,17 @@ class HTTPRetriever(Retriever):
                 raise InvalidArgumentError(
                     f"queries[{i}] must be a string, got {type(query).__name__}: {query!r:.60}."
                 )
+        deadline = time.monotonic() + self.timeout
         results: list[list[Doc]] = []
         step = self.max_queries_per_request
         for start in range(0, len(queries), step):
             chunk = [q[: self.max_query_chars] for q in queries[start : start + step]]
             body = json.dumps({"queries": chunk, "topk": k, "return_scores": True}).encode()
             what = f"to answer {len(chunk)} quer{'y' if len(chunk) == 1 else 'ies'}"
-            data = self._call("POST", self.path, body, what)
+            data = self._call("POST", self.path, body, what, deadline)
             try:
                 results.extend(parse_response(data, len(chunk)))
-            except ValueError as exc:
+            except Exception as exc:  # whatever the server sent, the caller gets a RetrievalError
                 self._count_error()
                 raise RetrievalError(
                     f"The retrieval server at {self.base_url} answered POST {self.path} with something that is "
@@ -298,7 +304,7 @@ class HTTPRetriever(Retriever):
 
     def _get_json(self, route: str) -> dict[str, Any]:
         path = self.path[: -len("/retrieve")] + route
-        data = self._call("GET", path, None, f"on GET {route}")
+        data = self._call("GET", path, None, f"on GET {route}", time.monotonic() + self.timeout)
         try:
             value = json.loads(data)
         except (ValueError, RecursionError):

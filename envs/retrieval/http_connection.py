@@ -1,8 +1,11 @@
 """A lean keep-alive HTTP/1.1 client connection on the standard library's sockets.
 
 :class:`HTTPConnection` is what :class:`~.http_client.HTTPRetriever` sends its requests
-through, one per thread. It exists instead of :mod:`http.client` for speed on small JSON
-requests (see the class), and has no dependency beyond the standard library.
+through, one per thread. It exists instead of urllib3 or :mod:`http.client` because every
+request has a deadline for the whole answer: each socket read waits only for the time left,
+so a server that trickles its answer a byte at a time cannot hold a request past it
+(urllib3's and httpx's timeouts bound each read, not the answer). It is as fast as urllib3
+on small JSON requests (``benchmarks/http_clients.py``, see ``docs/hardening.md``).
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import os
 import socket
 import ssl
+import time
 
 from .server_protocol import host_port
 
@@ -18,6 +22,7 @@ __all__ = ["HTTPConnection", "ProtocolError", "ServerClosed"]
 _MAX_LINE = 65_536
 _MAX_HEADERS = 100
 _MAX_BODY = 1 << 30
+_RECV = 65_536
 
 
 class ProtocolError(Exception):
@@ -28,18 +33,35 @@ class ServerClosed(ConnectionError):
     """The server closed the connection before a whole answer arrived."""
 
 
+def _time_left(deadline: float) -> float:
+    """Seconds until ``deadline`` (a :func:`time.monotonic` time); TimeoutError once it passed."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("the deadline passed")
+    return left
+
+
 class HTTPConnection:
     """One keep-alive HTTP/1.1 connection, kept lean for small JSON requests.
 
-    :mod:`http.client` parses headers with the :mod:`email` package and writes the headers
-    and the body in two sends (two server wake-ups per request); this writes each request in
-    one send and reads the answer with a plain buffered reader. It handles ``Content-Length``,
-    chunked and close-delimited bodies, 1xx interim answers, ``Connection: close`` and
-    HTTP/1.0, and refuses oversized header lines and bodies.
+    Each request is written in one send and its answer read with a small buffered reader
+    whose every ``recv`` waits no longer than the request's deadline allows. It handles
+    ``Content-Length``, chunked and close-delimited bodies, 1xx interim answers,
+    ``Connection: close`` and HTTP/1.0, and refuses oversized header lines and bodies.
+
+    Args:
+        scheme: ``"http"`` or ``"https"``.
+        host: Server host.
+        port: Server port.
+        deadline: :func:`time.monotonic` time by which the connection must be open.
+
+    Raises:
+        TimeoutError: The connection was not open by ``deadline``.
+        OSError: The connection was refused or failed.
     """
 
-    def __init__(self, scheme: str, host: str, port: int, timeout: float) -> None:
-        sock = socket.create_connection((host, port), timeout=timeout)
+    def __init__(self, scheme: str, host: str, port: int, deadline: float) -> None:
+        sock = socket.create_connection((host, port), timeout=_time_left(deadline))
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if scheme == "https":
@@ -48,26 +70,32 @@ class HTTPConnection:
             sock.close()
             raise
         self.sock = sock
-        self.reader = sock.makefile("rb")
         self.host_header = host_port(host, port)
         self.pid = os.getpid()
         self.used = False
         """Whether a request has completed on this connection (then a close is a stale socket)."""
         self.open = True
+        self._buffer = bytearray()
+        self._deadline = deadline
 
     def close(self) -> None:
         self.open = False
-        for closable in (self.reader, self.sock):
-            try:
-                closable.close()
-            except OSError:
-                pass
+        try:
+            self.sock.close()
+        except OSError:
+            pass
 
-    def request(self, method: str, path: str, body: bytes | None) -> tuple[int, bytes]:
-        """Send one request and read the whole answer: ``(status, body)``."""
+    def request(self, method: str, path: str, body: bytes | None, deadline: float) -> tuple[int, bytes]:
+        """Send one request and read the whole answer by ``deadline``: ``(status, body)``.
+
+        Raises:
+            TimeoutError: The whole answer did not arrive by ``deadline`` (the connection is closed).
+        """
+        self._deadline = deadline
         head = f"{method} {path} HTTP/1.1\r\nHost: {self.host_header}\r\nAccept: application/json\r\n"
         if body is not None:
             head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        self.sock.settimeout(_time_left(deadline))
         self.sock.sendall(head.encode("ascii") + b"\r\n" + (body or b""))
         status, version, headers = self._read_head()
         while 100 <= status < 200:  # interim answers carry no body
@@ -83,11 +111,47 @@ class HTTPConnection:
         self.used = True
         return status, data
 
+    # -- reading with a deadline -------------------------------------------------------------
+
+    def _fill(self) -> bool:
+        """Read what the server sent next into the buffer; False at the end of the stream."""
+        self.sock.settimeout(_time_left(self._deadline))
+        chunk = self.sock.recv(_RECV)
+        self._buffer += chunk
+        return bool(chunk)
+
     def _readline(self) -> bytes:
-        line = self.reader.readline(_MAX_LINE + 1)
-        if len(line) > _MAX_LINE:
+        start = 0
+        while True:
+            end = self._buffer.find(b"\n", start)
+            if end >= 0:
+                break
+            if len(self._buffer) > _MAX_LINE:
+                raise ProtocolError(f"a header line longer than {_MAX_LINE} bytes")
+            start = len(self._buffer)
+            if not self._fill():
+                line = bytes(self._buffer)
+                self._buffer.clear()
+                return line
+        if end >= _MAX_LINE:
             raise ProtocolError(f"a header line longer than {_MAX_LINE} bytes")
+        line = bytes(self._buffer[: end + 1])
+        del self._buffer[: end + 1]
         return line
+
+    def _read(self, size: int) -> bytes:
+        """Up to ``size`` bytes: fewer only when the server closed the connection."""
+        while len(self._buffer) < size and self._fill():
+            pass
+        data = bytes(self._buffer[:size])
+        del self._buffer[:size]
+        return data
+
+    def _read_exactly(self, size: int) -> bytes:
+        data = self._read(size)
+        if len(data) < size:
+            raise ServerClosed(f"the answer was cut short ({len(data)} of {size} bytes)")
+        return data
 
     def _read_head(self) -> tuple[int, bytes, dict[bytes, bytes]]:
         line = self._readline()
@@ -111,12 +175,6 @@ class HTTPConnection:
                 raise ProtocolError(f"a malformed header line: {line[:80]!r}")
             headers[name.strip().lower()] = value.strip()
         raise ProtocolError(f"more than {_MAX_HEADERS} header lines")
-
-    def _read_exactly(self, size: int) -> bytes:
-        data = self.reader.read(size)
-        if len(data) < size:
-            raise ServerClosed(f"the answer was cut short ({len(data)} of {size} bytes)")
-        return data
 
     def _read_body(self, headers: dict[bytes, bytes], status: int, method: str) -> tuple[bytes, bool]:
         """The body, and whether its end was marked (False: it ran to the connection's close)."""
@@ -145,7 +203,7 @@ class HTTPConnection:
             if not length.isdigit() or int(length) > _MAX_BODY:
                 raise ProtocolError(f"a bad Content-Length {length[:20]!r}")
             return self._read_exactly(int(length)), True
-        data = self.reader.read(_MAX_BODY + 1)
+        data = self._read(_MAX_BODY + 1)
         if len(data) > _MAX_BODY:
             raise ProtocolError(f"a body over {_MAX_BODY} bytes")
         return data, False

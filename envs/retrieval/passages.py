@@ -29,6 +29,7 @@ __all__ = [
     "OFFSETS_CACHE",
     "PassageStore",
     "cached_line_offsets",
+    "check_line_offsets",
     "file_fingerprint",
     "iter_passages",
     "line_number_at",
@@ -152,6 +153,31 @@ def line_number_at(path: str | os.PathLike[str], offset: int) -> int:
             count += block.count(b"\n")
             done += len(block)
     return count
+
+
+def check_line_offsets(offsets: np.ndarray, corpus: Path, offsets_path: Path) -> None:
+    """Check that ``offsets`` (from ``offsets_path``) can be line starts of ``corpus``: they rise
+    from 0 or more and end at the corpus size. Reads the offsets in blocks (no n-sized copy).
+
+    Raises:
+        DataFileError: Naming ``offsets_path``, when they cannot be.
+    """
+    size = corpus.stat().st_size
+    block = 1 << 20
+    problem = None
+    if len(offsets) < 2 or offsets[0] < 0 or int(offsets[-1]) != size:
+        problem = f"its last offset is not the corpus size {size}" if len(offsets) >= 2 else "it is too short"
+    else:
+        for start in range(0, len(offsets) - 1, block):
+            part = np.asarray(offsets[start : start + block + 1])
+            if np.any(part[1:] <= part[:-1]):
+                problem = f"its offsets do not rise near row {start}"
+                break
+    if problem is not None:
+        raise DataFileError(
+            f"The offsets file {str(offsets_path)!r} does not hold the line starts of {str(corpus)!r}: {problem}. "
+            "It is damaged: delete the index directory and build it again."
+        )
 
 
 def file_fingerprint(path: str | os.PathLike[str]) -> dict[str, object]:

@@ -7,7 +7,13 @@ the results are split back per request. The routes and their answers (``POST /re
 ``GET /health``, ``GET /stats``) are in :mod:`.service`; this module carries them over HTTP.
 
 Every bad request gets a 4xx JSON answer ``{"error": ...}``, a failing retriever a 500, and
-the server keeps serving. ``searchgym serve`` starts it (see :mod:`searchgym.commands.serve`);
+the server keeps serving. Slow or stuck clients cannot pile up: a connection that sends no
+whole request head within ``idle_timeout_s`` is closed, a body that takes longer than
+``body_timeout_s`` gets a 408, and past ``max_connections`` a new connection closes the
+oldest idle one, or else the oldest one still waiting for its body (a 503 answers it only when
+every connection has a request being searched or answered), so a normal query is still answered. A
+client that hangs up before its answer is counted apart (``client_disconnects``) and logged
+in one line. ``searchgym serve`` starts it (see :mod:`searchgym.commands.serve`);
 :class:`RetrievalServer` runs it in-process, in a background thread or in the foreground.
 aiohttp is used rather than the standard library because its C HTTP parser and event loop
 keep the per-request cost low, and many idle keep-alive connections cost no threads.
@@ -17,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import signal
 import threading
 from collections.abc import Callable
@@ -31,6 +38,77 @@ from .server_protocol import body_too_large
 from .service import RetrievalService, ServerConfig
 
 __all__ = ["RetrievalServer"]
+
+log = logging.getLogger("searchgym.server")
+
+_LINGER_S = 1.0
+"""How long the unread rest of a refused body is read and dropped before the connection closes."""
+
+_ENCODE_OFF_LOOP_DOCS = 1000
+"""Answers with more documents are encoded on a thread, so the event loop keeps answering."""
+
+_BACKLOG = 256
+"""Connections the kernel queues before the server accepts them (and most accepted in one go)."""
+
+_SPARE_FILES = 128
+"""File descriptors kept free beside ``max_connections`` (index files, logs, the listener)."""
+
+
+def _fit_connection_limit(wanted: int) -> tuple[int, int]:
+    """``(max_connections, accept backlog)`` that fit this process's open-file limit.
+
+    Past the limit, an accept burst (up to the backlog) holds new sockets while the
+    connections they replace close a loop turn or two later, so the open-file limit must fit
+    ``wanted + 2 × backlog + spare``: it is raised to that when allowed (``ulimit -n`` is often
+    1024); otherwise the backlog and then ``max_connections`` shrink to fit, with a warning.
+    """
+    try:
+        import resource
+    except ImportError:  # Windows: no such limit to manage
+        return wanted, _BACKLOG
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = wanted + 2 * _BACKLOG + _SPARE_FILES
+    if soft != resource.RLIM_INFINITY and soft < need:
+        target = need if hard == resource.RLIM_INFINITY else min(need, hard)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return wanted, _BACKLOG
+    backlog = max(16, min(_BACKLOG, soft // 8))
+    allowed = max(1, min(wanted, soft - 2 * backlog - _SPARE_FILES))
+    if allowed < wanted:
+        log.warning(
+            "max_connections=%d does not fit the open-file limit %d (ulimit -n); serving at most %d connections.",
+            wanted,
+            soft,
+            allowed,
+        )
+    return allowed, backlog
+
+
+class _Refusal(asyncio.Protocol):
+    """A connection past the limit: answer 503 with a JSON message, then close."""
+
+    def __init__(self, answer: bytes) -> None:
+        self._answer = answer
+        self._transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        transport.write(self._answer)
+        # Close once the request has arrived (closing with it unread could reset the answer away).
+        asyncio.get_running_loop().call_later(1.0, transport.close)
+
+    def data_received(self, data: bytes) -> None:
+        if self._transport is not None and b"\r\n\r\n" in data:
+            self._transport.close()
+
+    def eof_received(self) -> bool:
+        return False
 
 
 def _json(payload: dict[str, Any], status: int = 200) -> web.Response:
@@ -71,6 +149,13 @@ class RetrievalServer:
         """The bound port, once started."""
         self._reuse_port = reuse_port
         self._runner: web.AppRunner | None = None
+        self._listener: asyncio.Server | None = None
+        self._in_progress: set[object] = set()  # transports with a request being handled
+        self._reading: set[object] = set()  # ... of which those still waiting for their body
+        self._evicted: set[object] = set()  # transports closed to make room (not hang-ups)
+        self._live: dict[Any, None] = {}  # open connections' handlers, oldest first
+        self._closing: set[Any] = set()  # handlers closed to make room, until their socket is released
+        self._max_connections = self.config.max_connections
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_event: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
@@ -113,6 +198,8 @@ class RetrievalServer:
 
     @web.middleware
     async def _errors(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        transport = request.transport
+        self._in_progress.add(transport)
         try:
             return await handler(request)
         except web.HTTPException as exc:
@@ -122,17 +209,36 @@ class RetrievalServer:
                 self.service.refuse(exc.status, exc.reason, request.method, request.path), exc.status
             )
         except Exception as exc:  # a server never dies on a request
+            # aiohttp reports a lost connection as ConnectionResetError or RuntimeError("Connection closed.")
+            if isinstance(exc, ConnectionError) or request.protocol.transport is None:
+                if transport in self._evicted:  # closed to make room while it waited for its body
+                    self._evicted.discard(transport)
+                else:  # the client hung up
+                    self.service.client_gone(request.method, request.path)
+                return web.Response(status=400)  # never sent; raising would make aiohttp log a traceback
             return _json(self.service.internal_error(exc, request.method, request.path), 500)
+        finally:
+            self._in_progress.discard(transport)
 
     async def _retrieve(self, request: web.Request) -> web.Response:
         async def read_body() -> bytes:
+            self._reading.add(request.transport)
             try:
                 return await request.read()
             except web.HTTPRequestEntityTooLarge:  # a body without Content-Length, over the cap
                 raise body_too_large(self.config.limits) from None
+            finally:
+                self._reading.discard(request.transport)
 
         status, payload = await self.service.retrieve(request.content_length, read_body)
-        return _json(payload, status)
+        if status == 200 and sum(len(docs) for docs in payload["result"]) > _ENCODE_OFF_LOOP_DOCS:
+            body = await asyncio.get_running_loop().run_in_executor(None, json.dumps, payload)
+            response = web.Response(text=body, content_type="application/json")
+        else:
+            response = _json(payload, status)
+        if status == 408:  # the rest of the body may still come: start afresh on a new connection
+            response.force_close()
+        return response
 
     async def _health(self, request: web.Request) -> web.Response:
         return _json(self.service.health_payload())
@@ -140,35 +246,102 @@ class RetrievalServer:
     async def _stats(self, request: web.Request) -> web.Response:
         return _json(self.service.stats_payload())
 
+    # -- connections -------------------------------------------------------------------------
+
+    def _new_connection(self) -> asyncio.BaseProtocol:
+        """The protocol of an accepted connection: aiohttp's, or a 503 past ``max_connections``."""
+        assert self._runner is not None and self._runner.server is not None
+        if len(self._live) + len(self._closing) >= self._max_connections:
+            victim = self._room()
+            if victim is None:
+                self.stats.refused_connections += 1
+                message = (
+                    f"The server holds max_connections={self._max_connections} connections, all being answered. "
+                    "Retry shortly, or restart the server with a larger --max-connections."
+                )
+                body = json.dumps({"error": message, "cap": "max_connections"}).encode()
+                head = (
+                    f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                    f"Content-Length: {len(body)}\r\nConnection: close\r\nRetry-After: 1\r\n\r\n"
+                )
+                return _Refusal(head.encode() + body)
+            del self._live[victim]
+            self._closing.add(victim)
+            self.stats.closed_idle_connections += 1
+            victim.force_close()
+        handler = self._runner.server()
+        self._live[handler] = None
+        return handler
+
+    def _room(self) -> Any:
+        """The connection to close for a new one: the oldest idle, else the oldest waiting for its body."""
+        waiting = None
+        for handler in self._live:
+            transport = handler.transport
+            if transport is None:  # not yet connected
+                continue
+            if transport not in self._in_progress:
+                return handler
+            if waiting is None and transport in self._reading:
+                waiting = handler
+        if waiting is not None:
+            self._evicted.add(waiting.transport)
+        return waiting
+
+    def _connection_lost(self, handler: Any) -> None:
+        self._live.pop(handler, None)
+        self._closing.discard(handler)
+
     # -- life cycle ------------------------------------------------------------------------
 
     async def _open(self) -> None:
         config = self.config
         self._stop_event = asyncio.Event()
+        self._max_connections, backlog = _fit_connection_limit(config.max_connections)
         # In-flight requests get 5 s to finish when the server stops; idle connections close at once.
-        runner = web.AppRunner(self._app(), access_log=None, handle_signals=False, shutdown_timeout=5.0)
+        # keepalive_timeout closes a connection that sends no whole request head for that long;
+        # lingering_time bounds how long the rest of a refused body is read (10 s by default).
+        runner = web.AppRunner(
+            self._app(),
+            access_log=None,
+            handle_signals=False,
+            shutdown_timeout=5.0,
+            keepalive_timeout=config.idle_timeout_s,
+            lingering_time=_LINGER_S,
+        )
         await runner.setup()
         self._runner = runner
         self.service.open(peers=lambda: len(runner.server.connections) if runner.server is not None else 0)
-        site = web.TCPSite(
-            runner,
-            config.host,
-            config.port,
-            backlog=1024,
-            reuse_address=True,
-            reuse_port=self._reuse_port or None,
-        )
+        server = runner.server
+        assert server is not None
+        aiohttp_lost = server.connection_lost
+
+        def connection_lost(handler: Any, exc: BaseException | None) -> None:  # each handler calls it once
+            self._connection_lost(handler)
+            aiohttp_lost(handler, exc)
+
+        server.connection_lost = connection_lost  # type: ignore[method-assign,assignment]
         try:
-            await site.start()
+            self._listener = await asyncio.get_running_loop().create_server(
+                self._new_connection,
+                config.host,
+                config.port,
+                backlog=backlog,
+                reuse_address=True,
+                reuse_port=self._reuse_port or None,
+            )
         except OSError as exc:
             await self._close()
             raise InvalidArgumentError(
                 f"Cannot listen on {config.host}:{config.port} ({exc.strerror or exc}). Choose another --port "
                 "(0 picks a free one) or stop the process that holds it."
             ) from exc
-        self.port = int(runner.addresses[0][1])
+        self.port = int(self._listener.sockets[0].getsockname()[1])
 
     async def _close(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None

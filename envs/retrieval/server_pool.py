@@ -8,7 +8,9 @@ port; the kernel spreads client connections over them, and each batches what it 
 ``/health`` and ``/stats`` answer for the worker that took the request (``pid`` says which).
 
 The parent holds the port from the start (bound, not listening, so it takes no
-connections), restarts a worker that dies, and stops them all on SIGINT or SIGTERM.
+connections), restarts a worker that dies, and stops them all on SIGINT or SIGTERM. A port
+that another server already listens on is refused, even one shared with ``SO_REUSEPORT``,
+and a worker whose parent dies (``kill -9``) stops too, so no stale worker keeps answering.
 Linux spreads connections over the workers; other systems may not (macOS hands them to one
 worker), and Windows has no ``SO_REUSEPORT``.
 """
@@ -17,10 +19,12 @@ from __future__ import annotations
 
 import multiprocessing
 import multiprocessing.connection
+import os
 import queue
 import signal
 import socket
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -38,6 +42,7 @@ def _worker(
 ) -> None:
     """One worker process: load the index, serve until SIGTERM, report readiness or failure."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when workers stop
+    _follow_parent()
     try:
         from .server import RetrievalServer
         from .service import load_index
@@ -51,8 +56,32 @@ def _worker(
         raise SystemExit(1) from None
 
 
+def _follow_parent() -> None:
+    """Stop this worker (SIGTERM to itself, a clean stop) as soon as its parent process dies."""
+    parent = multiprocessing.parent_process()
+    if parent is None or parent.sentinel is None:
+        return
+
+    def watch() -> None:
+        multiprocessing.connection.wait([parent.sentinel])  # ready when the parent is gone
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="searchgym-parent-watch", daemon=True).start()
+
+
+def _cannot_listen(host: str, port: int, exc: OSError) -> InvalidArgumentError:
+    return InvalidArgumentError(
+        f"Cannot listen on {host}:{port} ({exc.strerror or exc}). Choose another --port "
+        "(0 picks a free one) or stop the process that holds it."
+    )
+
+
 def _reserve_port(host: str, port: int) -> socket.socket:
-    """A socket bound (not listening) to ``host:port`` with SO_REUSEPORT: it keeps the port ours."""
+    """A socket bound (not listening) to ``host:port`` with SO_REUSEPORT: it keeps the port ours.
+
+    A port that another server holds is refused, even when that server bound it with
+    SO_REUSEPORT as well (it would otherwise share the port and take part of the traffic).
+    """
     if not hasattr(socket, "SO_REUSEPORT"):
         raise InvalidArgumentError("--workers needs SO_REUSEPORT, which this system lacks; use --workers 1.")
     try:
@@ -61,15 +90,18 @@ def _reserve_port(host: str, port: int) -> socket.socket:
     except OSError as exc:
         raise InvalidArgumentError(f"Cannot resolve --host {host!r} ({exc}).") from exc
     try:
+        # First without SO_REUSEPORT: this bind fails on a port that anyone else holds.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        address = sock.getsockname()  # the port picked for --port 0
+        sock.close()
+        sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind(address)
     except OSError as exc:
         sock.close()
-        raise InvalidArgumentError(
-            f"Cannot listen on {host}:{port} ({exc.strerror or exc}). Choose another --port "
-            "(0 picks a free one) or stop the process that holds it."
-        ) from exc
+        raise _cannot_listen(host, port, exc) from exc
     return sock
 
 

@@ -33,7 +33,9 @@ __all__ = [
     "RequestLimits",
     "RetrieveRequest",
     "body_too_large",
+    "JSON_BYTES_PER_DOC",
     "check_body_size",
+    "check_response_size",
     "check_number",
     "doc_contents",
     "doc_from_item",
@@ -82,15 +84,28 @@ class RequestLimits:
         max_queries: Number of queries in one request.
         max_query_chars: Characters in one query (BM25 reads no further than this either).
         max_topk: Largest ``topk``.
+        max_results: Documents one request may ask for: queries × ``topk``. It bounds the
+            work and the answer of one request.
+        max_response_bytes: Size of one answer, counted before it is encoded as the
+            characters of its documents plus :data:`JSON_BYTES_PER_DOC` per document.
     """
 
     max_body_bytes: int = 4 * 1024 * 1024
     max_queries: int = 1024
     max_query_chars: int = 10_000
     max_topk: int = 100
+    max_results: int = 16_384
+    max_response_bytes: int = 32 * 1024 * 1024
 
     def __post_init__(self) -> None:
-        for name in ("max_body_bytes", "max_queries", "max_query_chars", "max_topk"):
+        for name in (
+            "max_body_bytes",
+            "max_queries",
+            "max_query_chars",
+            "max_topk",
+            "max_results",
+            "max_response_bytes",
+        ):
             check_number(f"RequestLimits.{name}", getattr(self, name), 1, integer=True)
 
 
@@ -115,6 +130,10 @@ class RequestError(Exception):
 def error_payload(message: str, **extra: Any) -> dict[str, Any]:
     """The JSON body of an error answer: ``{"error": message, ...extra}``."""
     return {"error": message, **extra}
+
+
+JSON_BYTES_PER_DOC = 100
+"""What one document adds to an answer beyond its id, title and text (keys, quotes, score)."""
 
 
 def _cap_error(
@@ -212,12 +231,39 @@ def parse_retrieve_request(body: bytes, limits: RequestLimits, default_topk: int
         raise RequestError(400, f"'topk' must be a positive integer or null, got {json.dumps(topk)[:80]}.")
     elif topk > limits.max_topk:
         raise _cap_error(400, "max_topk", limits.max_topk, topk, "'topk'", "Ask for fewer documents")
+    if len(queries) * topk > limits.max_results:
+        raise _cap_error(
+            413,
+            "max_results",
+            limits.max_results,
+            len(queries) * topk,
+            f"{len(queries)} queries × topk {topk}",
+            "Ask for fewer queries or documents per request",
+        )
     return_scores = data.get("return_scores", False)
     if not isinstance(return_scores, bool):
         raise RequestError(
             400, f"'return_scores' must be true or false, got {json.dumps(return_scores)[:80]}."
         )
     return RetrieveRequest(queries=queries, topk=topk, return_scores=return_scores)
+
+
+def check_response_size(results: list[list[Doc]], limits: RequestLimits) -> None:
+    """Refuse an answer over ``limits.max_response_bytes``, estimated before it is encoded.
+
+    Raises:
+        RequestError: 413, naming the cap ``max_response_bytes``.
+    """
+    size = sum(len(d.id) + len(d.title) + len(d.text) + JSON_BYTES_PER_DOC for docs in results for d in docs)
+    if size > limits.max_response_bytes:
+        raise _cap_error(
+            413,
+            "max_response_bytes",
+            limits.max_response_bytes,
+            size,
+            "The answer",
+            "Ask for fewer queries or documents per request",
+        )
 
 
 def doc_contents(doc: Doc) -> str:
@@ -255,8 +301,14 @@ def doc_from_item(item: object) -> Doc:
         document, score = item["document"], item.get("score", 0.0)
     if not isinstance(document, dict):
         raise ValueError(f"a result item must be a JSON object, got {json.dumps(document)[:80]}")
-    if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
-        raise ValueError(f"a score must be a finite number, got {json.dumps(score)[:80]}")
+    value = math.nan
+    if isinstance(score, (int, float)) and not isinstance(score, bool):
+        try:  # a JSON integer can be too large for a float: 1 followed by 400 zeros
+            value = float(score)
+        except OverflowError:
+            pass
+    if not math.isfinite(value):
+        raise ValueError(f"a score must be a finite number, got {str(score)[:80]}")
     doc_id = document.get("id", "")
     if isinstance(doc_id, int) and not isinstance(doc_id, bool):
         doc_id = str(doc_id)
@@ -266,14 +318,14 @@ def doc_from_item(item: object) -> Doc:
         title = document.get("title", "")
         if not isinstance(title, str):
             raise ValueError(f"a document title must be a string, got {json.dumps(title)[:80]}")
-        return Doc(id=doc_id, title=title, text=document["text"], score=float(score))
+        return Doc(id=doc_id, title=title, text=document["text"], score=value)
     contents = document.get("contents")
     if not isinstance(contents, str):
         raise ValueError(
             f"a document needs 'contents' or 'text' as a string, got keys {sorted(map(str, document))}"
         )
     title, text = split_contents(contents)  # as load_corpus reads FlashRAG's corpus lines
-    return Doc(id=doc_id, title=title, text=text, score=float(score))
+    return Doc(id=doc_id, title=title, text=text, score=value)
 
 
 def parse_response(body: bytes, num_queries: int) -> list[list[Doc]]:
@@ -285,7 +337,7 @@ def parse_response(body: bytes, num_queries: int) -> list[list[Doc]]:
     """
     try:
         data = json.loads(body)
-    except (ValueError, RecursionError) as exc:
+    except (ValueError, RecursionError) as exc:  # also integers over Python's digit limit
         raise ValueError(f"the body is not JSON ({exc}): {body[:80]!r}") from None
     if not isinstance(data, dict) or not isinstance(data.get("result"), list):
         raise ValueError(f'expected {{"result": [...]}}, got {json.dumps(data)[:80]}')

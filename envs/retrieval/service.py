@@ -17,6 +17,7 @@ Nothing here imports aiohttp or Ray.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from collections.abc import Awaitable, Callable
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DataFileError, InvalidArgumentError
+from ..records import Doc
 from .base import Retriever
 from .batching import DynamicBatcher, ServerStats
 from .server_protocol import (
@@ -32,6 +34,7 @@ from .server_protocol import (
     RequestLimits,
     check_body_size,
     check_number,
+    check_response_size,
     error_payload,
     format_response,
     host_port,
@@ -53,14 +56,23 @@ class ServerConfig:
     Attributes:
         host: Interface to bind; loopback unless told otherwise (the server has no auth).
         port: TCP port; 0 picks a free one (read it back from :attr:`.server.RetrievalServer.port`).
-        max_batch_size: Most queries merged into one ``retriever.search`` call. A single
-            request with more queries is searched alone, in one call.
+        max_batch_size: Most queries merged into one ``retriever.search`` call. A request
+            with more queries, or more than :data:`SLICE_CHARS` characters of them, is
+            searched in slices, one after another, so that small requests that arrive
+            meanwhile are searched between its slices.
         max_wait_ms: Longest a request waits for others to join its batch. The batch also
             leaves early when it is full, or when every open client connection has a request
             in it (see :class:`~.batching.DynamicBatcher`).
         batching: False searches each request alone (for comparison).
         default_topk: ``topk`` of a request that gives none (Search-R1's default is 3).
         limits: Caps on one request.
+        idle_timeout_s: A connection that sends no whole request head (request line and
+            headers) for this long, since it opened or since its last answer, is closed.
+        body_timeout_s: A request whose body does not arrive in this long gets a 408 and
+            its connection is closed.
+        max_connections: Most open client connections. A new one past it closes the oldest
+            idle connection, or else the oldest one still waiting for its request body; when
+            every connection has a request being searched or answered, it gets a 503.
     """
 
     host: str = "127.0.0.1"
@@ -70,6 +82,9 @@ class ServerConfig:
     batching: bool = True
     default_topk: int = 3
     limits: RequestLimits = field(default_factory=RequestLimits)
+    idle_timeout_s: float = 60.0
+    body_timeout_s: float = 30.0
+    max_connections: int = 1000
 
     def __post_init__(self) -> None:
         if not isinstance(self.host, str) or not self.host:
@@ -82,6 +97,9 @@ class ServerConfig:
         check_number("max_wait_ms", self.max_wait_ms, 0, 10_000)
         if not isinstance(self.batching, bool):
             raise InvalidArgumentError(f"batching must be True or False, got {self.batching!r}.")
+        check_number("idle_timeout_s", self.idle_timeout_s, 1e-3, 86_400)
+        check_number("body_timeout_s", self.body_timeout_s, 1e-3, 86_400)
+        check_number("max_connections", self.max_connections, 1, integer=True)
         if not isinstance(self.limits, RequestLimits):
             raise InvalidArgumentError(f"limits must be a RequestLimits, got {self.limits!r}.")
 
@@ -94,6 +112,26 @@ class ServerConfig:
 def listening_message(url: str, details: str) -> str:
     """The line ``searchgym serve`` prints once it answers at ``url``."""
     return f"searchgym serve: listening on {url} ({details}); POST /retrieve, GET /health, GET /stats. Ctrl-C stops."
+
+
+SLICE_CHARS = 16_384
+"""Most query characters in one slice of a large request (the work of a search call grows with them)."""
+
+
+def _slices(queries: list[str], max_queries: int) -> list[list[str]]:
+    """``queries`` cut into runs of at most ``max_queries`` queries and about :data:`SLICE_CHARS` characters."""
+    slices: list[list[str]] = []
+    current: list[str] = []
+    chars = 0
+    for query in queries:
+        if current and (len(current) >= max_queries or chars + len(query) > SLICE_CHARS):
+            slices.append(current)
+            current, chars = [], 0
+        current.append(query)
+        chars += len(query)
+    if current:
+        slices.append(current)
+    return slices
 
 
 class RetrievalService:
@@ -160,20 +198,37 @@ class RetrievalService:
             read_body: Reads the body; it may raise :class:`RequestError` (e.g. 413).
         """
         self.stats.requests += 1
-        limits = self.config.limits
+        config = self.config
+        limits = config.limits
         try:
             check_body_size(content_length, limits)
-            parsed = parse_retrieve_request(await read_body(), limits, self.config.default_topk)
+            try:
+                body = await asyncio.wait_for(read_body(), config.body_timeout_s)
+            except asyncio.TimeoutError:
+                raise RequestError(
+                    408,
+                    f"The request body did not arrive within body_timeout_s={config.body_timeout_s:g} s.",
+                    cap="body_timeout_s",
+                    limit=config.body_timeout_s,
+                ) from None
+            parsed = parse_retrieve_request(body, limits, config.default_topk)
         except RequestError as exc:
             self.stats.errors[exc.status] += 1
             return exc.status, exc.payload
         batcher = self._batcher if self._batcher is not None else self.open()
-        try:
-            results = await batcher.submit(parsed.queries, parsed.topk)
+        results: list[list[Doc]] = []
+        try:  # slice by slice, so that small requests are searched in between
+            for part in _slices(parsed.queries, config.max_batch_size):
+                results += await batcher.submit(part, parsed.topk)
         except Exception as exc:  # the retriever failed: answer 500 and keep serving
             log.warning("retriever failed on %d queries: %r", len(parsed.queries), exc)
             self.stats.errors[500] += 1
             return 500, error_payload(f"The retriever failed: {exc}")
+        try:
+            check_response_size(results, limits)
+        except RequestError as exc:
+            self.stats.errors[exc.status] += 1
+            return exc.status, exc.payload
         return 200, format_response(results, parsed.return_scores)
 
     def num_docs(self) -> int | None:
@@ -206,6 +261,11 @@ class RetrievalService:
             message += " This server answers POST /retrieve, GET /health and GET /stats."
         return error_payload(message)
 
+    def client_gone(self, method: str, path: str) -> None:
+        """Count and log, in one line, a client that hung up before its answer."""
+        self.stats.client_disconnects += 1
+        log.info("client hung up before the answer to %s %s", method, path)
+
     def internal_error(self, exc: BaseException, method: str, path: str) -> dict[str, Any]:
         """Log, count and answer (500) an unexpected error: a server never dies on a request."""
         log.error("unexpected error on %s %s", method, path, exc_info=exc)
@@ -229,7 +289,8 @@ def load_index(
         backend: ``"bm25"``, ``"dense"`` or another registered backend; None picks ``"bm25"``
             for a directory holding a searchgym BM25 index and ``"dense"`` otherwise.
         corpus_path: The corpus of a FAISS file, or of a dense index kept apart from it.
-        **options: Passed to a non-BM25 backend (e.g. ``model``).
+        **options: Passed to a non-BM25 backend (e.g. ``model``); ``verify`` (True, False or
+            None) to every saved index: whether to check its files' SHA-256 digests on load.
 
     Raises:
         DataFileError: ``index`` is missing or is not a readable index.
@@ -237,7 +298,7 @@ def load_index(
         InvalidArgumentError: A FAISS file was given without ``corpus_path``, or with ``backend="bm25"``.
     """
     from . import make_retriever
-    from .bm25 import BM25Retriever, read_index_meta
+    from .bm25 import BM25Retriever, is_bm25_index_dir
 
     path = Path(index)
     if path.is_file():
@@ -258,7 +319,7 @@ def load_index(
             "`searchgym index --corpus FILE --backend bm25 --out DIR` and pass that DIR."
         )
     if backend is None:
-        backend = "bm25" if read_index_meta(path) is not None else "dense"
+        backend = "bm25" if is_bm25_index_dir(path) else "dense"
     if backend == "bm25":
-        return BM25Retriever.load(path)
+        return BM25Retriever.load(path, verify=options.get("verify"))
     return make_retriever(backend, index_dir=path, corpus_path=corpus_path, **options)

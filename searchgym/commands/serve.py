@@ -31,6 +31,7 @@ def _ranged(convert: Callable[[str], Any], low: float, high: float, expected: st
 _positive_int = _ranged(int, 1, float("inf"), "a positive integer")
 _port = _ranged(int, 0, 65535, "a port number in [0, 65535]")
 _wait_ms = _ranged(float, 0, 10_000, "milliseconds in [0, 10000]")
+_seconds = _ranged(float, 1e-3, 86_400, "seconds in [0.001, 86400]")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,6 +49,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--model", help="dense only: encoder to use instead of the one recorded with the index"
+    )
+    parser.add_argument(
+        "--verify-index",
+        action="store_true",
+        help="check the SHA-256 digest of every index file on load, however large the index (by default "
+        "digests are checked up to 4 GB of index files, sizes always)",
     )
     parser.add_argument(
         "--host", default="127.0.0.1", help="interface to bind (default: %(default)s, loopback only)"
@@ -124,13 +131,46 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=4 * 1024 * 1024,
         help="cap: request body size in bytes (default: %(default)s)",
     )
+    parser.add_argument(
+        "--max-results",
+        type=_positive_int,
+        default=16_384,
+        help="cap: queries x topk of one request, which bounds its work (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--max-response-bytes",
+        type=_positive_int,
+        default=32 * 1024 * 1024,
+        help="cap: size of one answer in bytes (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--max-connections",
+        type=_positive_int,
+        default=1000,
+        help="most open client connections; past it the oldest idle one is closed, or the new one "
+        "answered 503 (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--idle-timeout",
+        type=_seconds,
+        default=60.0,
+        help="seconds a connection may stay without sending a whole request head (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--body-timeout",
+        type=_seconds,
+        default=30.0,
+        help="seconds a request body may take to arrive before a 408 (default: %(default)s)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     from searchgym.envs.errors import SearchGymError
     from searchgym.envs.retrieval.server_protocol import RequestLimits
 
-    options = {"model": args.model} if args.model else {}
+    options: dict[str, Any] = {"model": args.model} if args.model else {}
+    if args.verify_index:
+        options["verify"] = True
     settings: dict[str, Any] = dict(
         host=args.host,
         port=args.port,
@@ -143,7 +183,12 @@ def run(args: argparse.Namespace) -> int:
             max_queries=args.max_queries,
             max_query_chars=args.max_query_chars,
             max_topk=args.max_topk,
+            max_results=args.max_results,
+            max_response_bytes=args.max_response_bytes,
         ),
+        idle_timeout_s=args.idle_timeout,
+        body_timeout_s=args.body_timeout,
+        max_connections=args.max_connections,
     )
     if args.host not in _LOOPBACK:
         print(
