@@ -139,6 +139,8 @@ launch: {{env: {{{launch_env}}}}}
 openrlhf:
   actor: {{model_name_or_path: m, num_nodes: {nodes}, num_gpus_per_node: 1}}
   ref: {{num_nodes: {nodes}, num_gpus_per_node: 1}}
+  vllm: {{num_engines: 1}}
+  train: {{batch_size: 8}}
   rollout: {{n_samples_per_prompt: 4, batch_size: 2}}
   algo: {{advantage: {{estimator: group_norm}}}}
   data: {{prompt_dataset: train.jsonl}}
