@@ -16,6 +16,7 @@ and what is allowed. :func:`load_config` and :func:`save_config` round-trip exac
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 from collections.abc import Mapping
@@ -42,10 +43,14 @@ __all__ = [
     "describe",
     "ADVANTAGES",
     "LOSS_AGGREGATIONS",
+    "MEMORY_BACKENDS",
 ]
 
 ADVANTAGES = ("group_norm", "dr_grpo", "tsas")
 """The group-advantage estimators (see :mod:`searchgym.trainers.grpo.advantages`)."""
+
+MEMORY_BACKENDS = ("file", "ray")
+"""Where the run's stores live (see :class:`MemoryConfig`)."""
 
 LOSS_AGGREGATIONS = ("auto", "token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm")
 """How per-token losses become one number (see :mod:`searchgym.trainers.grpo.loss`)."""
@@ -317,6 +322,14 @@ class MemoryConfig:
             compares answers to one prompt, as GRPO assumes).
         top_k: HiExp strategy records in the prompt (5).
         hint_threshold: HiExp hint cosine threshold (0.8).
+        backend: Where the experience memory and LightSearcher's minimum tool-call store
+            (``env.kwargs.reward_kwargs.store``) live: ``file`` (default: folders of
+            JSON-lines files this process opens) or ``ray`` (a named Ray actor owns them,
+            :mod:`searchgym.trainers.ray_store`; the trainer starts Ray when needed).
+        ray_num_cpus: ``backend: ray``: CPUs of the local Ray instance the trainer starts
+            (``null``: Ray's default, all of them); unused when Ray already runs.
+        ray_actor: ``backend: ray``: the store actor's name (``null``: one derived from
+            ``output_dir``, so a resumed run finds its actor).
     """
 
     kind: Literal["none", "experience", "hiexp"] = "none"
@@ -330,8 +343,23 @@ class MemoryConfig:
     example_per: Literal["rollout", "group"] = "rollout"
     top_k: int = 5
     hint_threshold: float = 0.8
+    backend: str = "file"
+    ray_num_cpus: int | None = None
+    ray_actor: str | None = None
 
     def __post_init__(self) -> None:
+        close = difflib.get_close_matches(str(self.backend), MEMORY_BACKENDS, n=1, cutoff=0.3)
+        check(
+            "backend",
+            self.backend,
+            self.backend in MEMORY_BACKENDS,
+            "one of " + ", ".join(repr(b) for b in MEMORY_BACKENDS),
+            f"Did you mean {close[0]!r}?" if close else "",
+        )
+        if self.ray_num_cpus is not None:
+            _positive_int("ray_num_cpus", self.ray_num_cpus)
+        if self.ray_actor is not None:
+            check("ray_actor", self.ray_actor, bool(self.ray_actor.strip()), "a non-empty actor name or null")
         check(
             "kind",
             self.kind,
@@ -658,12 +686,39 @@ class TrainConfig:
         _positive_int("steps", self.steps)
         _positive_int("seed", self.seed, 0)
         _positive_int("log_every", self.log_every)
+        if self.memory.backend == "ray":
+            self._check_ray_backend()
         if self.algo.ptx_coef > 0 and self.algo.ptx_data is None and not self.sft.enabled:
             raise ConfigError(
                 "algo.ptx_data",
                 None,
                 "a JSON-lines file of prompt/completion examples",
                 "algo.ptx_coef > 0 replays examples; only a run with sft.enabled has its own.",
+            )
+
+    def _check_ray_backend(self) -> None:
+        reward = self.env.kwargs.get("reward", "f1")
+        if self.memory.kind == "hiexp":
+            raise ConfigError(
+                "memory.backend",
+                "ray",
+                "'file' for memory.kind 'hiexp'",
+                "A HiExp hierarchy is read-only and loaded in this process; no actor serves it.",
+            )
+        if self.memory.kind == "none" and reward != "lightsearcher":
+            raise ConfigError(
+                "memory.backend",
+                "ray",
+                "'file' when the run keeps no store",
+                "The actor serves memory.kind 'experience' and the lightsearcher reward's minimum store.",
+            )
+        store = dict(self.env.kwargs.get("reward_kwargs") or {}).get("store")
+        if reward == "lightsearcher" and not (store is None or isinstance(store, (str, os.PathLike))):
+            raise ConfigError(
+                "env.kwargs.reward_kwargs.store",
+                store,
+                "a log file path or null with memory.backend 'ray'",
+                "The actor opens the minimum store from its path.",
             )
 
     def to_dict(self) -> dict[str, Any]:
@@ -736,7 +791,9 @@ def describe(config: TrainConfig) -> str:
         + (f", ptx {a.ptx_coef:g} on {a.ptx_data or 'the warm start recall lessons'}" if a.ptx_coef else ""),
         f"  warm start: {'SFT, ' + str(config.sft.epochs) + ' epochs, cached in ' + config.sft.dir if config.sft.enabled else 'none'}; "
         f"evaluation after training: {'on ' + str(config.eval.env_kwargs) if config.eval.enabled else 'off'}",
-        f"  memory: {config.memory.kind}; checkpoints every {config.checkpoint.every or config.steps} steps "
+        f"  memory: {config.memory.kind}"
+        + (" (stores in a Ray actor)" if config.memory.backend == "ray" else "")
+        + f"; checkpoints every {config.checkpoint.every or config.steps} steps "
         f"in {config.output_dir}; wandb: {'on' if config.wandb.enabled else 'off'}",
         "",
         yaml.safe_dump(config.to_dict(), sort_keys=False).rstrip(),

@@ -165,6 +165,10 @@ class StoreServer:
                 results.append(result)
         return results
 
+    def set_steps(self, step: int) -> None:
+        """Set the count of training steps without updating (a resumed run's step)."""
+        self._memory().steps = step
+
     def history(self) -> list[dict[str, Any]]:
         """Every bank version, oldest first."""
         return [bank.to_dict() for bank in self._memory().history()]
@@ -328,6 +332,10 @@ class RemoteMemory:
     @property
     def steps(self) -> int:
         return int(self.client.call("status")["steps"])
+
+    @steps.setter
+    def steps(self, step: int) -> None:
+        self.client.call("set_steps", step)
 
     def step_to(self, step: int) -> list[UpdateResult]:
         """Bring the actor's memory to training step ``step`` (one call); the updates made."""

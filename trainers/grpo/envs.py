@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -11,7 +12,8 @@ import gymnasium as gym
 import numpy as np
 
 from ...envs.rewards import RewardScheme, make_reward
-from ..config import EnvConfig, MemoryConfig
+from ..config import EnvConfig, MemoryConfig, TrainConfig
+from ..ray_store import RemoteMemory, RemoteMinToolCalls, StoreClient, StoreSpec
 
 __all__ = [
     "build_reward",
@@ -20,19 +22,59 @@ __all__ = [
     "memory_wrapper",
     "question_schedule",
     "memory_store_dir",
+    "memory_kwargs",
+    "store_actor_name",
+    "store_spec",
 ]
 
 
-def build_reward(env: EnvConfig) -> RewardScheme | None:
+def build_reward(env: EnvConfig, store: StoreClient | None = None) -> RewardScheme | None:
     """The one reward scheme every env of the run shares (None when ``kwargs.reward`` is an object).
 
     Sharing matters for LightSearcher, whose per-question minimum of searches must be seen
-    by every rollout of the question.
+    by every rollout of the question. With ``store`` (``memory.backend: ray``), its minimum
+    of searches lives in the store actor.
     """
     reward = env.kwargs.get("reward", "f1")
     if isinstance(reward, RewardScheme):
         return reward
-    return make_reward(reward, **dict(env.kwargs.get("reward_kwargs") or {}))
+    kwargs = dict(env.kwargs.get("reward_kwargs") or {})
+    if store is not None and reward == "lightsearcher":
+        kwargs["store"] = RemoteMinToolCalls(store)
+    return make_reward(reward, **kwargs)
+
+
+def memory_kwargs(memory: MemoryConfig, seed: int) -> dict[str, Any]:
+    """The keyword arguments of the run's :class:`~searchgym.memory.ExperienceMemory`."""
+    return {
+        "update_every": memory.update_every,
+        "summarizer": memory.summarizer,
+        "theta_r": memory.theta_r,
+        "good_reward": memory.good_reward,
+        "seed": seed,
+    }
+
+
+def store_actor_name(memory: MemoryConfig, output_dir: str | os.PathLike[str]) -> str:
+    """The store actor's name: ``memory.ray_actor``, else one derived from the run's folder."""
+    if memory.ray_actor:
+        return memory.ray_actor
+    digest = hashlib.sha1(str(Path(output_dir).resolve()).encode()).hexdigest()[:12]
+    return f"searchgym-grpo-store-{digest}"
+
+
+def store_spec(config: TrainConfig, output_dir: str | os.PathLike[str]) -> StoreSpec:
+    """What the run's store actor owns: the experience memory and/or LightSearcher's minimum store."""
+    memory_dir = memory_store_dir(config.memory, output_dir)
+    mins = None
+    if config.env.kwargs.get("reward", "f1") == "lightsearcher":
+        store = dict(config.env.kwargs.get("reward_kwargs") or {}).get("store")
+        mins = str(store) if store is not None else str(Path(output_dir) / "min_tool_calls.jsonl")
+    return StoreSpec(
+        memory_path=str(memory_dir) if memory_dir is not None else None,
+        memory_kwargs=memory_kwargs(config.memory, config.seed) if memory_dir is not None else {},
+        min_tool_calls_path=mins,
+    )
 
 
 def memory_store_dir(memory: MemoryConfig, output_dir: str | os.PathLike[str]) -> Path | None:
@@ -42,21 +84,19 @@ def memory_store_dir(memory: MemoryConfig, output_dir: str | os.PathLike[str]) -
     return Path(memory.path) if memory.path else Path(output_dir) / "memory"
 
 
-def build_memory(memory: MemoryConfig, output_dir: str | os.PathLike[str], seed: int) -> Any:
-    """The configured memory: an ExperienceMemory, a loaded HiExp hierarchy, or None."""
+def build_memory(
+    memory: MemoryConfig, output_dir: str | os.PathLike[str], seed: int, store: StoreClient | None = None
+) -> Any:
+    """The configured memory: an ExperienceMemory (a RemoteMemory with ``store``), a loaded
+    HiExp hierarchy, or None."""
     if memory.kind == "none":
         return None
     if memory.kind == "experience":
+        if store is not None:
+            return RemoteMemory(store)
         from ...memory import ExperienceMemory
 
-        return ExperienceMemory(
-            memory_store_dir(memory, output_dir),
-            update_every=memory.update_every,
-            summarizer=memory.summarizer,
-            theta_r=memory.theta_r,
-            good_reward=memory.good_reward,
-            seed=seed,
-        )
+        return ExperienceMemory(memory_store_dir(memory, output_dir), **memory_kwargs(memory, seed))
     from ...memory import HierarchicalExperience
 
     assert memory.path is not None  # MemoryConfig requires it for hiexp

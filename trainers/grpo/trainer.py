@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import re
 import shutil
 import time
@@ -39,6 +40,8 @@ from ...envs.errors import InvalidArgumentError
 from ...policies.chat import ChatFormatter
 from ..config import ConfigError, TrainConfig
 from ..config_base import dump_yaml, save_yaml, to_dict
+from ..ray_store import NAMESPACE as STORE_NAMESPACE
+from ..ray_store import StoreClient
 from .advantages import GroupFigures, group_advantages
 from .checkpoint import (
     Checkpoint,
@@ -54,7 +57,15 @@ from .checkpoint import (
     set_rng_state,
     step_folders,
 )
-from .envs import build_memory, build_reward, env_factory, memory_store_dir, question_schedule
+from .envs import (
+    build_memory,
+    build_reward,
+    env_factory,
+    memory_store_dir,
+    question_schedule,
+    store_actor_name,
+    store_spec,
+)
 from .generation import SamplingSettings
 from .loss import clipped_token_loss, pad_batch, pad_values, token_logprobs, token_weights
 from .metrics import rollout_metrics
@@ -109,6 +120,7 @@ class GRPOTrainer:
         self.resumed_from: Path | None = None
         self._ready = False
         self.wandb: Any = None
+        self.store: StoreClient | None = None
 
     # -- setup ---------------------------------------------------------------------------------
 
@@ -188,11 +200,12 @@ class GRPOTrainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, _lr_lambda(cfg.algo.warmup_steps, updates, cfg.algo.lr_schedule)
         )
-        self.reward_scheme = build_reward(cfg.env)
+        self.store = self._store_client() if cfg.memory.backend == "ray" else None
+        self.reward_scheme = build_reward(cfg.env, self.store)
         self.memory_dir = memory_store_dir(cfg.memory, self.output_dir)
         if saved is not None:
             self._restore(saved)
-        self.memory = build_memory(cfg.memory, self.output_dir, cfg.seed)
+        self.memory = build_memory(cfg.memory, self.output_dir, cfg.seed, self.store)
         if self.memory is not None and hasattr(self.memory, "steps"):
             self.memory.steps = self.state.step
         self.formatter = ChatFormatter(self.tokenizer)
@@ -216,19 +229,55 @@ class GRPOTrainer:
             self._start_wandb()
         self._ready = True
 
+    def _store_client(self) -> StoreClient:
+        """Start Ray if needed and a fresh store actor for this run (``memory.backend: ray``).
+
+        An actor of the same name left in the cluster is ended first: it holds the state of
+        files that a resume replaces. The new one starts on the first call, after the resume.
+        """
+        import ray
+
+        cfg = self.config
+        if not ray.is_initialized():
+            options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+            if cfg.memory.ray_num_cpus is not None and not os.environ.get("RAY_ADDRESS"):
+                options["num_cpus"] = cfg.memory.ray_num_cpus
+            ray.init(**options)
+        name = store_actor_name(cfg.memory, self.output_dir)
+        try:
+            ray.kill(ray.get_actor(name, namespace=STORE_NAMESPACE), no_restart=True)
+            logger.info("Ended the store actor %r left by an earlier run.", name)
+        except ValueError:
+            pass
+        spec = store_spec(cfg, self.output_dir)
+        logger.info(
+            "Stores served by the Ray actor %r (namespace %r): memory %s, minimum tool calls %s.",
+            name,
+            STORE_NAMESPACE,
+            spec.memory_path,
+            spec.min_tool_calls_path,
+        )
+        return StoreClient(name, spec)
+
     def _restore(self, saved: Checkpoint) -> None:
         checkpoint = saved.folder
+        if self.store is not None:  # the actor starts on the restored files at its first call
+            self._restore_memory(checkpoint)
         restore_reward(self.reward_scheme, saved)
         self.state = saved.state
         self.optimizer.load_state_dict(saved.optimizer)
         self.scheduler.load_state_dict(saved.scheduler)
         set_rng_state(saved.rng)
+        if self.store is None:
+            self._restore_memory(checkpoint)
+        self.resumed_from = checkpoint
+        logger.info("Resumed from %s at step %d.", checkpoint, self.state.step)
+
+    def _restore_memory(self, checkpoint: Path) -> None:
         if self.memory_dir is not None and (checkpoint / "memory").is_dir():
             if self.memory_dir.exists():
                 shutil.rmtree(self.memory_dir)
             shutil.copytree(checkpoint / "memory", self.memory_dir)
-        self.resumed_from = checkpoint
-        logger.info("Resumed from %s at step %d.", checkpoint, self.state.step)
 
     def _start_wandb(self) -> None:
         from ..wandb_logger import WandbLogger
@@ -500,6 +549,15 @@ class GRPOTrainer:
         if self.wandb is not None:
             self.wandb.finish()
             self.wandb = None
+        if self.store is not None:  # its files stay; a resume starts it again
+            import ray
+
+            if ray.is_initialized():
+                try:
+                    ray.kill(ray.get_actor(self.store.name, namespace=STORE_NAMESPACE), no_restart=True)
+                except ValueError:  # never started
+                    pass
+            self.store = None
 
 
 def train(config: TrainConfig, *, progress: bool = True) -> TrainerState:
