@@ -8,6 +8,7 @@ tiny model is built once before the timed runs; settings are interleaved over ``
 
     python benchmarks/cpu_threads.py [--steps 10] [--settings auto,torch,1,2] [--repeats 1] \\
         [--out benchmarks/results/cpu_threads.json]
+    python benchmarks/cpu_threads.py --render docs/cpu-threads.md   # the table, from the JSON
 
 Numbers depend on the machine and its load (the report records the load average).
 """
@@ -68,6 +69,31 @@ def run_once(setting: str, steps: int, root: Path, index: int) -> dict:
     }
 
 
+RESULT = REPO / "benchmarks" / "results" / "cpu_threads.json"
+BEGIN, END = "<!-- cpu_threads:begin -->", "<!-- cpu_threads:end -->"
+LABELS = {"auto": "auto (shipped default: 1 for the tiny model)", "torch": "torch's default (one per core)"}
+
+
+def render(doc: Path) -> None:
+    """Rewrite the table between the markers of ``doc`` from :data:`RESULT`."""
+    report = json.loads(RESULT.read_text(encoding="utf-8"))
+    rows = ["| torch threads | runs (s) | median (s) |", "|---|---:|---:|"]
+    for setting, median in report["median_train_s"].items():
+        runs = ", ".join(f"{r['train_s']:.1f}" for r in report["runs"] if r["setting"] == setting)
+        rows.append(f"| {LABELS.get(setting, setting)} | {runs} | {median:.1f} |")
+    load = report["load_average_1min_before_after"]
+    rows += [
+        "",
+        f"{report['steps']} steps of `{report['config']}` (training time, model already built); "
+        f"{report['cpus']} CPUs, Python {report['python']}, 1-minute load average {load[0]:g} before and "
+        f"{load[1]:g} after (a machine shared with other jobs). Reproduce: `{report['command']}`.",
+    ]
+    text = doc.read_text(encoding="utf-8")
+    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
+    doc.write_text(text[:start] + "\n" + "\n".join(rows) + "\n" + text[end:], encoding="utf-8")
+    print(f"wrote {doc}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -76,7 +102,13 @@ def main() -> None:
     parser.add_argument("--settings", default="auto,torch,1,2")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--out", type=Path)
+    parser.add_argument(
+        "--render", type=Path, metavar="DOC", help="only rewrite DOC's table from the JSON result"
+    )
     args = parser.parse_args()
+    if args.render:
+        render(args.render)
+        return
     settings = [s.strip() for s in args.settings.split(",") if s.strip()]
     runs = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -187,3 +187,33 @@ def test_the_readme_outputs_are_ignored(output):
     assert output.split("/")[0] in (REPO / "README.md").read_text(encoding="utf-8")
     done = subprocess.run(["git", "check-ignore", "-q", output], cwd=REPO, capture_output=True)
     assert done.returncode == 0, f"{output} is not covered by .gitignore"
+
+
+def test_dry_run_estimates_the_time_from_an_earlier_runs_steps(tmp_path, capsys):
+    import json
+
+    config = _config(tmp_path)
+    # the state file a run's checkpoint after 10 of its 40 steps holds (TrainerState as JSON)
+    state = {"step": 10, "history": [{"step": i + 1, "train": {"step_s": 1.5 + (i % 2)}} for i in range(10)]}
+    folder = tmp_path / "run" / "checkpoints" / "step_000010"
+    folder.mkdir(parents=True)
+    (folder / "trainer_state.json").write_text(json.dumps(state), encoding="utf-8")
+    assert main(["train", "--config", str(config), "--dry-run"]) == 0
+    # median of five 1.5 s and five 2.5 s steps = 2.0 s; 30 steps remain: 60 s
+    assert (
+        "expected time: about 60 s for the 30 remaining steps (median 2.00 s per step"
+        in capsys.readouterr().out
+    )
+
+
+def test_dry_run_builds_the_experience_memory_without_writing(tmp_path, capsys):
+    config = _config(tmp_path, memory={"kind": "experience"})
+    assert main(["train", "--config", str(config), "--dry-run"]) == 0
+    assert "memory: experience" in capsys.readouterr().out
+    assert not (tmp_path / "run").exists()
+
+
+def test_dry_run_fails_on_a_missing_hiexp_store(tmp_path, capsys):
+    config = _config(tmp_path, memory={"kind": "hiexp", "path": str(tmp_path / "levels")})
+    assert main(["train", "--config", str(config), "--dry-run"]) == 2
+    assert "memory.path:" in capsys.readouterr().err

@@ -141,7 +141,7 @@ class ModelConfig:
         gradient_checkpointing: Trade compute for memory on long contexts.
         cpu_threads: Torch threads of a CPU run (ignored on CUDA). 0 (auto): ``OMP_NUM_THREADS``
             when it is set, else 1 for the tiny model (its small matrices gain nothing from more
-            threads and lose much to a loaded machine; docs/cpu-threads.md) and torch's own
+            threads and lose much to a loaded machine; docs/train-cli.md) and torch's own
             default (one per core) for a ``model.path``.
     """
 

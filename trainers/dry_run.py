@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..envs.errors import DataFileError, InvalidArgumentError, SearchGymError, did_you_mean
-from .config import EnvConfig, TrainConfig
+from .config import EnvConfig, MemoryConfig, TrainConfig
 
 __all__ = ["check_run", "check_model_path", "work_estimate", "time_estimate"]
 
@@ -37,8 +37,12 @@ def _env_keywords(env_id: str) -> set[str] | None:
 
 
 def _check_env(env: EnvConfig, field: str, memory: Any = None, memory_config: Any = None) -> None:
-    """Build (and close) one env of the run as the trainer builds it."""
-    from .grpo.envs import build_reward, env_factory
+    """Build (and close) one env of the run as the trainer's ``env_factory`` does: ``gym.make``
+    with the run's one reward scheme, behind the memory wrapper when there is a memory.
+    (Built here rather than through ``trainers.grpo``, whose package imports torch.)"""
+    import gymnasium as gym
+
+    from ..envs.rewards import RewardScheme, make_reward
 
     keywords = _env_keywords(env.id)
     for key in env.kwargs:
@@ -46,10 +50,27 @@ def _check_env(env: EnvConfig, field: str, memory: Any = None, memory_config: An
             raise InvalidArgumentError(
                 f"{field}.kwargs: {did_you_mean('keyword of ' + env.id, key, keywords)}"
             )
+    kwargs = dict(env.kwargs)
     try:
-        built = env_factory(env, build_reward(env), memory, memory_config)()
+        if not isinstance(kwargs.get("reward"), RewardScheme):
+            kwargs["reward"] = make_reward(
+                kwargs.get("reward", "f1"), **dict(kwargs.pop("reward_kwargs", None) or {})
+            )
+        built = gym.make(env.id, disable_env_checker=True, **kwargs)
     except SearchGymError as exc:
         raise type(exc)(f"{field}.kwargs: {exc}") from None
+    if memory is not None:
+        from ..memory import ExperienceWrapper
+
+        built = ExperienceWrapper(
+            built,
+            memory,
+            use_experience=memory_config.use_experience,
+            few_shot=memory_config.few_shot,
+            record=False,
+            top_k=memory_config.top_k,
+            hint_threshold=memory_config.hint_threshold,
+        )
     built.close()
 
 
@@ -101,21 +122,42 @@ def _check_writable(path: Path, field: str) -> None:
         raise InvalidArgumentError(f"{field}: {str(path)!r} cannot be written: {target} is not writable.")
 
 
-def _check_memory(config: TrainConfig) -> Any:
-    """The run's memory, built from its store (an absent experience store is tried in a temporary folder)."""
-    from .grpo.envs import build_memory, memory_store_dir
+def _build_memory(memory: MemoryConfig, store: Path | None, seed: int) -> Any:
+    """The run's memory as the trainer's ``build_memory`` makes it (without importing torch)."""
+    if memory.kind == "none":
+        return None
+    if memory.kind == "experience":
+        from ..memory import ExperienceMemory
 
-    memory = config.memory
-    if memory.kind == "hiexp" and not Path(str(memory.path)).exists():
-        raise DataFileError(
-            f"memory.path: {memory.path!r} does not exist (the HiExp store folder or its jsonl file)."
+        return ExperienceMemory(
+            store,
+            update_every=memory.update_every,
+            summarizer=memory.summarizer,
+            theta_r=memory.theta_r,
+            good_reward=memory.good_reward,
+            seed=seed,
         )
-    store = memory_store_dir(memory, config.output_dir)
-    if store is not None and not store.exists():
-        _check_writable(store, "memory.path")
-        with tempfile.TemporaryDirectory() as tmp:
-            return build_memory(memory.__class__(**{**vars(memory), "path": tmp}), tmp, config.seed)
-    return build_memory(memory, config.output_dir, config.seed)
+    from ..memory import HierarchicalExperience
+
+    if not Path(str(memory.path)).exists():
+        raise DataFileError(
+            f"memory.path: {memory.path!r} does not exist (the HiExp store folder or its hiexp_levels.jsonl)."
+        )
+    return HierarchicalExperience.load(str(memory.path))
+
+
+def _check_memory(config: TrainConfig) -> Any:
+    """The run's memory, read from its store; an experience store that does not exist yet is
+    made in a temporary folder (the dry run creates nothing in ``output_dir``)."""
+    memory = config.memory
+    store = None
+    if memory.kind == "experience":
+        store = Path(memory.path) if memory.path else Path(config.output_dir) / "memory"
+        if not store.exists():
+            _check_writable(store, "memory.path")
+            with tempfile.TemporaryDirectory() as tmp:
+                return _build_memory(memory, Path(tmp), config.seed)
+    return _build_memory(memory, store, config.seed)
 
 
 def work_estimate(config: TrainConfig) -> str:
@@ -131,24 +173,27 @@ def work_estimate(config: TrainConfig) -> str:
 
 
 def time_estimate(config: TrainConfig) -> str | None:
-    """How long the remaining steps take, from the step times of the newest checkpoint in
-    ``output_dir`` (an earlier or interrupted run of this config); None when there is none."""
+    """How long the remaining steps take, from the step times that the newest checkpoint in
+    ``output_dir`` records (an earlier or interrupted run of this config); None when there is none."""
+    import json
     import statistics
 
-    from .grpo.checkpoint import latest_checkpoint, read_state
-
-    found = latest_checkpoint(config.output_dir)
-    if found is None:
+    states = sorted(Path(config.output_dir, "checkpoints").glob("step_*/trainer_state.json"))
+    if not states:
         return None
-    state = read_state(found)
-    times = [float(r["train"]["step_s"]) for r in state.history if "step_s" in r.get("train", {})]
-    remaining = config.steps - state.step
+    try:
+        state = json.loads(states[-1].read_text(encoding="utf-8"))
+        times = [float(r["train"]["step_s"]) for r in state["history"] if "step_s" in r.get("train", {})]
+        done = int(state["step"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None  # the real run reports an unreadable checkpoint itself
+    remaining = config.steps - done
     if not times or remaining <= 0:
         return None
     per_step = statistics.median(times)
     return (
         f"  expected time: about {per_step * remaining:.0f} s for the {remaining} remaining steps "
-        f"(median {per_step:.2f} s per step over the {len(times)} steps in {found}; more on a loaded machine)"
+        f"(median {per_step:.2f} s per step over the {len(times)} steps recorded in {states[-1].parent})"
     )
 
 
