@@ -19,7 +19,16 @@ from typing import Any
 from ..envs.errors import DataFileError, InvalidArgumentError, SearchGymError, did_you_mean
 from .config import EnvConfig, MemoryConfig, TrainConfig
 
-__all__ = ["check_run", "check_model_path", "work_estimate", "time_estimate"]
+__all__ = ["check_run", "check_model_path", "work_estimate", "time_estimate", "prefixed"]
+
+
+def prefixed(exc: SearchGymError, prefix: str) -> SearchGymError:
+    """``exc`` with ``prefix: `` before its message, of its own class where that takes one message."""
+    message = f"{prefix}: {exc}"
+    try:
+        return type(exc)(message)
+    except TypeError:  # a class with its own constructor (ConfigError)
+        return SearchGymError(message)
 
 
 def _env_keywords(env_id: str) -> set[str] | None:
@@ -58,7 +67,7 @@ def _check_env(env: EnvConfig, field: str, memory: Any = None, memory_config: An
             )
         built = gym.make(env.id, disable_env_checker=True, **kwargs)
     except SearchGymError as exc:
-        raise type(exc)(f"{field}.kwargs: {exc}") from None
+        raise prefixed(exc, f"{field}.kwargs") from None
     if memory is not None:
         from ..memory import ExperienceWrapper
 

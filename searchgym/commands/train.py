@@ -68,12 +68,12 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     require("torch", "transformers", "tokenizers")
     if args.dry_run:
-        from searchgym.trainers.dry_run import check_run
+        from searchgym.trainers.dry_run import check_run, prefixed
 
         try:
             checks = check_run(config)
         except SearchGymError as exc:
-            raise type(exc)(f"{args.config}: {exc}") from None
+            raise prefixed(exc, str(args.config)) from None
         print(describe(config, checks))
         return 0
     import logging
