@@ -80,7 +80,10 @@ def render(doc: Path) -> None:
     rows = ["| torch threads | runs (s) | median (s) |", "|---|---:|---:|"]
     for setting, median in report["median_train_s"].items():
         runs = ", ".join(f"{r['train_s']:.1f}" for r in report["runs"] if r["setting"] == setting)
-        rows.append(f"| {LABELS.get(setting, setting)} | {runs} | {median:.1f} |")
+        label = LABELS.get(setting, setting)
+        if setting == str(report["cpus"]):
+            label += " (torch's default here: one per core)"
+        rows.append(f"| {label} | {runs} | {median:.1f} |")
     load = report["load_average_1min_before_after"]
     rows += [
         "",
