@@ -70,6 +70,9 @@ def _check_data_flags(env_id: str, args: argparse.Namespace) -> None:
         for flag, value in (("--data-path", args.data_path), ("--corpus-path", args.corpus_path))
         if not value
     ]
+    given = [value for value in (args.data_path, args.corpus_path) if value]
+    if any(not os.path.exists(value) for value in given):
+        return  # the env names the file that is not there
     if missing and not os.environ.get(DATA_DIR_VARIABLE):
         raise DataFileError(
             f"{env_id} reads local files: give {' and '.join(missing)} (the questions JSONL with id, question, "
