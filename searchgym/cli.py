@@ -7,6 +7,7 @@ import importlib
 import sys
 
 from searchgym.commands import COMMANDS
+from searchgym.commands.extras import missing_extra
 
 __all__ = ["main"]
 
@@ -23,7 +24,8 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``searchgym`` command; returns the exit code (2 on bad input)."""
+    """Entry point of the ``searchgym`` command; returns the exit code (2 on bad input or a
+    missing extra, each reported in one line)."""
     from searchgym.envs.errors import SearchGymError
 
     parser, modules = _parser()
@@ -32,6 +34,12 @@ def main(argv: list[str] | None = None) -> int:
         return int(modules[args.command].run(args))
     except SearchGymError as exc:
         print(f"searchgym: error: {exc}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as exc:
+        line = missing_extra(args.command, exc)
+        if line is None:
+            raise
+        print(f"searchgym: error: {line}", file=sys.stderr)
         return 2
 
 

@@ -142,7 +142,7 @@ def test_python_dash_m_searchgym_eval_runs_as_a_subprocess(tmp_path):
         (["eval", "--reward", "bogus"], "Unknown reward scheme 'bogus'."),
         (["eval", "--policy", "naiv_rag"], "Unknown policy 'naiv_rag'. Did you mean 'naive_rag'?"),
         (["eval", "--protocol", "search_r2"], "search_r2"),
-        (["eval", "--env", "searchgym/HotpotQA-v0"], "No data_path given."),
+        (["eval", "--env", "searchgym/HotpotQA-v0"], "reads local files: give --data-path and --corpus-path"),
         (["eval", "--episodes", "0"], "episodes must be a positive int, got 0."),
         (["eval", "--topk", "0"], "topk must be >= 1, got 0."),
     ],

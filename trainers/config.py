@@ -145,6 +145,10 @@ class ModelConfig:
             bf16 weights directly, with no float32 master copy.
         device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"auto"`` (CUDA when available).
         gradient_checkpointing: Trade compute for memory on long contexts.
+        cpu_threads: Torch threads of a CPU run (ignored on CUDA). 0 (auto): ``OMP_NUM_THREADS``
+            when it is set, else 1 for the tiny model (its small matrices gain nothing from more
+            threads and lose much to a loaded machine; docs/train-cli.md) and torch's own
+            default (one per core) for a ``model.path``.
     """
 
     path: str | None = None
@@ -153,8 +157,10 @@ class ModelConfig:
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     device: str = "cpu"
     gradient_checkpointing: bool = False
+    cpu_threads: int = 0
 
     def __post_init__(self) -> None:
+        _positive_int("cpu_threads", self.cpu_threads, 0, "(0: auto)")
         if isinstance(self.tiny, Mapping):
             self.tiny = from_dict(TinyModelConfig, self.tiny)
         check(
@@ -753,11 +759,12 @@ def save_config(config: TrainConfig, path: str | os.PathLike[str]) -> str:
     return str(save_yaml(config, path))
 
 
-def describe(config: TrainConfig) -> str:
+def describe(config: TrainConfig, checks: list[str] | None = None) -> str:
     """What a run of ``config`` would do, in a few lines, without loading anything heavy.
 
-    This is what ``searchgym train --dry-run`` prints for the built-in backend, followed by
-    the checked config as YAML.
+    ``searchgym train --dry-run`` prints this for the built-in backend, with the lines of
+    :func:`searchgym.trainers.dry_run.check_run` as ``checks``, followed by the checked
+    config as YAML.
     """
     from pathlib import Path
 
@@ -795,6 +802,7 @@ def describe(config: TrainConfig) -> str:
         + (" (stores in a Ray actor)" if config.memory.backend == "ray" else "")
         + f"; checkpoints every {config.checkpoint.every or config.steps} steps "
         f"in {config.output_dir}; wandb: {'on' if config.wandb.enabled else 'off'}",
+        *(checks or []),
         "",
         yaml.safe_dump(config.to_dict(), sort_keys=False).rstrip(),
     ]

@@ -58,6 +58,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
+def _check_data_flags(env_id: str, args: argparse.Namespace) -> None:
+    """A real-benchmark env needs its files from the flags or from $SEARCHGYM_DATA_DIR."""
+    import os
+
+    from searchgym.envs.benchmarks import DATA_DIR_VARIABLE
+    from searchgym.envs.errors import DataFileError
+
+    missing = [
+        flag
+        for flag, value in (("--data-path", args.data_path), ("--corpus-path", args.corpus_path))
+        if not value
+    ]
+    given = [value for value in (args.data_path, args.corpus_path) if value]
+    if any(not os.path.exists(value) for value in given):
+        return  # the env names the file that is not there
+    if missing and not os.environ.get(DATA_DIR_VARIABLE):
+        raise DataFileError(
+            f"{env_id} reads local files: give {' and '.join(missing)} (the questions JSONL with id, question, "
+            "golden_answers; the passage corpus JSONL with id/title/text), e.g. --data-path "
+            "../shared/data/questions/hotpotqa.jsonl --corpus-path ../shared/data/corpus.jsonl in the searchgym "
+            f"repo, or set {DATA_DIR_VARIABLE} to a folder holding questions/<dataset>.jsonl and corpus.jsonl."
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     import gymnasium as gym
 
@@ -65,6 +89,10 @@ def run(args: argparse.Namespace) -> int:
     from searchgym.envs import check_env_id
     from searchgym.policies import evaluate, format_table, make_policy
 
+    if args.wandb:
+        from searchgym.commands.extras import require
+
+        require("wandb")  # before the episodes, not after them
     env_id = check_env_id(args.env)
     env_kwargs: dict[str, Any] = {
         "protocol": args.protocol,
@@ -74,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
         "max_turns": args.max_turns,
     }
     if not env_id.endswith("SyntheticFacts-v0"):
+        _check_data_flags(env_id, args)
         env_kwargs.update(data_path=args.data_path, corpus_path=args.corpus_path)
     elif args.data_path or args.corpus_path:
         print(

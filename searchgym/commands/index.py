@@ -45,6 +45,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _dense(args: argparse.Namespace) -> int:
+    from searchgym.commands.extras import require
+
+    require("torch", "sentence_transformers", "faiss")  # before hours of encoding, not after
     from searchgym.envs.retrieval.dense_build import build_dense_index
 
     options: dict[str, Any] = {

@@ -25,7 +25,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dry-run",
         action="store_true",
-        help="check the config and print what would run (the OpenRLHF command, or the builtin plan)",
+        help="check the config and print what would run (the OpenRLHF command, or the builtin plan after "
+        "building its envs and checking its data, model, memory and output paths)",
     )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
@@ -43,7 +44,7 @@ def _file_backend(path: Path) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from searchgym.envs.errors import InvalidArgumentError
+    from searchgym.envs.errors import InvalidArgumentError, SearchGymError
 
     declared = _file_backend(args.config)
     backend = args.backend or declared or "builtin"
@@ -61,11 +62,19 @@ def run(args: argparse.Namespace) -> int:
 
         return int(launch(str(args.config), args.dry_run))
 
+    from searchgym.commands.extras import require
     from searchgym.trainers.config import describe, load_config
 
     config = load_config(args.config)
+    require("torch", "transformers", "tokenizers")
     if args.dry_run:
-        print(describe(config))
+        from searchgym.trainers.dry_run import check_run, prefixed
+
+        try:
+            checks = check_run(config)
+        except SearchGymError as exc:
+            raise prefixed(exc, str(args.config)) from None
+        print(describe(config, checks))
         return 0
     import logging
 

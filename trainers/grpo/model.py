@@ -12,7 +12,14 @@ from ...envs.errors import InvalidArgumentError, SearchGymError
 from ...envs.models import resolve_model
 from ..config import ModelConfig
 
-__all__ = ["model_source", "load_tokenizer_for", "load_model", "resolve_device"]
+__all__ = [
+    "model_source",
+    "load_tokenizer_for",
+    "load_model",
+    "resolve_device",
+    "cpu_threads",
+    "set_cpu_threads",
+]
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -26,6 +33,26 @@ def resolve_device(device: str) -> torch.device:
             f"model.device is {device!r} but torch sees no CUDA device: use 'cpu' or 'auto' on this machine."
         )
     return torch.device(device)
+
+
+def cpu_threads(config: ModelConfig) -> int | None:
+    """The torch thread count of a CPU run of ``config``; None leaves torch's own default.
+
+    ``model.cpu_threads`` when set; else ``OMP_NUM_THREADS`` (which torch already honours),
+    1 for the tiny model, and torch's default for a real model.
+    """
+    if config.cpu_threads > 0:
+        return config.cpu_threads
+    if os.environ.get("OMP_NUM_THREADS") or config.tiny is None:
+        return None
+    return 1
+
+
+def set_cpu_threads(config: ModelConfig, device: torch.device) -> None:
+    """Apply :func:`cpu_threads` when the run is on the CPU."""
+    threads = cpu_threads(config)
+    if device.type == "cpu" and threads is not None:
+        torch.set_num_threads(threads)
 
 
 def model_source(config: ModelConfig) -> Path:

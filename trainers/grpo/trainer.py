@@ -69,7 +69,7 @@ from .envs import (
 from .generation import SamplingSettings
 from .loss import clipped_token_loss, pad_batch, pad_values, token_logprobs, token_weights
 from .metrics import rollout_metrics
-from .model import load_model, load_tokenizer_for, model_source, resolve_device
+from .model import load_model, load_tokenizer_for, model_source, resolve_device, set_cpu_threads
 from .ptx import load_ptx_examples, ptx_nll, sample_ptx
 from .rollout import Episode, RolloutCollector
 
@@ -160,6 +160,7 @@ class GRPOTrainer:
         self.output_dir.mkdir(parents=True, exist_ok=True)
         checkpoint = self._checkpoint_to_resume()
         self.device = resolve_device(cfg.model.device)
+        set_cpu_threads(cfg.model, self.device)
         # Every file of the checkpoint is read and checked before anything is built from it.
         saved = load_checkpoint(checkpoint, map_location=self.device) if checkpoint is not None else None
         source = model_source(cfg.model)

@@ -1,0 +1,235 @@
+"""What ``searchgym train --dry-run`` checks for the built-in trainer, without training.
+
+:func:`check_run` builds everything a run builds before its first step, except the model
+itself: the training env (and the evaluation env) with the run's kwargs and shared reward
+scheme, so a misspelled reward, protocol or keyword fails here with "did you mean"; the
+question and corpus files they read; the model folder; the memory store; the replay file;
+the output folder. It returns lines for the plan (the work the run will do); anything that
+would stop the run raises :class:`~searchgym.envs.errors.SearchGymError` instead.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ..envs.errors import DataFileError, InvalidArgumentError, SearchGymError, did_you_mean
+from .config import EnvConfig, MemoryConfig, TrainConfig
+
+__all__ = ["check_run", "check_model_path", "work_estimate", "time_estimate", "prefixed"]
+
+
+def prefixed(exc: SearchGymError, prefix: str) -> SearchGymError:
+    """``exc`` with ``prefix: `` before its message, of its own class where that takes one message."""
+    message = f"{prefix}: {exc}"
+    try:
+        return type(exc)(message)
+    except TypeError:  # a class with its own constructor (ConfigError)
+        return SearchGymError(message)
+
+
+def _env_keywords(env_id: str) -> set[str] | None:
+    """The keyword arguments the env's constructor takes (None when it takes ``**kwargs``)."""
+    import gymnasium as gym
+
+    creator = gym.spec(env_id).entry_point
+    if isinstance(creator, str):
+        module, _, name = creator.partition(":")
+        creator = getattr(__import__(module, fromlist=[name]), name)
+    parameters = inspect.signature(creator).parameters.values()  # type: ignore[arg-type]
+    if any(p.kind is p.VAR_KEYWORD for p in parameters):
+        return None
+    return {p.name for p in parameters if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
+
+
+def _check_env(env: EnvConfig, field: str, memory: Any = None, memory_config: Any = None) -> None:
+    """Build (and close) one env of the run as the trainer's ``env_factory`` does: ``gym.make``
+    with the run's one reward scheme, behind the memory wrapper when there is a memory.
+    (Built here rather than through ``trainers.grpo``, whose package imports torch.)"""
+    import gymnasium as gym
+
+    from ..envs.rewards import RewardScheme, make_reward
+
+    keywords = _env_keywords(env.id)
+    for key in env.kwargs:
+        if keywords is not None and key not in keywords:
+            raise InvalidArgumentError(
+                f"{field}.kwargs: {did_you_mean('keyword of ' + env.id, key, keywords)}"
+            )
+    kwargs = dict(env.kwargs)
+    try:
+        if not isinstance(kwargs.get("reward"), RewardScheme):
+            kwargs["reward"] = make_reward(
+                kwargs.get("reward", "f1"), **dict(kwargs.pop("reward_kwargs", None) or {})
+            )
+        built = gym.make(env.id, disable_env_checker=True, **kwargs)
+    except SearchGymError as exc:
+        raise prefixed(exc, f"{field}.kwargs") from None
+    if memory is not None:
+        from ..memory import ExperienceWrapper
+
+        built = ExperienceWrapper(
+            built,
+            memory,
+            use_experience=memory_config.use_experience,
+            few_shot=memory_config.few_shot,
+            record=False,
+            top_k=memory_config.top_k,
+            hint_threshold=memory_config.hint_threshold,
+        )
+    built.close()
+
+
+def _looks_like_hub_name(path: str) -> bool:
+    """``org/name`` with no local prefix and no local first folder: a Hugging Face Hub id."""
+    parts = path.split("/")
+    return len(parts) == 2 and all(parts) and not path.startswith((".", "~")) and not Path(parts[0]).exists()
+
+
+def check_model_path(path: str) -> str:
+    """Check ``model.path``; return how it is found. A missing local folder is an error;
+    a hub id is fine when the local Hugging Face cache holds it, or when downloads are allowed."""
+    folder = Path(path).expanduser()
+    if folder.is_dir():
+        if not (folder / "config.json").is_file():
+            raise DataFileError(
+                f"model.path: {path!r} is a folder but holds no config.json, so it is not a transformers "
+                "model folder: point model.path at the folder that save_pretrained wrote."
+            )
+        return f"model folder {folder}"
+    if _looks_like_hub_name(path):
+        from huggingface_hub import try_to_load_from_cache
+
+        if isinstance(try_to_load_from_cache(path, "config.json"), str):
+            return f"{path} from the local Hugging Face cache"
+        offline = any(
+            os.environ.get(v, "") not in ("", "0") for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+        )
+        if not offline:
+            return (
+                f"{path}, downloaded from the Hugging Face Hub when the run starts (not in the local cache)"
+            )
+    raise DataFileError(
+        f"model.path: {path!r} is not a folder (no such directory"
+        + (" here, and the hub is offline" if _looks_like_hub_name(path) else "")
+        + "). Point model.path at a local model folder (one that holds config.json), download the model "
+        "there first, or use model.tiny for the offline tiny model."
+    )
+
+
+def _check_writable(path: Path, field: str) -> None:
+    """``path`` is, or can be made, a folder this process writes into (nothing is created)."""
+    target = path.resolve()
+    while not target.exists():
+        target = target.parent
+    if not target.is_dir():
+        raise InvalidArgumentError(f"{field}: {str(path)!r} cannot be a folder: {target} is a file.")
+    if not os.access(target, os.W_OK | os.X_OK):
+        raise InvalidArgumentError(f"{field}: {str(path)!r} cannot be written: {target} is not writable.")
+
+
+def _build_memory(memory: MemoryConfig, store: Path | None, seed: int) -> Any:
+    """The run's memory as the trainer's ``build_memory`` makes it (without importing torch)."""
+    if memory.kind == "none":
+        return None
+    if memory.kind == "experience":
+        from ..memory import ExperienceMemory
+
+        return ExperienceMemory(
+            store,
+            update_every=memory.update_every,
+            summarizer=memory.summarizer,
+            theta_r=memory.theta_r,
+            good_reward=memory.good_reward,
+            seed=seed,
+        )
+    from ..memory import HierarchicalExperience
+
+    if not Path(str(memory.path)).exists():
+        raise DataFileError(
+            f"memory.path: {memory.path!r} does not exist (the HiExp store folder or its hiexp_levels.jsonl)."
+        )
+    return HierarchicalExperience.load(str(memory.path))
+
+
+def _check_memory(config: TrainConfig) -> Any:
+    """The run's memory, read from its store; an experience store that does not exist yet is
+    made in a temporary folder (the dry run creates nothing in ``output_dir``)."""
+    memory = config.memory
+    store = None
+    if memory.kind == "experience":
+        store = Path(memory.path) if memory.path else Path(config.output_dir) / "memory"
+        if not store.exists():
+            _check_writable(store, "memory.path")
+            with tempfile.TemporaryDirectory() as tmp:
+                return _build_memory(memory, Path(tmp), config.seed)
+    return _build_memory(memory, store, config.seed)
+
+
+def work_estimate(config: TrainConfig) -> str:
+    """The run's size in episodes and generated tokens, from the config alone."""
+    r = config.rollout
+    turns = int(config.env.kwargs.get("max_turns", 4))
+    episodes = config.steps * r.questions_per_step * r.group_size
+    tokens = episodes * turns * r.max_new_tokens
+    return (
+        f"  expected work: {episodes:,} episodes of up to {turns} turns, at most {tokens:,} generated tokens "
+        f"({config.steps} steps)"
+    )
+
+
+def time_estimate(config: TrainConfig) -> str | None:
+    """How long the remaining steps take, from the step times that the newest checkpoint in
+    ``output_dir`` records (an earlier or interrupted run of this config); None when there is none."""
+    import json
+    import statistics
+
+    states = sorted(Path(config.output_dir, "checkpoints").glob("step_*/trainer_state.json"))
+    if not states:
+        return None
+    try:
+        state = json.loads(states[-1].read_text(encoding="utf-8"))
+        times = [float(r["train"]["step_s"]) for r in state["history"] if "step_s" in r.get("train", {})]
+        done = int(state["step"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None  # the real run reports an unreadable checkpoint itself
+    remaining = config.steps - done
+    if not times or remaining <= 0:
+        return None
+    per_step = statistics.median(times)
+    return (
+        f"  expected time: about {per_step * remaining:.0f} s for the {remaining} remaining steps "
+        f"(median {per_step:.2f} s per step over the {len(times)} steps recorded in {states[-1].parent})"
+    )
+
+
+def check_run(config: TrainConfig) -> list[str]:
+    """Build and check what a run of ``config`` builds before training; return the plan's extra lines.
+
+    Raises:
+        SearchGymError: naming the field and the fix, for anything that would stop the run.
+    """
+    lines = []
+    _check_writable(Path(config.output_dir), "output_dir")
+    if config.model.path is not None:
+        lines.append(f"  model: {check_model_path(config.model.path)}")
+    if config.algo.ptx_data is not None and not Path(config.algo.ptx_data).is_file():
+        raise DataFileError(f"algo.ptx_data: {config.algo.ptx_data!r} is not a file.")
+    memory = _check_memory(config)
+    _check_env(config.env, "env", memory, config.memory)
+    if config.eval.enabled:
+        kwargs = {**config.env.kwargs, **config.eval.env_kwargs}
+        _check_env(EnvConfig(id=config.env.id, kwargs=kwargs), "eval.env_kwargs")
+    lines.append(
+        "  checked: the env" + (" and the eval env" if config.eval.enabled else "") + ", data and corpus "
+        "files, model, memory store and output folder"
+    )
+    lines.append(work_estimate(config))
+    lines.append(
+        time_estimate(config)
+        or "  expected time: not estimated before a first run (a run's checkpoints record its step times)"
+    )
+    return lines
