@@ -24,7 +24,7 @@ RESULTS = REPO / "benchmarks" / "results"
 NAMES = {"nq": "NQ", "hotpotqa": "HotpotQA", "popqa": "PopQA"}
 MODES = {
     "no_retrieval": "no retrieval",
-    "naive_rag": "naive RAG, BM25 top 3",
+    "naive_rag": "naive RAG (BM25 top 3)",
     "search_r1": "`search_r1` + BM25",
     "tool_call": "`tool_call` + BM25",
 }
@@ -42,10 +42,25 @@ def eval_table(report: dict[str, Any]) -> str:
             f"| {100 * r['sr']:.0f} | {100 * r['format_ok']:.0f} | {r['tokens']:.1f} | {r['wall_time_s']:.0f} |"
         )
     s = report["settings"]
+    per_question: dict[str, list[float]] = {}
+    for r in report["results"]:
+        per_question.setdefault(r["mode"], []).append(r["wall_time_s"] / r["questions"])
+    rates = {mode: sum(v) / len(v) for mode, v in per_question.items()}
+    full = 200 * len(NAMES) * sum(rates.values()) / 3600
+    measured = {(r["dataset"], r["mode"]) for r in report["results"]}
+    missing = [f"{NAMES[d]} {MODES[m]}" for d in NAMES for m in MODES if (d, m) not in measured]
     lines += [
         "",
-        f"`{report['command']}`: {report['wall_time_s'] / 60:.0f} min in all, {report['torch_threads']} torch "
-        f"threads, {s['max_new_tokens']} new tokens per turn at most, {s['max_turns']} actions per "
+        "Seconds per question, as measured: "
+        + ", ".join(f"{MODES.get(m, m)} {rate:.1f}" for m, rate in rates.items())
+        + f". At these rates 200 questions of each of the {len(NAMES)} datasets in these "
+        f"{len(rates)} modes would take about {full:.0f} hours on this machine."
+        + (f" Not run: {', '.join(missing)}." if missing else ""),
+    ]
+    lines += [
+        "",
+        f"`{report['command']}`: {report['wall_time_s'] / 60:.0f} min in all, torch threads: "
+        f"{report['torch_threads']}, {s['max_new_tokens']} new tokens per turn at most, {s['max_turns']} actions per "
         f"multi-turn episode, batches of {s['batch_size']}, greedy decoding.",
     ]
     return "\n".join(lines)
@@ -71,16 +86,16 @@ def train_table(report: dict[str, Any], window: int = 4) -> str:
         "",
         f"`{report['command']}`: {report['steps_done']} of {report['steps_configured']} configured steps in "
         f"{report['wall_time_s'] / 60:.0f} min, median step {report['median_step_s']:.0f} s "
-        f"({report['torch_threads']} torch threads; config `{report['config']}`).",
+        f"(torch threads: {report['torch_threads']}; config `{report['config']}`).",
     ]
     return "\n".join(lines)
 
 
 def replace(text: str, marker: str, body: str) -> str:
-    pattern = re.compile(rf"(<!-- {marker} -->\n).*?(\n<!-- end -->)", re.S)
+    pattern = re.compile(rf"(<!-- {marker} -->\n)(?:(?!<!-- ).*?\n)??(<!-- end -->)", re.S)
     if not pattern.search(text):
         raise SystemExit(f"{DOC} has no <!-- {marker} --> ... <!-- end --> block")
-    return pattern.sub(lambda m: m.group(1) + body + m.group(2), text)
+    return pattern.sub(lambda m: m.group(1) + body + "\n" + m.group(2), text)
 
 
 def main() -> None:

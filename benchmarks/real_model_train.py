@@ -1,7 +1,7 @@
 """A short built-in GRPO run of SmolLM2-135M-Instruct on a CPU: its curve and step times.
 
     searchgym models pull smollm2-135m-instruct
-    OMP_NUM_THREADS=2 python benchmarks/real_model_train.py
+    OMP_NUM_THREADS=1 python benchmarks/real_model_train.py --max-minutes 35
 
 Trains with ``configs/grpo_smollm2_cpu.yaml`` (``--config``) from scratch in a fresh output
 folder and, after every step, writes the per-step figures to ``benchmarks/results/real_model_train.json``
@@ -56,7 +56,9 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--config", type=Path, default=REPO / "configs" / "grpo_smollm2_cpu.yaml")
-    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch CPU threads (1 is fastest on a shared machine)"
+    )
     parser.add_argument(
         "--max-minutes",
         type=float,
