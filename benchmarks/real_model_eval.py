@@ -2,7 +2,7 @@
 multi-turn protocols with BM25 search over the shared corpus.
 
     searchgym models pull smollm2-135m-instruct
-    OMP_NUM_THREADS=2 python benchmarks/real_model_eval.py --out benchmarks/results/real_model_eval.json
+    OMP_NUM_THREADS=1 python benchmarks/real_model_eval.py --questions 12 --max-new-tokens 96
     python benchmarks/real_model_table.py   # writes the table into docs/real_model.md
 
 Modes (greedy decoding, chat template, batched generation):
@@ -135,7 +135,9 @@ def main() -> None:
     parser.add_argument("--max-turns", type=int, default=4, help="actions per multi-turn episode")
     parser.add_argument("--topk", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch CPU threads (1 is fastest on a shared machine)"
+    )
     parser.add_argument("--data-dir", type=Path, default=SHARED_DATA)
     parser.add_argument("--index-dir", type=Path, default=REPO / "benchmarks" / ".cache" / "bm25_shared")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "real_model_eval.json")
@@ -150,7 +152,8 @@ def main() -> None:
 
     corpus = args.data_dir / "corpus.jsonl"
     report: dict[str, Any] = {
-        "command": "OMP_NUM_THREADS=2 python benchmarks/real_model_eval.py " + " ".join(sys.argv[1:]),
+        "command": f"OMP_NUM_THREADS={args.threads} python benchmarks/real_model_eval.py "
+        + " ".join(sys.argv[1:]),
         "model": args.model,
         "settings": {
             k: (str(v) if isinstance(v, Path) else v)

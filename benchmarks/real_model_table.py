@@ -1,0 +1,115 @@
+"""Write the real-model tables into docs/real_model.md from the committed result files.
+
+    python benchmarks/real_model_table.py
+
+Reads ``benchmarks/results/real_model_eval.json`` (``real_model_eval.py``) and
+``benchmarks/results/real_model_train.json`` (``real_model_train.py``) and replaces the
+text between the ``<!-- real-model-eval -->`` and ``<!-- real-model-train -->`` markers and
+their ``<!-- end -->`` in the page. Nothing in the tables is typed by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import REPO  # noqa: E402
+
+DOC = REPO / "docs" / "real_model.md"
+RESULTS = REPO / "benchmarks" / "results"
+NAMES = {"nq": "NQ", "hotpotqa": "HotpotQA", "popqa": "PopQA"}
+MODES = {
+    "no_retrieval": "no retrieval",
+    "naive_rag": "naive RAG (BM25 top 3)",
+    "search_r1": "`search_r1` + BM25",
+    "tool_call": "`tool_call` + BM25",
+}
+
+
+def eval_table(report: dict[str, Any]) -> str:
+    lines = [
+        "| Dataset | Mode | N | EM | F1 | CoverEM | ST | SR | Well-formed | Tokens/episode | Time (s) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in report["results"]:
+        lines.append(
+            f"| {NAMES.get(r['dataset'], r['dataset'])} | {MODES.get(r['mode'], r['mode'])} | {r['questions']} "
+            f"| {100 * r['em']:.1f} | {100 * r['f1']:.1f} | {100 * r['cover_em']:.1f} | {r['st']:.2f} "
+            f"| {100 * r['sr']:.0f} | {100 * r['format_ok']:.0f} | {r['tokens']:.1f} | {r['wall_time_s']:.0f} |"
+        )
+    s = report["settings"]
+    per_question: dict[str, list[float]] = {}
+    for r in report["results"]:
+        per_question.setdefault(r["mode"], []).append(r["wall_time_s"] / r["questions"])
+    rates = {mode: sum(v) / len(v) for mode, v in per_question.items()}
+    full = 200 * len(NAMES) * sum(rates.values()) / 3600
+    measured = {(r["dataset"], r["mode"]) for r in report["results"]}
+    missing = [f"{NAMES[d]} {MODES[m]}" for d in NAMES for m in MODES if (d, m) not in measured]
+    lines += [
+        "",
+        "Seconds per question, as measured: "
+        + ", ".join(f"{MODES.get(m, m)} {rate:.1f}" for m, rate in rates.items())
+        + f". At these rates 200 questions of each of the {len(NAMES)} datasets in these "
+        f"{len(rates)} modes would take about {full:.0f} hours on this machine."
+        + (f" Not run: {', '.join(missing)}." if missing else ""),
+    ]
+    lines += [
+        "",
+        f"`{report['command']}`: {report['wall_time_s'] / 60:.0f} min in all, torch threads: "
+        f"{report['torch_threads']}, {s['max_new_tokens']} new tokens per turn at most, {s['max_turns']} actions per "
+        f"multi-turn episode, batches of {s['batch_size']}, greedy decoding.",
+    ]
+    return "\n".join(lines)
+
+
+def train_table(report: dict[str, Any], window: int = 4) -> str:
+    history = report["history"]
+
+    def mean(key: str, part: list[dict]) -> float:
+        return sum(h["rollout"][key] for h in part) / len(part)
+
+    first, last = history[:window], history[-window:]
+    lines = [
+        "| Steps | Well-formed | Reward | F1 | Actions' tokens | Searches (ST) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for label, part in ((f"first {len(first)}", first), (f"last {len(last)}", last)):
+        lines.append(
+            f"| {label} | {100 * mean('format_ok', part):.0f}% | {mean('reward', part):+.3f} | "
+            f"{100 * mean('f1', part):.1f} | {mean('action_tokens', part):.1f} | {mean('st', part):.2f} |"
+        )
+    lines += [
+        "",
+        f"`{report['command']}`: {report['steps_done']} of {report['steps_configured']} configured steps in "
+        f"{report['wall_time_s'] / 60:.0f} min, median step {report['median_step_s']:.0f} s "
+        f"(torch threads: {report['torch_threads']}; config `{report['config']}`).",
+    ]
+    return "\n".join(lines)
+
+
+def replace(text: str, marker: str, body: str) -> str:
+    pattern = re.compile(rf"(<!-- {marker} -->\n)(?:(?!<!-- ).*?\n)??(<!-- end -->)", re.S)
+    if not pattern.search(text):
+        raise SystemExit(f"{DOC} has no <!-- {marker} --> ... <!-- end --> block")
+    return pattern.sub(lambda m: m.group(1) + body + "\n" + m.group(2), text)
+
+
+def main() -> None:
+    text = DOC.read_text(encoding="utf-8")
+    for marker, name, build in (
+        ("real-model-eval", "real_model_eval.json", eval_table),
+        ("real-model-train", "real_model_train.json", train_table),
+    ):
+        path = RESULTS / name
+        if path.is_file():
+            text = replace(text, marker, build(json.loads(path.read_text(encoding="utf-8"))))
+    DOC.write_text(text, encoding="utf-8")
+    print(f"wrote {DOC}")
+
+
+if __name__ == "__main__":
+    main()
