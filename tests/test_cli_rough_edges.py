@@ -108,6 +108,21 @@ def test_dry_run_fails_on_a_missing_model_folder(tmp_path, capsys):
     assert f"model.path: '{missing}' is not a folder" in err
 
 
+def test_dry_run_takes_a_registered_model_name(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("SEARCHGYM_HOME", str(tmp_path / "home"))
+    config = _config(tmp_path, **{"model.tiny": None, "model.path": "smollm2-135m-instruct"})
+    assert main(["train", "--config", str(config), "--dry-run"]) == 2  # not pulled into this home
+    assert "searchgym models pull smollm2-135m-instruct" in capsys.readouterr().err
+    folder = tmp_path / "home" / "models" / "smollm2-135m-instruct"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    from searchgym.envs.models import DONE_FILE
+
+    (folder / DONE_FILE).write_text("")
+    assert main(["train", "--config", str(config), "--dry-run"]) == 0
+    assert "offline model smollm2-135m-instruct" in capsys.readouterr().out
+
+
 def test_dry_run_fails_on_a_folder_that_is_not_a_model(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     config = _config(tmp_path, **{"model.tiny": None, "model.path": str(tmp_path / "empty")})

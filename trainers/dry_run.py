@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..envs.errors import DataFileError, InvalidArgumentError, SearchGymError, did_you_mean
+from ..envs.models import MODELS, ModelNotPulledError, resolve_model
 from .config import EnvConfig, MemoryConfig, TrainConfig
 
 __all__ = ["check_run", "check_model_path", "work_estimate", "time_estimate", "prefixed"]
@@ -91,7 +92,13 @@ def _looks_like_hub_name(path: str) -> bool:
 
 def check_model_path(path: str) -> str:
     """Check ``model.path``; return how it is found. A missing local folder is an error;
-    a hub id is fine when the local Hugging Face cache holds it, or when downloads are allowed."""
+    a hub id is fine when the local Hugging Face cache holds it, or when downloads are allowed.
+    A registered offline model name (``searchgym models list``) must be pulled."""
+    if path in MODELS and not os.path.exists(path):
+        try:
+            return f"offline model {path} in {resolve_model(path)}"
+        except ModelNotPulledError as exc:
+            raise DataFileError(f"model.path: {exc}") from None
     folder = Path(path).expanduser()
     if folder.is_dir():
         if not (folder / "config.json").is_file():
