@@ -118,6 +118,11 @@ def server_pool_vs_gunicorn(report: dict[str, Any]) -> str:
             f"| {seconds(behaviours['gunicorn'][key], missing)} |"
         )
     rows.append(
+        f"| 40 silent connections, `max_connections` 8 per worker, after 1 s "
+        f"| {behaviours['pool']['over_max_connections']} "
+        f"| {behaviours['gunicorn']['over_max_connections']} |"
+    )
+    rows.append(
         f"| a second server on the held port | {behaviours['pool']['second_server_on_port']} "
         f"| {behaviours['gunicorn']['second_server_on_port']} |"
     )

@@ -5,9 +5,9 @@ built by ``benchmarks/server.py`` or here), with the same batching, caps and an 
 of 2 s. For each load shape (1, 8 and 64 client threads sending one query per request, and
 one client sending 64 queries per request) the two servers are started and measured in
 turn, ``--repeats`` times (5), interleaved; the median of requests/s, p50 and p99 is kept and
-the ratio gunicorn / pool reported. Then it checks the life-cycle behaviours of each:
-``kill -9`` of a worker and of the parent, a second server on a held port, and a silent
-connection.
+the ratio gunicorn / pool reported. Then it checks the behaviours of each with
+``max_connections`` 8 per worker: 40 silent connections at once, a silent connection,
+a second server on the held port, ``kill -9`` of a worker and of the parent.
 
 Usage::
 
@@ -37,6 +37,7 @@ from searchgym.envs.retrieval import make_retriever
 from searchgym.envs.retrieval.http_client import HTTPRetriever
 
 IDLE_TIMEOUT_S = 2.0
+CAP, CROWD = 8, 40  # max_connections per worker in the checks, silent connections opened at once
 SHAPES = ((1, 1), (8, 1), (64, 1), (1, 64))  # (client threads, queries per request)
 
 
@@ -46,14 +47,15 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start(kind: str, index: Path, port: int, workers: int) -> subprocess.Popen:
+def start(kind: str, index: Path, port: int, workers: int, max_connections: int = 1000) -> subprocess.Popen:
     """Start one server and wait until it answers."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     if kind == "pool":
         command = [sys.executable, "-m", "searchgym", "serve", "--index", str(index), "--backend", "bm25"]
         command += ["--port", str(port), "--workers", str(workers), "--idle-timeout", str(IDLE_TIMEOUT_S)]
+        command += ["--max-connections", str(max_connections)]
     else:
-        app = f"searchgym.envs.retrieval.server:gunicorn_app({str(index)!r}, 'bm25', idle_timeout_s={IDLE_TIMEOUT_S})"
+        app = f"searchgym.envs.retrieval.server:gunicorn_app({str(index)!r}, 'bm25', idle_timeout_s={IDLE_TIMEOUT_S}, max_connections={max_connections})"
         command = [sys.executable, "-m", "gunicorn", "--worker-class", "aiohttp.GunicornWebWorker"]
         command += ["--workers", str(workers), "--bind", f"127.0.0.1:{port}", "--log-level", "warning", app]
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
@@ -122,9 +124,29 @@ def checks(kind: str, index: Path, workers: int) -> dict[str, Any]:
     """The life-cycle behaviours of one server kind."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    proc = start(kind, index, port, workers)
+    proc = start(kind, index, port, workers, max_connections=CAP)
     result: dict[str, Any] = {}
     try:
+        # More silent connections than the workers' max_connections together: are old ones closed?
+        crowd = []
+        for _ in range(CROWD):
+            crowd.append(socket.create_connection(("127.0.0.1", port)))
+            time.sleep(0.01)  # one at a time, as clients arrive (not one accept burst)
+        time.sleep(0.5 * IDLE_TIMEOUT_S)
+        closed = refused = 0
+        for sock in crowd:
+            sock.settimeout(0.01)
+            try:
+                data = sock.recv(64)
+                closed += data == b""
+                refused += data.startswith(b"HTTP/1.1 503")
+            except ConnectionError:
+                closed += 1
+            except TimeoutError:
+                pass
+            sock.close()
+        result["over_max_connections"] = f"{closed} closed, {refused} answered 503"
+        time.sleep(0.2)
         # A silent connection: closed after the idle timeout?
         with socket.create_connection(("127.0.0.1", port)) as sock:
             sock.settimeout(4 * IDLE_TIMEOUT_S)
