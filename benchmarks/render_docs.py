@@ -118,7 +118,7 @@ def server_pool_vs_gunicorn(report: dict[str, Any]) -> str:
             f"| {seconds(behaviours['gunicorn'][key], missing)} |"
         )
     rows.append(
-        f"| 40 silent connections, `max_connections` 8 per worker, after 1 s "
+        f"| 40 silent connections, `max_connections` 8 per worker (pool only), after 1 s "
         f"| {behaviours['pool']['over_max_connections']} "
         f"| {behaviours['gunicorn']['over_max_connections']} |"
     )

@@ -6,7 +6,8 @@ of 2 s. For each load shape (1, 8 and 64 client threads sending one query per re
 one client sending 64 queries per request) the two servers are started and measured in
 turn, ``--repeats`` times (5), interleaved; the median of requests/s, p50 and p99 is kept and
 the ratio gunicorn / pool reported. Then it checks the behaviours of each with
-``max_connections`` 8 per worker: 40 silent connections at once, a silent connection,
+``max_connections`` 8 per worker (the pool; gunicorn has no such setting): 40 silent
+connections, a silent connection,
 a second server on the held port, ``kill -9`` of a worker and of the parent.
 
 Usage::
@@ -37,7 +38,7 @@ from searchgym.envs.retrieval import make_retriever
 from searchgym.envs.retrieval.http_client import HTTPRetriever
 
 IDLE_TIMEOUT_S = 2.0
-CAP, CROWD = 8, 40  # max_connections per worker in the checks, silent connections opened at once
+CAP, CROWD = 8, 40  # max_connections per worker in the checks, silent connections opened 10 ms apart
 SHAPES = ((1, 1), (8, 1), (64, 1), (1, 64))  # (client threads, queries per request)
 
 
@@ -48,14 +49,14 @@ def free_port() -> int:
 
 
 def start(kind: str, index: Path, port: int, workers: int, max_connections: int = 1000) -> subprocess.Popen:
-    """Start one server and wait until it answers."""
+    """Start one server and wait until it answers (gunicorn has no ``max_connections``)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     if kind == "pool":
         command = [sys.executable, "-m", "searchgym", "serve", "--index", str(index), "--backend", "bm25"]
         command += ["--port", str(port), "--workers", str(workers), "--idle-timeout", str(IDLE_TIMEOUT_S)]
         command += ["--max-connections", str(max_connections)]
     else:
-        app = f"searchgym.envs.retrieval.server:gunicorn_app({str(index)!r}, 'bm25', idle_timeout_s={IDLE_TIMEOUT_S}, max_connections={max_connections})"
+        app = f"searchgym.envs.retrieval.server:gunicorn_app({str(index)!r}, 'bm25', idle_timeout_s={IDLE_TIMEOUT_S})"
         command = [sys.executable, "-m", "gunicorn", "--worker-class", "aiohttp.GunicornWebWorker"]
         command += ["--workers", str(workers), "--bind", f"127.0.0.1:{port}", "--log-level", "warning", app]
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)

@@ -93,5 +93,7 @@ def test_gunicorn_serves_the_app_from_two_workers_with_its_caps(tmp_path: Path, 
 def test_gunicorn_app_refuses_bad_settings_at_once() -> None:
     with pytest.raises(InvalidArgumentError, match="max_batch_size"):
         gunicorn_app("idx", max_batch_size=0)
+    with pytest.raises(InvalidArgumentError, match="max_connections cannot apply under gunicorn"):
+        gunicorn_app("idx", max_connections=8)
     with pytest.raises(TypeError):
         gunicorn_app("idx", no_such_setting=1)

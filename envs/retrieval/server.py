@@ -35,7 +35,7 @@ from ..errors import InvalidArgumentError, SearchGymError
 from .base import Retriever
 from .batching import ServerStats
 from .server_protocol import RequestLimits, body_too_large
-from .service import RetrievalService, ServerConfig
+from .service import RetrievalService, ServerConfig, load_index
 
 __all__ = ["RetrievalServer", "gunicorn_app"]
 
@@ -435,8 +435,9 @@ def gunicorn_app(
     """The server's app for gunicorn's aiohttp worker, which calls the result in each worker.
 
     Each worker loads ``index`` and serves it with the same routes, batching, caps and
-    timeouts as ``searchgym serve``; gunicorn binds the port and manages the workers, so
-    ``max_connections`` is not enforced (see ``docs/hardening.md``). For example::
+    timeouts as ``searchgym serve``. gunicorn binds the port and manages the workers, and its
+    aiohttp worker accepts connections itself, so ``max_connections`` cannot apply and is
+    refused (see ``docs/hardening.md``). For example::
 
         gunicorn --worker-class aiohttp.GunicornWebWorker --workers 2 --bind 127.0.0.1:8000 \\
             'searchgym.envs.retrieval.server:gunicorn_app("bm25_index", max_batch_size=64)'
@@ -444,16 +445,22 @@ def gunicorn_app(
     Args:
         index: What each worker loads (see :func:`~.service.load_index`).
         backend: Index kind, or None to detect it.
-        **config: Fields of :class:`ServerConfig` (host and port are gunicorn's ``--bind``);
-            ``limits`` may be a dict of :class:`RequestLimits` fields.
+        **config: Fields of :class:`ServerConfig` but ``max_connections`` (host and port are
+            gunicorn's ``--bind``); ``limits`` may be a dict of :class:`RequestLimits` fields.
+
+    Raises:
+        InvalidArgumentError: A setting is invalid, or ``max_connections`` is given.
     """
+    if "max_connections" in config:
+        raise InvalidArgumentError(
+            "max_connections cannot apply under gunicorn: its aiohttp worker accepts the connections. "
+            "Use searchgym serve --workers N for a connection cap."
+        )
     if isinstance(config.get("limits"), dict):
         config["limits"] = RequestLimits(**config["limits"])
     server_config = ServerConfig(**config)  # bad settings fail at import, in gunicorn's master
 
     async def runner() -> web.AppRunner:
-        from .service import load_index
-
         server = RetrievalServer(load_index(index, backend), server_config)
         app_runner = server.make_runner()
         server.service.open(
