@@ -58,7 +58,16 @@ def start(kind: str, index: Path, port: int, workers: int, max_connections: int 
     else:
         app = f"searchgym.envs.retrieval.server:gunicorn_app({str(index)!r}, 'bm25', idle_timeout_s={IDLE_TIMEOUT_S})"
         command = [sys.executable, "-m", "gunicorn", "--worker-class", "aiohttp.GunicornWebWorker"]
-        command += ["--workers", str(workers), "--bind", f"127.0.0.1:{port}", "--log-level", "warning", app]
+        command += [
+            "--workers",
+            str(workers),
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--log-level",
+            "warning",
+            "--no-control-socket",
+            app,
+        ]
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -208,7 +217,16 @@ def start_quiet(kind: str, index: Path, port: int, workers: int) -> subprocess.P
     else:
         app = f"searchgym.envs.retrieval.server:gunicorn_app({str(index)!r}, 'bm25')"
         command = [sys.executable, "-m", "gunicorn", "--worker-class", "aiohttp.GunicornWebWorker"]
-        command += ["--workers", str(workers), "--bind", f"127.0.0.1:{port}", "--log-level", "critical", app]
+        command += [
+            "--workers",
+            str(workers),
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--log-level",
+            "critical",
+            "--no-control-socket",
+            app,
+        ]
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
