@@ -26,7 +26,7 @@ import json
 import logging
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -34,10 +34,10 @@ from aiohttp import web
 from ..errors import InvalidArgumentError, SearchGymError
 from .base import Retriever
 from .batching import ServerStats
-from .server_protocol import body_too_large
-from .service import RetrievalService, ServerConfig
+from .server_protocol import RequestLimits, body_too_large
+from .service import RetrievalService, ServerConfig, load_index
 
-__all__ = ["RetrievalServer"]
+__all__ = ["RetrievalServer", "gunicorn_app"]
 
 log = logging.getLogger("searchgym.server")
 
@@ -294,21 +294,25 @@ class RetrievalServer:
 
     # -- life cycle ------------------------------------------------------------------------
 
-    async def _open(self) -> None:
-        config = self.config
-        self._stop_event = asyncio.Event()
-        self._max_connections, backlog = _fit_connection_limit(config.max_connections)
+    def make_runner(self) -> web.AppRunner:
+        """The aiohttp runner of this server's app, with its timeouts (not yet set up)."""
         # In-flight requests get 5 s to finish when the server stops; idle connections close at once.
         # keepalive_timeout closes a connection that sends no whole request head for that long;
         # lingering_time bounds how long the rest of a refused body is read (10 s by default).
-        runner = web.AppRunner(
+        return web.AppRunner(
             self._app(),
             access_log=None,
             handle_signals=False,
             shutdown_timeout=5.0,
-            keepalive_timeout=config.idle_timeout_s,
+            keepalive_timeout=self.config.idle_timeout_s,
             lingering_time=_LINGER_S,
         )
+
+    async def _open(self) -> None:
+        config = self.config
+        self._stop_event = asyncio.Event()
+        self._max_connections, backlog = _fit_connection_limit(config.max_connections)
+        runner = self.make_runner()
         await runner.setup()
         self._runner = runner
         self.service.open(peers=lambda: len(runner.server.connections) if runner.server is not None else 0)
@@ -423,3 +427,50 @@ class RetrievalServer:
                 await self._close()
 
         asyncio.run(main())
+
+
+def gunicorn_app(
+    index: str, backend: str | None = None, **config: Any
+) -> Callable[[], Awaitable[web.AppRunner]]:
+    """The server's app for gunicorn's aiohttp worker, which calls the result in each worker.
+
+    Each worker loads ``index`` and serves it with the same routes, batching, caps and
+    timeouts as ``searchgym serve``. gunicorn binds the port and manages the workers, and its
+    aiohttp worker accepts connections itself, so ``max_connections`` cannot apply and is
+    refused (see ``docs/hardening.md``). For example::
+
+        gunicorn --worker-class aiohttp.GunicornWebWorker --workers 2 --bind 127.0.0.1:8000 \\
+            'searchgym.envs.retrieval.server:gunicorn_app("bm25_index", max_batch_size=64)'
+
+    Args:
+        index: What each worker loads (see :func:`~.service.load_index`).
+        backend: Index kind, or None to detect it.
+        **config: Fields of :class:`ServerConfig` but ``max_connections`` (host and port are
+            gunicorn's ``--bind``); ``limits`` may be a dict of :class:`RequestLimits` fields.
+
+    Raises:
+        InvalidArgumentError: A setting is invalid, or ``max_connections`` is given.
+    """
+    if "max_connections" in config:
+        raise InvalidArgumentError(
+            "max_connections cannot apply under gunicorn: its aiohttp worker accepts the connections. "
+            "Use searchgym serve --workers N for a connection cap."
+        )
+    if isinstance(config.get("limits"), dict):
+        config["limits"] = RequestLimits(**config["limits"])
+    server_config = ServerConfig(**config)  # bad settings fail at import, in gunicorn's master
+
+    async def runner() -> web.AppRunner:
+        server = RetrievalServer(load_index(index, backend), server_config)
+        app_runner = server.make_runner()
+        server.service.open(
+            peers=lambda: len(app_runner.server.connections) if app_runner.server is not None else 0
+        )
+
+        async def close(app: web.Application) -> None:
+            await server.service.close()
+
+        app_runner.app.on_cleanup.append(close)
+        return app_runner
+
+    return runner
