@@ -7,7 +7,7 @@ the same weights every time. It prints the median update time of each order, the
 ratio and the share of padded token positions, and checks that both orders give the
 same loss::
 
-    python benchmarks/grpo_update_order.py [--config configs/synthetic/study.yaml] [--arm f1]
+    python benchmarks/grpo_update_order.py [--config studies/frugal/tiny_lm/study.yaml] [--arm f1]
         [--seed 0] [--model runs/sft/top-...] [--steps 6] [--repeats 3] [--out update_order.json]
 
 ``--model`` starts from a warm start already built (a folder with ``config.json``);
@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "studies" / "frugal"))  # the tiny_lm study
 from _common import write_report  # noqa: E402
 
 
@@ -39,7 +40,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--config", default="configs/synthetic/study.yaml", help="study file (default: %(default)s)"
+        "--config", default="studies/frugal/tiny_lm/study.yaml", help="study file (default: %(default)s)"
     )
     parser.add_argument("--arm", default="f1", help="arm of the study (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="study seed (default: %(default)s)")
@@ -52,12 +53,12 @@ def main() -> None:
     import tempfile
 
     import torch
+    from tiny_lm.study import arm_config, load_study
+    from tiny_lm.warm_start import warm_start
 
     from searchgym.trainers.grpo import trainer as trainer_module
     from searchgym.trainers.grpo.envs import question_schedule
     from searchgym.trainers.grpo.trainer import GRPOTrainer, step_seed
-    from searchgym.trainers.study.sft import warm_start
-    from searchgym.trainers.study.study import arm_config, load_study
 
     config = arm_config(load_study(args.config), args.arm, args.seed)
     model = args.model or warm_start(config)

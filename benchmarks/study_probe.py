@@ -2,11 +2,11 @@
 
 For one arm of a study file and one seed, loads the warm start (cached by ``searchgym
 study``; built here when missing) or, with ``--run``, the final checkpoint of a finished
-run, and prints :func:`searchgym.trainers.study.evaluation.decision_probe` for each
+run, and prints :func:`tiny_lm.evaluation.decision_probe` for each
 protocol of the warm start, greedily and at the rollouts' temperature (``--samples``
 recollections per question), on the training and the held-out split::
 
-    python benchmarks/study_probe.py [--config configs/synthetic/study.yaml] [--arm f1] [--seed 0]
+    python benchmarks/study_probe.py [--config studies/frugal/tiny_lm/study.yaml] [--arm f1] [--seed 0]
         [--run runs/study/f1/seed0 | --model runs/sft/sft-...] [--samples 8] [--memory]
         [--out study_probe.json]
 
@@ -30,12 +30,13 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "studies" / "frugal"))  # the tiny_lm study
 from _common import write_report  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default="configs/synthetic/study.yaml")
+    parser.add_argument("--config", default="studies/frugal/tiny_lm/study.yaml")
     parser.add_argument("--arm", default="f1")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--run", help="a finished run's folder: probe its final checkpoint")
@@ -46,11 +47,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
 
+    from tiny_lm.evaluation import decision_probe
+    from tiny_lm.sft import protocol_instructions, scripted_memory
+    from tiny_lm.study import arm_config, load_study
+    from tiny_lm.warm_start import warm_start
+
     from searchgym.trainers.grpo.checkpoint import latest_checkpoint
     from searchgym.trainers.grpo.model import load_model, load_tokenizer_for, resolve_device
-    from searchgym.trainers.study.evaluation import decision_probe
-    from searchgym.trainers.study.sft import protocol_instructions, scripted_memory, warm_start
-    from searchgym.trainers.study.study import arm_config, load_study
 
     config = arm_config(load_study(args.config), args.arm, args.seed)
     if args.run and args.model:

@@ -3,7 +3,7 @@
 For each run folder (``{output_dir}/{arm}/seed{S}`` of ``searchgym study``), samples
 ``--samples`` direct answers per known one-hop question of ``--split`` at each
 ``--temperatures`` (0 = greedy, once) with
-:func:`searchgym.trainers.study.evaluation.recall_by_fact`, from the run's last checkpoint,
+:func:`tiny_lm.evaluation.recall_by_fact`, from the run's last checkpoint,
 or with ``--warm-start`` from the warm start it began with. Prints, per temperature, the
 mean share of right answers per fact and the share of facts whose rate reaches each
 ``--thresholds``; ``skippable`` is the share of the split's *known* questions (two-hop
@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "studies" / "frugal"))  # the tiny_lm study
 from _common import run_policy  # noqa: E402
 
 
@@ -42,8 +43,8 @@ def spread(
 ) -> list[dict[str, Any]]:
     """One row per temperature: the mean rate, and per threshold the share of facts and
     the share of known questions that are skippable."""
-    from searchgym.trainers.study.demos import demo_env
-    from searchgym.trainers.study.evaluation import recall_by_fact
+    from tiny_lm.demos import demo_env
+    from tiny_lm.evaluation import recall_by_fact
 
     measure = plain_recall_by_fact if plain else recall_by_fact
 
@@ -79,11 +80,12 @@ def spread(
 def plain_recall_by_fact(
     model: Any, tokenizer: Any, config: Any, *, split: str, samples: int, temperature: float
 ) -> dict[Any, float]:
-    """As :func:`~searchgym.trainers.study.evaluation.recall_by_fact`, each known one-hop
+    """As :func:`~tiny_lm.evaluation.recall_by_fact`, each known one-hop
     question of ``split`` asked in a recall lesson's words, without the prompt."""
+    from tiny_lm.demos import demo_env, lesson_context
+
     from searchgym.envs.metrics import exact_match
     from searchgym.trainers.grpo.generation import SamplingSettings, sample_actions
-    from searchgym.trainers.study.demos import demo_env, lesson_context
 
     env = demo_env(int(config.env.kwargs.get("world_seed", 0)), config.env.kwargs, split)
     contexts, facts = [], []

@@ -6,7 +6,7 @@ final experience store), and runs the study's held-out evaluation again. Greedy 
 makes it repeat ``eval.json``'s figures; the script checks EM and ST against it and
 prints the evaluation's skills, including the split of known-question searches by what
 the model recalls (``sr_known_recalled`` / ``sr_known_unrecalled`` / ``sr_known_2hop``,
-:func:`searchgym.trainers.study.evaluation.skills`), which runs finished before that
+:func:`tiny_lm.evaluation.skills`), which runs finished before that
 split existed lack. The run folders are never written::
 
     python benchmarks/study_reeval.py runs/study/lightsearcher_no_memory/seed0 [more runs] [--out reeval.json]
@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "studies" / "frugal"))  # the tiny_lm study
 from _common import write_report  # noqa: E402
 
 SHOWN = ("sr_known_recalled", "sr_known_unrecalled", "sr_known_2hop", "forced_recall", "forced_chain")
@@ -33,10 +34,11 @@ def reevaluate(run: Path, prompt: str = "own", warm_start: bool = False) -> dict
     """The held-out evaluation of ``run``'s last checkpoint (or, with ``warm_start``, its
     starting model), as a dict; ``prompt`` is ``"own"``, ``"plain"`` or a run folder whose
     final memory store gives the prompt (see the module docstring)."""
+    from tiny_lm.evaluation import evaluate_model
+
     from searchgym.trainers.config import load_config
     from searchgym.trainers.grpo.envs import build_memory, memory_store_dir
     from searchgym.trainers.grpo.trainer import GRPOTrainer
-    from searchgym.trainers.study.evaluation import evaluate_model
 
     saved = json.loads((run / "eval.json").read_text())
     if not list((run / "checkpoints").glob("step_*")):

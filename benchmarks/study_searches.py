@@ -18,13 +18,15 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "studies" / "frugal"))  # the tiny_lm study
 from _common import run_policy  # noqa: E402
 
 
 def count(run: Path, split: str, hops: int, samples: int) -> dict[str, dict[str, int]]:
     """``{"greedy" | "T=1": {"searched, right": n, ...}}`` for ``run``'s last checkpoint."""
+    from tiny_lm.evaluation import rollout_collector
+
     from searchgym.trainers.grpo.envs import build_reward, env_factory
-    from searchgym.trainers.study.evaluation import rollout_collector
 
     config, tokenizer, model = run_policy(run)
     env_config = config.replace(

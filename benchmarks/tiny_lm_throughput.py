@@ -7,7 +7,7 @@ shapes the study trains on, in float32, under bfloat16 autocast and, with
 the achieved GFLOP/s, counted from the model's shapes (see :func:`flops_per_token`),
 beside what one large float32 matrix multiply reaches on the same threads::
 
-    python benchmarks/tiny_lm_throughput.py [--config configs/synthetic/study.yaml]
+    python benchmarks/tiny_lm_throughput.py [--config studies/frugal/tiny_lm/study.yaml]
         [--threads 1] [--batch 32] [--lengths 40 100 200] [--repeats 10] [--compile] [--out tput.json]
 
 It answers whether the study's time goes to overhead (Python, padding, small kernels)
@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "studies" / "frugal"))  # the tiny_lm study
 from _common import write_report  # noqa: E402
 
 
@@ -79,7 +80,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--config", default="configs/synthetic/study.yaml", help="study file (default: %(default)s)"
+        "--config", default="studies/frugal/tiny_lm/study.yaml", help="study file (default: %(default)s)"
     )
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default: %(default)s)")
     parser.add_argument("--batch", type=int, default=32, help="sequences per pass (default: %(default)s)")
@@ -91,10 +92,10 @@ def main() -> None:
     logging.disable(logging.INFO)
 
     import torch
+    from tiny_lm.study import arm_config, load_study
 
     from searchgym.policies import load_tiny_lm
     from searchgym.trainers.grpo.model import model_source
-    from searchgym.trainers.study.study import arm_config, load_study
 
     torch.set_num_threads(args.threads)
     study = load_study(args.config)

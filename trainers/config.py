@@ -434,7 +434,7 @@ class WandbConfig:
 
 @dataclass
 class SFTConfig:
-    """Supervised warm start before GRPO (the CPU study; :mod:`searchgym.trainers.study.sft`).
+    """Supervised warm start before GRPO (the tiny-LM study in ``studies/frugal/tiny_lm``; :mod:`tiny_lm.sft`).
 
     Needs a SyntheticFacts env. Two stages: short copying lessons on worlds of their own
     (``reading_worlds``, shared by every seed), then the protocol stage: the study world's
@@ -474,7 +474,7 @@ class SFTConfig:
             ``<think>Recall: <answer>.</think>`` for known facts and ``Recall: unknown.``
             for others, and direct answers to unknown facts say ``unknown``; ``sem``'s first
             answer is the recollection, after one thought shared by both branches
-            (:func:`~searchgym.trainers.study.demos.write_demo_actions`). The choice to
+            (:func:`~tiny_lm.demos.write_demo_actions`). The choice to
             search stays a coin flip, so RL can learn to act on what the model recalls.
             Off by default.
         recall_form: How a ``recall_think`` recollection of one fact is written:
@@ -487,7 +487,7 @@ class SFTConfig:
         memory_share: Share of the protocol-stage episodes (known facts and shadow worlds
             alike) written behind an :class:`~searchgym.memory.ExperienceWrapper`, so that
             their prompts hold an experience bank and a few-shot example as the memory arms'
-            do (:mod:`searchgym.trainers.study.memory_demos`); 0 (default) writes none.
+            do (:mod:`tiny_lm.memory_demos`); 0 (default) writes none.
         protocols: Protocols to write episodes in (e.g. ``[search_r1, sem]`` for one warm
             start shared by arms of both). Known-fact episodes are split evenly over them
             and shadow worlds take them in turn, so more protocols cost no more time.
@@ -497,16 +497,16 @@ class SFTConfig:
         reading_worlds: Worlds of their own for the first stage of copying lessons: copy a
             question's subject into a query (every world) and an answer out of a passage
             (every second world); 0 skips it. See
-            :func:`searchgym.trainers.study.sft.reading_lessons`.
+            :func:`tiny_lm.sft.reading_lessons`.
         reading_epochs: Passes over the reading lessons.
         replay_worlds: Reading worlds whose lessons the protocol stage rehearses, so that
             copying survives it (measured: 0 loses it, 30 keeps it; module docs).
         recall_target: Memorise the known facts to this level instead of a fixed lesson
             count: after the protocol stage, while the mean share of right sampled direct
-            answers per known training fact (:func:`~searchgym.trainers.study.evaluation.recall_by_fact`,
+            answers per known training fact (:func:`~tiny_lm.evaluation.recall_by_fact`,
             ``topup_samples`` at the rollouts' temperature) is below it, train one more
             slice of the protocol stage's own examples, less its recall lessons
-            (:mod:`searchgym.trainers.study.topup`). 0 (default) turns it off.
+            (:mod:`tiny_lm.topup`). 0 (default) turns it off.
         memory_recall_target: For runs with ``memory.kind: experience``, then top the warm
             start up again until the same recall, measured behind the warm start's scripted
             experience memory (the memory arms' prompt layout), reaches this level; each

@@ -1,8 +1,9 @@
 """``searchgym study``: run every arm of a study file for every seed; write the table and plot.
 
-A study file with a ``runner:`` key belongs to a study folder (``studies/frugal``): the
+A study file names its folder's script with a ``runner:`` key (``studies/frugal``): the
 command loads that script from the file's folder and calls its ``run(config, output_dir,
-arms, seeds)``, so the study's code lives with the study, not in the library.
+arms, seeds)`` (plus ``collect=`` and ``progress=`` where ``run`` takes them), so the
+study's code lives with the study, not in the library.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import sys
 from pathlib import Path
 
 NAME = "study"
-HELP = "run a study from a YAML file: a study folder's runner (studies/frugal), or the tiny-LM arms x seeds"
+HELP = "run a study from a YAML file: a study folder's runner (studies/frugal)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -20,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--config",
         required=True,
         type=Path,
-        help="study file (studies/frugal/incentive.yaml, or the tiny-LM study configs/synthetic/study.yaml)",
+        help="study file (studies/frugal/incentive.yaml, or studies/frugal/tiny_lm/study.yaml)",
     )
     parser.add_argument("--seeds", type=int, nargs="+", help="run only these seeds (default: the file's)")
     parser.add_argument("--arms", nargs="+", help="run only these arms (default: all of the file's)")
@@ -54,28 +55,17 @@ def _folder_runner(config: Path):
 
 
 def run(args: argparse.Namespace) -> int:
-    import logging
+    import inspect
 
     folder_run = _folder_runner(args.config)
-    if folder_run is not None:
-        if args.collect:
-            raise SystemExit("--collect applies to the tiny-LM study only; a folder study reruns in minutes.")
-        return int(folder_run(args.config, args.output_dir, args.arms, args.seeds))
-
-    from searchgym.trainers.study.study import format_results, load_study, run_study
-
-    study = load_study(args.config)
-    if args.output_dir:
-        study["output_dir"] = args.output_dir
-    progress = logging.getLogger("searchgym.trainers")
-    if not progress.handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(message)s"))
-        progress.addHandler(handler)
-    progress.setLevel(logging.INFO)
-    results = run_study(
-        study, arms=args.arms, seeds=args.seeds, progress=not args.no_progress, collect=args.collect
-    )
-    print(format_results(results["arms"]))
-    print(f"results: {Path(study['output_dir'])} (results.md, results.json, frontier.png)", file=sys.stderr)
-    return 0
+    if folder_run is None:
+        raise SystemExit(f"{args.config}: no runner: key naming the study folder's script (studies/frugal).")
+    accepted = inspect.signature(folder_run).parameters
+    options: dict[str, bool] = {}
+    if args.collect:
+        if "collect" not in accepted:
+            raise SystemExit("--collect applies to the tiny-LM study only; this study reruns in minutes.")
+        options["collect"] = True
+    if "progress" in accepted:
+        options["progress"] = not args.no_progress
+    return int(folder_run(args.config, args.output_dir, args.arms, args.seeds, **options))

@@ -85,18 +85,13 @@ def run(args: argparse.Namespace) -> int:
         progress.addHandler(handler)
     progress.setLevel(logging.INFO)
     if config.sft.enabled or config.eval.enabled:
-        from searchgym.policies.evaluation import format_table
-        from searchgym.trainers.study import run_pipeline
+        raise SystemExit(
+            f"{args.config}: sft and eval belong to the tiny-LM study; run "
+            "python studies/frugal/tiny_lm/train.py --config " + str(args.config)
+        )
+    from searchgym.trainers.grpo import train
 
-        result = run_pipeline(config, progress=not args.no_progress)
-        state = result.state
-        if result.evaluation is not None:
-            print(format_table([result.evaluation]))
-            print(f"eval: {Path(config.output_dir) / 'eval.json'}", file=sys.stderr)
-    else:
-        from searchgym.trainers.grpo import train
-
-        state = train(config, progress=not args.no_progress)
+    state = train(config, progress=not args.no_progress)
     print(
         f"done: {state.step} steps; checkpoints in {Path(config.output_dir) / 'checkpoints'}", file=sys.stderr
     )

@@ -8,12 +8,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...memory.jsonl_format import write_atomically
-from ...policies.evaluation import EvalResult
-from ..config import TrainConfig
-from ..grpo.checkpoint import TrainerState
-from ..grpo.ptx import write_ptx_examples
-from ..grpo.trainer import GRPOTrainer
+from searchgym.memory.jsonl_format import write_atomically
+from searchgym.policies.evaluation import EvalResult
+from searchgym.trainers.config import TrainConfig
+from searchgym.trainers.grpo.checkpoint import TrainerState
+from searchgym.trainers.grpo.ptx import write_ptx_examples
+from searchgym.trainers.grpo.trainer import GRPOTrainer
 
 __all__ = ["PipelineResult", "run_pipeline"]
 
@@ -39,7 +39,7 @@ def run_pipeline(config: TrainConfig, *, progress: bool = True, name: str | None
     """Warm-start, train and evaluate as ``config`` says; writes ``{output_dir}/eval.json``.
 
     With ``sft.enabled``, GRPO starts from the cached warm start of
-    :func:`~searchgym.trainers.study.sft.warm_start` instead of ``model``'s own weights
+    :func:`~tiny_lm.warm_start.warm_start` instead of ``model``'s own weights
     (the tokenizer comes with it). The run's ``config.yaml`` names that folder, with
     ``sft.enabled`` off, so training it again with more ``steps`` resumes the run. The
     evaluation runs on the trained model with the env of ``eval.env_kwargs`` and, for runs
@@ -47,7 +47,7 @@ def run_pipeline(config: TrainConfig, *, progress: bool = True, name: str | None
     """
     start_model: Path | None = None
     if config.sft.enabled:
-        from .sft import warm_start
+        from .warm_start import warm_start
 
         start_model = warm_start(config, progress=progress)
         logger.info("Warm start: %s", start_model)

@@ -1,6 +1,6 @@
 """Supervised warm start (SFT) of the study's tiny policy, cached per seed and settings.
 
-:func:`warm_start` writes the lessons, statements and demonstrations of :mod:`.demos`,
+:func:`~tiny_lm.warm_start.warm_start` writes the lessons, statements and demonstrations of :mod:`.demos`,
 trains the model on them with a plain masked cross-entropy (AdamW, shuffled mini-batches)
 in two stages, and saves the result as a ``save_pretrained`` folder that a GRPO run starts
 from:
@@ -35,10 +35,11 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from ...envs.errors import InvalidArgumentError
-from ...envs.synthetic import Fact, generate_world
-from ...policies.cached_folder import build_once
-from ..config import SFTConfig, TrainConfig
+from searchgym.envs.errors import InvalidArgumentError
+from searchgym.envs.synthetic import Fact, generate_world
+from searchgym.policies.cached_folder import build_once
+from searchgym.trainers.config import SFTConfig, TrainConfig
+
 from .demos import (
     Example,
     chain_demonstrations,
@@ -53,8 +54,6 @@ from .demos import (
 from .memory_demos import ScriptedMemory
 
 __all__ = [
-    "warm_start",
-    "warm_start_folder",
     "protocol_model",
     "probe_skills",
     "protocol_config",
@@ -333,7 +332,7 @@ def reading_model(config: TrainConfig, *, progress: bool = True) -> Path:
     it, as runs of a paper share one pretrained model; the weights are initialised with
     seed 0. Without ``sft.reading_worlds`` it is the start model itself.
     """
-    from ..grpo.model import load_model, load_tokenizer_for, model_source, resolve_device
+    from searchgym.trainers.grpo.model import load_model, load_tokenizer_for, model_source, resolve_device
 
     source, sft = model_source(config.model), config.sft
     if not sft.reading_worlds:
@@ -366,62 +365,15 @@ def reading_model(config: TrainConfig, *, progress: bool = True) -> Path:
     return build_once(Path(sft.dir) / f"read-{key}", _DONE, build)
 
 
-def warm_start(config: TrainConfig, *, progress: bool = True) -> Path:
-    """The warm-started model folder of ``config`` (built on the first call, then cached).
-
-    Starts from :func:`reading_model` (shared by all seeds), trains the protocol stage of
-    :func:`sft_examples` and, with ``sft.recall_target``, tops the known facts up to that
-    recall level (:func:`~searchgym.trainers.study.topup.recall_topup`, a folder of its
-    own on top of the protocol stage's) and, for a memory arm with
-    ``sft.memory_recall_target``, once more behind the experience memory (a third folder,
-    ``mem-<hash>``). Each folder's ``searchgym_sft.json`` records its
-    examples, losses, the skills of :func:`probe_skills` and :func:`build_facts`; a warm start that copies the
-    subject into fewer than half of its queries is logged as a warning, since the study's
-    arms cannot learn to search without it.
-
-    Args:
-        config: A run config with ``sft.enabled``; its env must be SyntheticFacts and its
-            model the tiny one or a local folder.
-
-    Returns:
-        ``{sft.dir}/sft-<hash>`` (or ``top-<hash>`` with a recall target), a
-        ``save_pretrained`` folder with the tokenizer.
-    """
-    from .topup import recall_topup  # it builds on this module
-
-    model = protocol_model(config, progress=progress)
-    if config.sft.recall_target:
-        model = recall_topup(config, model, progress=progress)
-    if _tops_up_behind_memory(config):
-        model = recall_topup(config, model, behind_memory=True, progress=progress)
-    return model
-
-
-def warm_start_folder(config: TrainConfig) -> Path:
-    """The folder :func:`warm_start` returns for ``config``, named without training anything."""
-    from .topup import topup_folder
-
-    folder = _protocol_folder(config)
-    if config.sft.recall_target:
-        folder = topup_folder(config, folder)
-    if _tops_up_behind_memory(config):
-        folder = topup_folder(config, folder, behind_memory=True)
-    return folder
-
-
-def _tops_up_behind_memory(config: TrainConfig) -> bool:
-    return bool(config.sft.memory_recall_target) and config.memory.kind == "experience"
-
-
 def _protocol_folder(config: TrainConfig) -> Path:
-    from ..grpo.model import model_source
+    from searchgym.trainers.grpo.model import model_source
 
     return Path(config.sft.dir) / f"sft-{sft_key(config, model_source(config.model))}"
 
 
 def protocol_model(config: TrainConfig, *, progress: bool = True) -> Path:
     """The model after the protocol stage, ``{sft.dir}/sft-<hash>`` (built once, then cached)."""
-    from ..grpo.model import load_model, load_tokenizer_for, resolve_device
+    from searchgym.trainers.grpo.model import load_model, load_tokenizer_for, resolve_device
 
     _check_env(config)
     target = _protocol_folder(config)
@@ -468,8 +420,8 @@ def build_facts() -> dict[str, Any]:
 
 
 def probe_skills(model: Any, tokenizer: Any, config: TrainConfig) -> dict[str, dict[str, float]]:
-    """:func:`~searchgym.trainers.study.evaluation.forced_skills` (and, with ``recall_think``,
-    :func:`~searchgym.trainers.study.evaluation.decision_probe`) per protocol of ``sft.protocols``,
+    """:func:`~tiny_lm.evaluation.forced_skills` (and, with ``recall_think``,
+    :func:`~tiny_lm.evaluation.decision_probe`) per protocol of ``sft.protocols``,
     on the held-out questions; warns when the model copies into fewer than half of its queries."""
     from .evaluation import decision_probe, forced_skills
 

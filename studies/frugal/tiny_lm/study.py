@@ -11,7 +11,7 @@ arms run again. Code changes are not seen: delete ``output_dir`` after one.
 
 Outputs in ``output_dir``: ``results.json`` (every run, and mean and std per arm),
 ``results.md`` (the table, mean ± std over seeds; "Recall" and "Copy" are the skills of
-:func:`~searchgym.trainers.study.evaluation.forced_skills` after RL) and ``frontier.png`` (EM against mean
+:func:`~tiny_lm.evaluation.forced_skills` after RL) and ``frontier.png`` (EM against mean
 searches per question, per arm, with std error bars: the papers' trade-off plot).
 """
 
@@ -29,9 +29,9 @@ from typing import Any
 
 import yaml
 
-from ...envs.errors import InvalidArgumentError, did_you_mean
-from ..config import ConfigError, TrainConfig
-from ..config_base import to_dict
+from searchgym.envs.errors import InvalidArgumentError, did_you_mean
+from searchgym.trainers.config import ConfigError, TrainConfig
+from searchgym.trainers.config_base import to_dict
 
 __all__ = ["load_study", "arm_config", "run_study", "aggregate", "format_results", "plot_frontier", "merge"]
 
@@ -81,10 +81,13 @@ def load_study(path: str | Path) -> dict[str, Any]:
         raise InvalidArgumentError(f"{path} is not valid YAML: {exc}") from exc
     if not isinstance(data, Mapping):
         raise InvalidArgumentError(f"{path}: expected a mapping with output_dir, seeds, base and arms.")
-    unknown = set(data) - {"output_dir", "seeds", "base", "arms"}
+    unknown = set(data) - {"runner", "output_dir", "seeds", "base", "arms"}
     if unknown:
         raise ConfigError(
-            sorted(unknown)[0], data[sorted(unknown)[0]], "output_dir, seeds, base or arms", source=str(path)
+            sorted(unknown)[0],
+            data[sorted(unknown)[0]],
+            "runner, output_dir, seeds, base or arms",
+            source=str(path),
         )
     seeds, arms = data.get("seeds", [0]), data.get("arms")
     if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and s >= 0 for s in seeds):
@@ -143,7 +146,7 @@ def run_key(config: TrainConfig, *, with_output_dir: bool = False) -> str:
     key = config_key(config, with_output_dir=with_output_dir)
     if not config.sft.enabled:
         return key
-    from .sft import warm_start_folder
+    from .warm_start import warm_start_folder
 
     return f"{key}+{warm_start_folder(config).name}"
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import gymnasium as gym
@@ -21,6 +22,8 @@ pytest.importorskip("transformers")
 from searchgym.trainers.config import ConfigError, TrainConfig, load_config  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
+TINY_LM = REPO / "studies" / "frugal" / "tiny_lm"
+sys.path.insert(0, str(TINY_LM.parent))  # the study's package, imported as its own scripts do
 
 SMALL_WORLD = {"num_people": 12, "num_cities": 8, "num_countries": 3, "num_companies": 6}
 BRIEF = "Answer the question. Search with <search> query </search>; answer with <answer> answer </answer>."
@@ -86,7 +89,7 @@ def tiny(tmp_path_factory):
 @pytest.mark.parametrize("protocol", ["search_r1", "sem"])
 @pytest.mark.parametrize("search", [True, False])
 def test_demonstrations_are_well_formed_episodes_with_masked_env_text(tiny, protocol, search):
-    from searchgym.trainers.study.demos import _episode, write_demo_actions
+    from tiny_lm.demos import _episode, write_demo_actions
 
     env = SyntheticFactsEnv(world_seed=3, world_kwargs=SMALL_WORLD, protocol=protocol, max_turns=3)
     index = next(i for i, q in enumerate(env.questions) if q.hops == 2)
@@ -108,14 +111,14 @@ def test_demonstrations_are_well_formed_episodes_with_masked_env_text(tiny, prot
 def test_warm_start_data_never_shows_an_unknown_fact_of_the_study_world(tiny):
     import random
 
-    from searchgym.trainers.study.demos import (
+    from tiny_lm.demos import (
         chain_demonstrations,
         demo_env,
         demonstrations,
         recall_lessons,
         statements,
     )
-    from searchgym.trainers.study.sft import held_out_chains
+    from tiny_lm.sft import held_out_chains
 
     kwargs = {"world_kwargs": SMALL_WORLD, "max_turns": 3, "instructions": BRIEF}
     env = demo_env(5, kwargs, split="train")
@@ -140,9 +143,10 @@ def test_warm_start_data_never_shows_an_unknown_fact_of_the_study_world(tiny):
 def test_chain_demonstrations_recall_both_hops_of_known_chains_and_skip_held_out_ones(tiny):
     import random
 
+    from tiny_lm.demos import chain_demonstrations, demo_env
+    from tiny_lm.sft import held_out_chains
+
     from searchgym.envs.synthetic import two_hop_chains, two_hop_question
-    from searchgym.trainers.study.demos import chain_demonstrations, demo_env
-    from searchgym.trainers.study.sft import held_out_chains
 
     kwargs = {"world_kwargs": {**SMALL_WORLD, "known_fraction": 0.8}, "max_turns": 3, "instructions": BRIEF}
     env, tokenizer = demo_env(5, kwargs, split="train"), tiny[1]
@@ -173,7 +177,7 @@ def test_chain_demonstrations_recall_both_hops_of_known_chains_and_skip_held_out
 def test_demonstrations_record_their_questions_hops(tiny):
     import random
 
-    from searchgym.trainers.study.demos import demo_env, demonstrations
+    from tiny_lm.demos import demo_env, demonstrations
 
     env = demo_env(5, {"world_kwargs": SMALL_WORLD, "max_turns": 3, "instructions": BRIEF}, split="all")
     examples = list(demonstrations(env, tiny[1], search_prob=1.0, rng=random.Random(0), known_only=False))
@@ -185,7 +189,7 @@ def test_demonstrations_record_their_questions_hops(tiny):
 
 
 def test_reading_lessons_train_only_the_copied_part(tiny):
-    from searchgym.trainers.study.demos import reading_examples, reading_seeds, shadow_seeds
+    from tiny_lm.demos import reading_examples, reading_seeds, shadow_seeds
 
     assert set(reading_seeds(5)).isdisjoint(shadow_seeds(0, 5) + shadow_seeds(1, 5))
     world = generate_world(9, **SMALL_WORLD)
@@ -254,9 +258,9 @@ def _smoke_config(tmp_path, **changes):
 
 def test_sft_trains_and_is_cached(tmp_path):
     from safetensors.torch import load_file
+    from tiny_lm.warm_start import warm_start
 
     from searchgym.trainers.grpo.model import model_source
-    from searchgym.trainers.study.sft import warm_start
 
     config = _smoke_config(tmp_path)
     path = warm_start(config, progress=False)
@@ -295,8 +299,8 @@ def test_sft_trains_and_is_cached(tmp_path):
 def test_forced_probes_open_like_the_demonstrations_and_score_their_continuation(
     tmp_path, tiny, protocol, recall_form, chain_repeats
 ):
-    from searchgym.trainers.study.demos import write_demo_actions
-    from searchgym.trainers.study.evaluation import forced_probes, probe_score
+    from tiny_lm.demos import write_demo_actions
+    from tiny_lm.evaluation import forced_probes, probe_score
 
     recall_think = recall_form is not None
     sft = {
@@ -367,8 +371,9 @@ def test_forced_probes_open_like_the_demonstrations_and_score_their_continuation
 @pytest.mark.parametrize("ask_hops", [False, True])
 @pytest.mark.parametrize("hops", [1, 2])
 def test_recall_demonstrations_state_the_recollection_and_never_invent_a_name(tiny, hops, ask_hops):
+    from tiny_lm.demos import _episode, write_demo_actions
+
     from searchgym.policies.chat import ChatFormatter
-    from searchgym.trainers.study.demos import _episode, write_demo_actions
 
     env = SyntheticFactsEnv(world_seed=3, world_kwargs=SMALL_WORLD, max_turns=3, instructions=BRIEF)
     index = next(i for i, q in enumerate(env.questions) if q.hops == hops)
@@ -401,8 +406,9 @@ def test_recall_demonstrations_state_the_recollection_and_never_invent_a_name(ti
 
 @pytest.mark.parametrize("hops", [1, 2])
 def test_question_form_recollections_restate_the_question_in_a_recall_lessons_words(tiny, hops):
+    from tiny_lm.demos import _episode, forced_opening, recall_pairs, write_demo_actions
+
     from searchgym.policies.chat import ChatFormatter
-    from searchgym.trainers.study.demos import _episode, forced_opening, recall_pairs, write_demo_actions
 
     env = SyntheticFactsEnv(world_seed=3, world_kwargs=SMALL_WORLD, max_turns=3, instructions=BRIEF)
     index = next(i for i, q in enumerate(env.questions) if q.hops == hops and q.known)
@@ -428,8 +434,9 @@ def test_question_form_recollections_restate_the_question_in_a_recall_lessons_wo
 
 @pytest.mark.parametrize("hops", [1, 2])
 def test_sem_recall_demonstrations_choose_to_search_after_the_first_answer(tiny, hops):
+    from tiny_lm.demos import _episode, forced_opening, write_demo_actions
+
     from searchgym.policies.chat import ChatFormatter
-    from searchgym.trainers.study.demos import _episode, forced_opening, write_demo_actions
 
     env = SyntheticFactsEnv(world_seed=3, world_kwargs=SMALL_WORLD, max_turns=3, protocol="sem", reward="sem")
     index = next(i for i, q in enumerate(env.questions) if q.hops == hops)
@@ -453,7 +460,7 @@ def test_sem_recall_demonstrations_choose_to_search_after_the_first_answer(tiny,
 
 
 def test_recall_think_writes_every_episode_of_the_protocol_stage_with_a_recollection(tmp_path, tiny):
-    from searchgym.trainers.study.sft import sft_examples
+    from tiny_lm.sft import sft_examples
 
     tokenizer = tiny[1]
     sft = {"enabled": True, "shadow_worlds": 2, "recall_think": True, "chain_repeats": 1.0}
@@ -475,7 +482,7 @@ def test_recall_think_writes_every_episode_of_the_protocol_stage_with_a_recollec
 def test_question_form_writes_every_recollection_of_the_protocol_stage_about_its_own_question(tmp_path, tiny):
     import re
 
-    from searchgym.trainers.study.sft import sft_examples
+    from tiny_lm.sft import sft_examples
 
     tokenizer = tiny[1]
     sft = {"enabled": True, "shadow_worlds": 2, "recall_think": True, "recall_form": "question"}
@@ -491,7 +498,7 @@ def test_question_form_writes_every_recollection_of_the_protocol_stage_about_its
 
 
 def test_recall_lessons_repeat_every_phrasing_of_known_facts_only(tiny):
-    from searchgym.trainers.study.demos import recall_lessons
+    from tiny_lm.demos import recall_lessons
 
     world, tokenizer = generate_world(9, **SMALL_WORLD), tiny[1]
     lessons = recall_lessons(world, tokenizer, 3)
@@ -503,8 +510,8 @@ def test_recall_lessons_repeat_every_phrasing_of_known_facts_only(tiny):
 
 def test_recall_topup_trains_missed_facts_until_the_target_and_is_cached(tmp_path):
     from safetensors.torch import load_file
-
-    from searchgym.trainers.study.sft import protocol_model, warm_start
+    from tiny_lm.sft import protocol_model
+    from tiny_lm.warm_start import warm_start
 
     topup = {
         "recall_target": 1.0,
@@ -539,8 +546,7 @@ def test_recall_topup_trains_missed_facts_until_the_target_and_is_cached(tmp_pat
 
 def test_memory_arms_warm_start_is_topped_up_behind_the_scripted_memory(tmp_path):
     from safetensors.torch import load_file
-
-    from searchgym.trainers.study.sft import warm_start, warm_start_folder
+    from tiny_lm.warm_start import warm_start, warm_start_folder
 
     sft = {
         **_smoke_config(tmp_path).sft.__dict__,
@@ -574,9 +580,10 @@ def test_memory_arms_warm_start_is_topped_up_behind_the_scripted_memory(tmp_path
 
 
 def test_recall_by_fact_scores_every_known_one_hop_fact_of_the_split(tmp_path, tiny):
+    from tiny_lm.demos import demo_env
+    from tiny_lm.evaluation import recall_by_fact
+
     from searchgym.policies.tiny import load_tiny_lm
-    from searchgym.trainers.study.demos import demo_env
-    from searchgym.trainers.study.evaluation import recall_by_fact
 
     model, tokenizer = load_tiny_lm(tiny[0])
     config = _smoke_config(tmp_path, sft={"recall_think": True})
@@ -591,7 +598,7 @@ def test_recall_by_fact_scores_every_known_one_hop_fact_of_the_split(tmp_path, t
 
 
 def test_protocol_stage_shares_its_episodes_between_protocols(tmp_path, tiny):
-    from searchgym.trainers.study.sft import sft_examples
+    from tiny_lm.sft import sft_examples
 
     def formats(protocols):
         config = _smoke_config(tmp_path, sft={"enabled": True, "shadow_worlds": 2, "protocols": protocols})
@@ -605,7 +612,7 @@ def test_protocol_stage_shares_its_episodes_between_protocols(tmp_path, tiny):
 
 
 def test_memory_share_writes_episodes_with_the_memory_arms_prompt_layout(tmp_path, tiny):
-    from searchgym.trainers.study.sft import sft_examples
+    from tiny_lm.sft import sft_examples
 
     tokenizer = tiny[1]
 
@@ -630,7 +637,7 @@ def test_memory_share_writes_episodes_with_the_memory_arms_prompt_layout(tmp_pat
 
 
 def test_warm_start_needs_the_synthetic_world(tmp_path):
-    from searchgym.trainers.study.sft import warm_start
+    from tiny_lm.warm_start import warm_start
 
     config = _smoke_config(tmp_path, env={"id": "searchgym/HotpotQA-v0", "kwargs": {}})
     with pytest.raises(InvalidArgumentError, match="SyntheticFacts"):
@@ -639,7 +646,6 @@ def test_warm_start_needs_the_synthetic_world(tmp_path):
 
 def test_pipeline_smoke_warm_start_grpo_and_held_out_table(tmp_path, capsys):
     """The CI smoke test of the study pipeline: it runs, parameters change, a table comes out."""
-    from searchgym.cli import main
     from searchgym.trainers.config import save_config
 
     config = _smoke_config(
@@ -647,7 +653,9 @@ def test_pipeline_smoke_warm_start_grpo_and_held_out_table(tmp_path, capsys):
     )
     path = tmp_path / "arm.yaml"
     save_config(config, path)
-    assert main(["train", "--config", str(path), "--no-progress"]) == 0
+    from tiny_lm.train import main as train_arm
+
+    assert train_arm(["--config", str(path), "--no-progress"]) == 0
     out = capsys.readouterr().out
     assert "| Policy | Split |" in out and "known" in out
     result = json.loads((tmp_path / "run" / "eval.json").read_text())
@@ -794,6 +802,7 @@ def test_study_runs_every_arm_and_writes_table_json_and_plot(tmp_path, capsys):
     base = _smoke_config(tmp_path, steps=1).to_dict()
     base["eval"]["max_questions"] = 4
     study = {
+        "runner": str(TINY_LM / "runner.py"),
         "output_dir": str(tmp_path / "study"),
         "seeds": [0],
         "base": base,
@@ -835,7 +844,7 @@ def test_study_runs_every_arm_and_writes_table_json_and_plot(tmp_path, capsys):
 
 
 def test_aggregate_leaves_out_missing_and_nan_figures():
-    from searchgym.trainers.study.study import aggregate
+    from tiny_lm.study import aggregate
 
     def run(seed, p_search_right):
         skills = {} if p_search_right is None else {"p_search_right": p_search_right}
@@ -847,7 +856,7 @@ def test_aggregate_leaves_out_missing_and_nan_figures():
 
 
 def test_a_runs_key_hashes_only_the_settings_that_differ_from_the_defaults(tmp_path):
-    from searchgym.trainers.study.study import config_key
+    from tiny_lm.study import config_key
 
     config = _smoke_config(tmp_path)
     data = config.to_dict()
@@ -865,12 +874,19 @@ def test_a_runs_key_hashes_only_the_settings_that_differ_from_the_defaults(tmp_p
 
 
 def test_a_study_moved_to_another_folder_keeps_its_finished_runs(tmp_path):
+    from tiny_lm.study import arm_config, load_study, run_key
+
     from searchgym.cli import main
-    from searchgym.trainers.study.study import arm_config, load_study, run_key
 
     base = _smoke_config(tmp_path, steps=1).to_dict()
     base["eval"]["max_questions"] = 2
-    study = {"output_dir": str(tmp_path / "a"), "seeds": [0], "base": base, "arms": {"f1": {}}}
+    study = {
+        "runner": str(TINY_LM / "runner.py"),
+        "output_dir": str(tmp_path / "a"),
+        "seeds": [0],
+        "base": base,
+        "arms": {"f1": {}},
+    }
     path = tmp_path / "study.yaml"
     path.write_text(yaml.safe_dump(study))
     assert main(["study", "--config", str(path), "--no-progress"]) == 0
@@ -890,8 +906,8 @@ def test_a_study_moved_to_another_folder_keeps_its_finished_runs(tmp_path):
 
 def test_a_runs_key_names_its_warm_start(tmp_path):
     """A finished run goes stale when the code would build its seed another warm start."""
-    from searchgym.trainers.study.sft import warm_start_folder
-    from searchgym.trainers.study.study import config_key, run_key
+    from tiny_lm.study import config_key, run_key
+    from tiny_lm.warm_start import warm_start_folder
 
     config = _smoke_config(tmp_path, sft={"enabled": True, "recall_target": 0.5})
     assert run_key(config) == f"{config_key(config)}+{warm_start_folder(config).name}"
@@ -903,7 +919,7 @@ def test_a_runs_key_names_its_warm_start(tmp_path):
 
 
 def test_study_file_errors_name_the_arm(tmp_path):
-    from searchgym.trainers.study.study import load_study
+    from tiny_lm.study import load_study
 
     path = tmp_path / "study.yaml"
     path.write_text(yaml.safe_dump({"seeds": [0], "arms": {"bad": {"algo": {"advantage": "nope"}}}}))
@@ -915,12 +931,12 @@ def test_study_file_errors_name_the_arm(tmp_path):
 
 
 def test_shipped_study_configs_load():
-    from pathlib import Path
+
+    from tiny_lm.study import load_study, merge
 
     from searchgym.trainers.config import load_config
-    from searchgym.trainers.study.study import load_study, merge
 
-    root = Path(__file__).resolve().parents[1] / "configs" / "synthetic"
+    root = TINY_LM
     study = load_study(root / "study.yaml")
     assert len(study["arms"]) == 9 and study["seeds"] == [0, 1, 2]
     arm = load_config(root / "lightsearcher.yaml")
@@ -930,9 +946,10 @@ def test_shipped_study_configs_load():
 
 
 def test_skills_read_recall_and_copying_from_real_episodes():
+    from tiny_lm.demos import write_demo_actions
+    from tiny_lm.evaluation import skills
+
     from searchgym.trainers.grpo.rollout import Episode
-    from searchgym.trainers.study.demos import write_demo_actions
-    from searchgym.trainers.study.evaluation import skills
 
     env = SyntheticFactsEnv(world_seed=4, world_kwargs=SMALL_WORLD, max_turns=3)
     world = env.world
@@ -971,7 +988,7 @@ def test_skills_read_recall_and_copying_from_real_episodes():
 
 
 def test_shadow_demonstrations_search_as_often_as_shadow_search_prob_says(tmp_path, tiny):
-    from searchgym.trainers.study.sft import sft_examples
+    from tiny_lm.sft import sft_examples
 
     def kinds(shadow_search_prob):
         sft = {"enabled": True, "shadow_worlds": 2, "search_prob": 0.0, "fact_repeats": 0}
@@ -986,7 +1003,7 @@ def test_shadow_demonstrations_search_as_often_as_shadow_search_prob_says(tmp_pa
 
 
 def test_sem_demonstrations_show_needless_searches_to_the_sem_reward():
-    from searchgym.trainers.study.demos import write_demo_actions
+    from tiny_lm.demos import write_demo_actions
 
     env = SyntheticFactsEnv(world_seed=3, world_kwargs=SMALL_WORLD, protocol="sem", reward="sem", max_turns=3)
     index = next(i for i, q in enumerate(env.questions) if q.hops == 1)
@@ -1012,10 +1029,11 @@ def test_sem_demonstrations_show_needless_searches_to_the_sem_reward():
 def test_sft_weighs_every_trained_token_alike_across_length_grouped_batches(tiny):
     # Short examples end in " yes", long ones in " no" and a long trained tail, 1 : 3. Batches
     # are grouped by length, so per-batch averaging would give " yes" most of the weight.
+    from tiny_lm.demos import Example
+    from tiny_lm.sft import train_sft
+
     from searchgym.policies.tiny import load_tiny_lm
     from searchgym.trainers.config import SFTConfig
-    from searchgym.trainers.study.demos import Example
-    from searchgym.trainers.study.sft import train_sft
 
     path, tok = tiny
     model = load_tiny_lm(path)[0]
@@ -1047,8 +1065,9 @@ def test_sft_weighs_every_trained_token_alike_across_length_grouped_batches(tiny
 
 
 def test_choice_probability_compares_the_two_whole_continuations(tiny):
+    from tiny_lm.evaluation import _first_choice_probability
+
     from searchgym.policies.tiny import load_tiny_lm
-    from searchgym.trainers.study.evaluation import _first_choice_probability
 
     model, tokenizer = load_tiny_lm(tiny[0])
     encode = lambda text: list(tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
@@ -1070,8 +1089,9 @@ def test_choice_probability_compares_the_two_whole_continuations(tiny):
 
 
 def test_decision_probe_reads_the_recollection_and_the_choice_after_it(tmp_path, tiny):
+    from tiny_lm.evaluation import decision_probe
+
     from searchgym.policies.tiny import load_tiny_lm
-    from searchgym.trainers.study.evaluation import decision_probe
 
     model, tokenizer = load_tiny_lm(tiny[0])
     config = _smoke_config(tmp_path, sft={"recall_think": True})
@@ -1087,9 +1107,10 @@ def test_decision_probe_reads_the_recollection_and_the_choice_after_it(tmp_path,
 def test_decision_probe_asks_behind_the_memory_arms_prompt(tmp_path, tiny):
     import random
 
+    from tiny_lm.evaluation import decision_probe
+    from tiny_lm.sft import scripted_memory
+
     from searchgym.policies.tiny import load_tiny_lm
-    from searchgym.trainers.study.evaluation import decision_probe
-    from searchgym.trainers.study.sft import scripted_memory
 
     model, tokenizer = load_tiny_lm(tiny[0])
     config = _smoke_config(tmp_path, sft={"recall_think": True, "shadow_worlds": 2, "memory_share": 0.5})
@@ -1113,9 +1134,10 @@ def test_memory_arms_evaluation_probes_behind_their_memory(tmp_path, tiny):
     """A memory arm's eval skills describe the model as the arm meets it: behind its memory."""
     import random
 
+    from tiny_lm.evaluation import evaluate_model
+    from tiny_lm.sft import scripted_memory
+
     from searchgym.policies.tiny import load_tiny_lm
-    from searchgym.trainers.study.evaluation import evaluate_model
-    from searchgym.trainers.study.sft import scripted_memory
 
     model, tokenizer = load_tiny_lm(tiny[0])
     config = _smoke_config(
@@ -1136,7 +1158,7 @@ def test_scripted_memory_shows_right_direct_answers_and_searches(tmp_path, proto
     few-shot pool, and banks that sometimes speak for answering at once."""
     import random
 
-    from searchgym.trainers.study.sft import scripted_memory
+    from tiny_lm.sft import scripted_memory
 
     sft = {"recall_think": True, "shadow_worlds": 2, "memory_share": 0.5, "protocols": ["search_r1", "sem"]}
     memory, banks = scripted_memory(_smoke_config(tmp_path, sft=sft), protocol, random.Random(0)), []
@@ -1149,3 +1171,19 @@ def test_scripted_memory_shows_right_direct_answers_and_searches(tmp_path, proto
     assert all(trajectory.reward == 1.0 for trajectory in pool)
     assert any("without searching" in bank for bank in banks)
     assert any("Search for the facts" in bank for bank in banks)
+
+
+def test_searchgym_train_sends_a_warm_start_config_to_the_study_script(capsys):
+    from searchgym.cli import main
+
+    with pytest.raises(SystemExit, match="studies/frugal/tiny_lm/train.py"):
+        main(["train", "--config", str(TINY_LM / "lightsearcher.yaml")])
+
+
+def test_searchgym_study_names_the_missing_runner_key(tmp_path):
+    from searchgym.cli import main
+
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump({"seeds": [0], "arms": {"a": {}}}))
+    with pytest.raises(SystemExit, match="runner"):
+        main(["study", "--config", str(path)])

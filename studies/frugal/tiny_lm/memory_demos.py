@@ -16,8 +16,9 @@ from __future__ import annotations
 import logging
 import random
 
-from ...envs.synthetic_env import SyntheticFactsEnv
-from ...memory import ExperienceMemory, ExperienceWrapper
+from searchgym.envs.synthetic_env import SyntheticFactsEnv
+from searchgym.memory import ExperienceMemory, ExperienceWrapper
+
 from .demos import write_demo_actions
 
 __all__ = ["ScriptedMemory"]
@@ -29,12 +30,12 @@ class ScriptedMemory:
     """An experience memory written by scripted episodes of ``env``, and wrappers that show it.
 
     Args:
-        env: A demonstration env (:func:`~searchgym.trainers.study.demos.demo_env`) of a
+        env: A demonstration env (:func:`~tiny_lm.demos.demo_env`) of a
             world of its own: the banks' figures and few-shot examples come from it.
         rng: The random source of the episode mixes.
         rotate_every: Wrapped episodes between two banks.
         recall: Write the episodes as ``recall`` demonstrations
-            (:func:`~searchgym.trainers.study.demos.write_demo_actions`).
+            (:func:`~tiny_lm.demos.write_demo_actions`).
         ask_question: Their recollections restate the question (``sft.recall_form: question``).
     """
 

@@ -48,9 +48,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ...envs.synthetic import RELATIONS, Fact, SyntheticWorld, two_hop_chains, two_hop_question
-from ...envs.synthetic_env import SyntheticFactsEnv
-from ...policies.chat import ChatFormatter
+from searchgym.envs.synthetic import RELATIONS, Fact, SyntheticWorld, two_hop_chains, two_hop_question
+from searchgym.envs.synthetic_env import SyntheticFactsEnv
+from searchgym.policies.chat import ChatFormatter
 
 __all__ = [
     "Example",

@@ -4,11 +4,11 @@ A fixed number of recall lessons memorises different shares of the known facts o
 different seeds (the study's warm starts: 96%, 100% and 74% of greedy direct answers right
 with ``recall_repeats: 160`` on seeds 0, 1 and 2), and what a frugal scheme can learn
 depends on it: a direct answer pays only when the policy's sampled recollection is right
-often enough (the break-even of :func:`~searchgym.trainers.study.evaluation.decision_probe`).
+often enough (the break-even of :func:`~tiny_lm.evaluation.decision_probe`).
 So a study sets the level it wants and every seed starts from it.
 
 Each round measures, on the *training* split's known one-hop questions, the share of
-right sampled direct answers per fact (:func:`~searchgym.trainers.study.evaluation.recall_by_fact`,
+right sampled direct answers per fact (:func:`~tiny_lm.evaluation.recall_by_fact`,
 ``sft.topup_samples`` per question at the rollouts' temperature). While their mean is below
 the target, the protocol stage goes on for one more slice of its own examples, less its
 short ``Question: … Answer:`` recall lessons: ``sft.topup_share`` of them, drawn without
@@ -47,8 +47,9 @@ from typing import Any
 
 import torch
 
-from ...policies.cached_folder import build_once
-from ..config import TrainConfig
+from searchgym.policies.cached_folder import build_once
+from searchgym.trainers.config import TrainConfig
+
 from .sft import _DONE, protocol_config, save_warm_start, scripted_memory, sft_examples, train_sft
 
 __all__ = ["recall_topup", "topup_folder"]
@@ -82,12 +83,13 @@ def recall_topup(
 
     With ``behind_memory``, to ``sft.memory_recall_target`` instead, with recall measured
     behind the warm start's scripted experience memory
-    (:func:`~searchgym.trainers.study.sft.scripted_memory`) and every episode of the
+    (:func:`~tiny_lm.sft.scripted_memory`) and every episode of the
     slices written behind it (``sft.memory_share`` 1), so a memory arm starts from the same
     recall in its own prompt layout as the other arms in theirs; ``sft.memory_topup_two_hop``
     copies of each two-hop episode go into the slices.
     """
-    from ..grpo.model import load_model, load_tokenizer_for, resolve_device
+    from searchgym.trainers.grpo.model import load_model, load_tokenizer_for, resolve_device
+
     from .evaluation import recall_by_fact
 
     sft = config.sft

@@ -19,14 +19,15 @@ from typing import Any
 
 import torch
 
-from ...envs.metrics import exact_match
-from ...envs.synthetic import Fact
-from ...policies.chat import ChatFormatter
-from ...policies.evaluation import EpisodeRecord, EvalResult, summarise
-from ..config import EnvConfig, TrainConfig
-from ..grpo.envs import build_reward, env_factory, memory_wrapper
-from ..grpo.generation import SamplingSettings, sample_actions
-from ..grpo.rollout import Episode, RolloutCollector
+from searchgym.envs.metrics import exact_match
+from searchgym.envs.synthetic import Fact
+from searchgym.policies.chat import ChatFormatter
+from searchgym.policies.evaluation import EpisodeRecord, EvalResult, summarise
+from searchgym.trainers.config import EnvConfig, TrainConfig
+from searchgym.trainers.grpo.envs import build_reward, env_factory, memory_wrapper
+from searchgym.trainers.grpo.generation import SamplingSettings, sample_actions
+from searchgym.trainers.grpo.rollout import Episode, RolloutCollector
+
 from .demos import _encode, demo_env, forced_opening
 
 __all__ = [
@@ -249,7 +250,7 @@ def decision_probe(
     coin flip on both, an outcome-only baseline pushes both to 1.
 
     ``wrap`` puts the env behind a wrapper before each question (e.g. the ``wrapped``
-    method of the warm start's :func:`~searchgym.trainers.study.sft.scripted_memory`), so
+    method of the warm start's :func:`~tiny_lm.sft.scripted_memory`), so
     the prompts take the memory arms' layout.
     """
     kwargs = {**config.env.kwargs, **config.eval.env_kwargs}

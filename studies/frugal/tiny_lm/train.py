@@ -1,0 +1,40 @@
+"""One arm of the tiny-LM study: warm start, GRPO, held-out evaluation table.
+
+python studies/frugal/tiny_lm/train.py --config studies/frugal/tiny_lm/lightsearcher.yaml
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # studies/frugal, home of the tiny_lm package
+
+from searchgym.policies.evaluation import format_table  # noqa: E402
+from searchgym.trainers.config import load_config  # noqa: E402
+from tiny_lm.pipeline import run_pipeline  # noqa: E402
+from tiny_lm.runner import _log_progress  # noqa: E402
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", type=Path, required=True, help="run config with sft and/or eval")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    args = parser.parse_args(argv)
+    config = load_config(args.config)
+    _log_progress()
+    result = run_pipeline(config, progress=not args.no_progress)
+    if result.evaluation is not None:
+        print(format_table([result.evaluation]))
+        print(f"eval: {Path(config.output_dir) / 'eval.json'}", file=sys.stderr)
+    state = result.state
+    print(
+        f"done: {state.step} steps; checkpoints in {Path(config.output_dir) / 'checkpoints'}", file=sys.stderr
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
