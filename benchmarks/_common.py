@@ -94,14 +94,16 @@ def write_report(path: Path | None, report: dict[str, Any]) -> None:
 def run_policy(run: Path, *, warm_start: bool = False) -> tuple[TrainConfig, Any, Any]:
     """A finished study run's config (its ``model.path`` set to the weights loaded), tokenizer
     and model: its last complete checkpoint, or with ``warm_start`` the warm start it began
-    from. Exits with a message when ``run`` is not a run folder or has no such weights."""
-    from searchgym.trainers.config import load_config
+    from. Exits with a message when ``run`` is not a run folder or has no such weights.
+    Needs ``studies/frugal`` on ``sys.path`` (the study scripts insert it) for the run's config."""
+    from tiny_lm.config import load_run_config
+
     from searchgym.trainers.grpo.checkpoint import latest_checkpoint
     from searchgym.trainers.grpo.model import load_model, load_tokenizer_for
 
     if not (run / "config.yaml").is_file():
         raise SystemExit(f"{run} is not a run folder: it holds no config.yaml")
-    config = load_config(run / "config.yaml")
+    config = load_run_config(run / "config.yaml")
     if warm_start:
         if config.model.path is None:
             raise SystemExit(f"{run} did not start from a warm start (its model.path is empty)")

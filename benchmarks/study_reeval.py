@@ -34,9 +34,9 @@ def reevaluate(run: Path, prompt: str = "own", warm_start: bool = False) -> dict
     """The held-out evaluation of ``run``'s last checkpoint (or, with ``warm_start``, its
     starting model), as a dict; ``prompt`` is ``"own"``, ``"plain"`` or a run folder whose
     final memory store gives the prompt (see the module docstring)."""
+    from tiny_lm.config import load_run_config
     from tiny_lm.evaluation import evaluate_model
 
-    from searchgym.trainers.config import load_config
     from searchgym.trainers.grpo.envs import build_memory, memory_store_dir
     from searchgym.trainers.grpo.trainer import GRPOTrainer
 
@@ -46,7 +46,7 @@ def reevaluate(run: Path, prompt: str = "own", warm_start: bool = False) -> dict
     with tempfile.TemporaryDirectory() as scratch:
         copy = Path(scratch) / run.name
         shutil.copytree(run, copy, ignore=shutil.ignore_patterns("wandb"))
-        config = load_config(copy / "config.yaml")
+        config = load_run_config(copy / "config.yaml")
         config = config.replace(output_dir=str(copy), wandb={"enabled": False})
         if warm_start:
             shutil.rmtree(copy / "checkpoints")
@@ -63,7 +63,7 @@ def reevaluate(run: Path, prompt: str = "own", warm_start: bool = False) -> dict
                 config = config.replace(memory={"kind": "none"})
             elif prompt != "own":
                 other = Path(prompt)
-                other_config = load_config(other / "config.yaml")
+                other_config = load_run_config(other / "config.yaml")
                 if other_config.memory.kind == "none":
                     raise SystemExit(f"{other} trained without experience memory: no prompt to borrow")
                 borrowed = vars(other_config.memory)

@@ -19,11 +19,13 @@ from searchgym.envs.synthetic_env import SyntheticFactsEnv, split_questions
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from searchgym.trainers.config import ConfigError, TrainConfig, load_config  # noqa: E402
+from searchgym.trainers.config import ConfigError  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 TINY_LM = REPO / "studies" / "frugal" / "tiny_lm"
 sys.path.insert(0, str(TINY_LM.parent))  # the study's package, imported as its own scripts do
+
+from tiny_lm.config import StudyRunConfig, load_run_config  # noqa: E402
 
 SMALL_WORLD = {"num_people": 12, "num_cities": 8, "num_countries": 3, "num_companies": 6}
 BRIEF = "Answer the question. Search with <search> query </search>; answer with <answer> answer </answer>."
@@ -253,7 +255,7 @@ def _smoke_config(tmp_path, **changes):
         "eval": {"enabled": True, "max_questions": 6},
     }
     data.update(changes)
-    return TrainConfig.from_dict(data)
+    return StudyRunConfig.from_dict(data)
 
 
 def test_sft_trains_and_is_cached(tmp_path):
@@ -676,7 +678,7 @@ def test_pipeline_smoke_warm_start_grpo_and_held_out_table(tmp_path, capsys):
     saved = (tmp_path / "run" / "config.yaml").read_text()
     assert "sft-" in saved  # GRPO started from the warm start
     # ... and the saved config continues from it with no second SFT.
-    continued = load_config(tmp_path / "run" / "config.yaml")
+    continued = load_run_config(tmp_path / "run" / "config.yaml")
     assert not continued.sft.enabled and Path(continued.model.path).name.startswith(("sft-", "top-"))
     # ... and replayed the warm start's recall lessons, each known fact's phrasings once.
     assert str(tmp_path / "run" / "ptx_recall.jsonl") in saved
@@ -793,7 +795,7 @@ def test_greedy_sampling_is_deterministic(tiny):
 )
 def test_sft_and_eval_sections_are_checked(section, value, field):
     with pytest.raises(ConfigError, match=field):
-        TrainConfig.from_dict({section: value})
+        StudyRunConfig.from_dict({section: value})
 
 
 def test_study_runs_every_arm_and_writes_table_json_and_plot(tmp_path, capsys):
@@ -840,7 +842,7 @@ def test_study_runs_every_arm_and_writes_table_json_and_plot(tmp_path, capsys):
     # ... from scratch: the earlier run's folder (checkpoints and all) was set aside whole
     assert (out / "f1" / "seed0.old-1" / "eval.json").stat().st_mtime == mtime
     (checkpoint,) = (out / "f1" / "seed0" / "checkpoints").iterdir()
-    assert load_config(checkpoint / "config.yaml").algo.lr == 1e-4
+    assert load_run_config(checkpoint / "config.yaml").algo.lr == 1e-4
 
 
 def test_aggregate_leaves_out_missing_and_nan_figures():
@@ -863,7 +865,7 @@ def test_a_runs_key_hashes_only_the_settings_that_differ_from_the_defaults(tmp_p
     for section in ("algo", "rollout"):  # fields not written at all, as in a file older than them
         for name in ("ptx_coef", "ptx_data", "ptx_batch_size", "top_p"):
             data[section].pop(name, None)
-    assert config_key(TrainConfig.from_dict(data)) == config_key(config)
+    assert config_key(StudyRunConfig.from_dict(data)) == config_key(config)
     assert config_key(config.replace(algo={**vars(config.algo), "ptx_coef": 0.0})) == config_key(config)
     assert config_key(config.replace(algo={**vars(config.algo), "kl_coef": 0.01})) != config_key(config)
     assert config_key(config.replace(seed=1)) != config_key(config)
@@ -934,15 +936,15 @@ def test_shipped_study_configs_load():
 
     from tiny_lm.study import load_study, merge
 
-    from searchgym.trainers.config import load_config
-
     root = TINY_LM
     study = load_study(root / "study.yaml")
     assert len(study["arms"]) == 9 and study["seeds"] == [0, 1, 2]
-    arm = load_config(root / "lightsearcher.yaml")
+    arm = load_run_config(root / "lightsearcher.yaml")
     assert arm.sft.enabled and arm.eval.enabled and arm.memory.kind == "experience"
     # the one-arm config is the study's lightsearcher arm, seed 0
-    assert arm == TrainConfig.from_dict(merge(study["base"], {**study["arms"]["lightsearcher"], "seed": 0}))
+    assert arm == StudyRunConfig.from_dict(
+        merge(study["base"], {**study["arms"]["lightsearcher"], "seed": 0})
+    )
 
 
 def test_skills_read_recall_and_copying_from_real_episodes():
@@ -1029,11 +1031,11 @@ def test_sem_demonstrations_show_needless_searches_to_the_sem_reward():
 def test_sft_weighs_every_trained_token_alike_across_length_grouped_batches(tiny):
     # Short examples end in " yes", long ones in " no" and a long trained tail, 1 : 3. Batches
     # are grouped by length, so per-batch averaging would give " yes" most of the weight.
+    from tiny_lm.config import SFTConfig
     from tiny_lm.demos import Example
     from tiny_lm.sft import train_sft
 
     from searchgym.policies.tiny import load_tiny_lm
-    from searchgym.trainers.config import SFTConfig
 
     path, tok = tiny
     model = load_tiny_lm(path)[0]

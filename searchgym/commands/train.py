@@ -65,6 +65,11 @@ def run(args: argparse.Namespace) -> int:
     from searchgym.commands.extras import require
     from searchgym.trainers.config import describe, load_config
 
+    if _has_section(args.config, "sft"):
+        raise SystemExit(
+            f"{args.config}: a warm start (sft:) belongs to the tiny-LM study; run "
+            f"python studies/frugal/tiny_lm/train.py --config {args.config}"
+        )
     config = load_config(args.config)
     require("torch", "transformers", "tokenizers")
     if args.dry_run:
@@ -84,10 +89,10 @@ def run(args: argparse.Namespace) -> int:
         handler.setFormatter(logging.Formatter("%(message)s"))
         progress.addHandler(handler)
     progress.setLevel(logging.INFO)
-    if config.sft.enabled or config.eval.enabled:
+    if config.eval.enabled:
         raise SystemExit(
-            f"{args.config}: sft and eval belong to the tiny-LM study; run "
-            "python studies/frugal/tiny_lm/train.py --config " + str(args.config)
+            f"{args.config}: eval belongs to the tiny-LM study; run "
+            f"python studies/frugal/tiny_lm/train.py --config {args.config}"
         )
     from searchgym.trainers.grpo import train
 
@@ -96,3 +101,14 @@ def run(args: argparse.Namespace) -> int:
         f"done: {state.step} steps; checkpoints in {Path(config.output_dir) / 'checkpoints'}", file=sys.stderr
     )
     return 0
+
+
+def _has_section(path: Path, name: str) -> bool:
+    """Whether the YAML file at ``path`` has a top-level ``name`` key (False when unreadable)."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return False  # load_config reports it
+    return isinstance(data, dict) and name in data

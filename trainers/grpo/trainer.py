@@ -183,7 +183,7 @@ class GRPOTrainer:
                     "algo.ptx_data",
                     None,
                     "a JSON-lines file",
-                    "searchgym study fills it in from the warm start.",
+                    "algo.ptx_coef > 0 replays the examples of this file.",
                 )
             self.ptx = load_ptx_examples(cfg.algo.ptx_data, self.tokenizer)
         self.ref_model = None

@@ -23,11 +23,12 @@ from searchgym.envs.metrics import exact_match
 from searchgym.envs.synthetic import Fact
 from searchgym.policies.chat import ChatFormatter
 from searchgym.policies.evaluation import EpisodeRecord, EvalResult, summarise
-from searchgym.trainers.config import EnvConfig, TrainConfig
+from searchgym.trainers.config import EnvConfig
 from searchgym.trainers.grpo.envs import build_reward, env_factory, memory_wrapper
 from searchgym.trainers.grpo.generation import SamplingSettings, sample_actions
 from searchgym.trainers.grpo.rollout import Episode, RolloutCollector
 
+from .config import StudyRunConfig
 from .demos import _encode, demo_env, forced_opening
 
 __all__ = [
@@ -43,7 +44,7 @@ __all__ = [
 ]
 
 
-def eval_env_config(config: TrainConfig) -> EnvConfig:
+def eval_env_config(config: StudyRunConfig) -> EnvConfig:
     """The training env with ``eval.env_kwargs`` applied (e.g. the held-out split)."""
     return EnvConfig(id=config.env.id, kwargs={**config.env.kwargs, **config.eval.env_kwargs})
 
@@ -103,7 +104,7 @@ def skills(
     return found
 
 
-def forced_skills(model: Any, tokenizer: Any, config: TrainConfig) -> dict[str, float]:
+def forced_skills(model: Any, tokenizer: Any, config: StudyRunConfig) -> dict[str, float]:
     """Copying and recall with the first action's opening written for the model (greedy).
 
     On the held-out questions of a noise-free copy of the eval env, each prompt is followed
@@ -128,7 +129,7 @@ def forced_skills(model: Any, tokenizer: Any, config: TrainConfig) -> dict[str, 
     return {skill: sum(values) / max(1, len(values)) for skill, values in scores.items()}
 
 
-def forced_probes(config: TrainConfig, tokenizer: Any) -> list[tuple[list[int], str, str]]:
+def forced_probes(config: StudyRunConfig, tokenizer: Any) -> list[tuple[list[int], str, str]]:
     """``(context ids, skill, expected name)`` of every probe of :func:`forced_skills`."""
     kwargs = {**config.env.kwargs, **config.eval.env_kwargs}
     env = demo_env(int(kwargs.get("world_seed", 0)), kwargs, str(kwargs.get("split", "eval")))
@@ -166,7 +167,7 @@ def forced_probes(config: TrainConfig, tokenizer: Any) -> list[tuple[list[int], 
 def recall_by_fact(
     model: Any,
     tokenizer: Any,
-    config: TrainConfig,
+    config: StudyRunConfig,
     *,
     split: str = "train",
     samples: int = 1,
@@ -218,7 +219,7 @@ def probe_score(skill: str, name: str, text: str) -> float:
 def decision_probe(
     model: Any,
     tokenizer: Any,
-    config: TrainConfig,
+    config: StudyRunConfig,
     *,
     temperature: float = 0.0,
     samples: int = 1,
@@ -327,7 +328,7 @@ def _first_choice_probability(model: Any, context: list[int], first: list[int], 
 
 
 def rollout_collector(
-    make_env: Any, model: Any, tokenizer: Any, config: TrainConfig, temperature: float
+    make_env: Any, model: Any, tokenizer: Any, config: StudyRunConfig, temperature: float
 ) -> Any:
     """A :class:`RolloutCollector` of ``model`` on ``make_env``'s envs, with ``config``'s
     rollout budgets, sampling at ``temperature`` (greedy at 0)."""
@@ -343,7 +344,7 @@ def rollout_collector(
 
 
 def evaluate_model(
-    model: Any, tokenizer: Any, config: TrainConfig, *, name: str = "policy", memory: Any = None
+    model: Any, tokenizer: Any, config: StudyRunConfig, *, name: str = "policy", memory: Any = None
 ) -> EvalResult:
     """Run one episode per held-out question and summarise them.
 

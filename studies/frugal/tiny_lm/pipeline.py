@@ -10,10 +10,11 @@ from typing import Any
 
 from searchgym.memory.jsonl_format import write_atomically
 from searchgym.policies.evaluation import EvalResult
-from searchgym.trainers.config import TrainConfig
 from searchgym.trainers.grpo.checkpoint import TrainerState
 from searchgym.trainers.grpo.ptx import write_ptx_examples
 from searchgym.trainers.grpo.trainer import GRPOTrainer
+
+from .config import StudyRunConfig
 
 __all__ = ["PipelineResult", "run_pipeline"]
 
@@ -35,7 +36,7 @@ class PipelineResult:
     evaluation: EvalResult | None
 
 
-def run_pipeline(config: TrainConfig, *, progress: bool = True, name: str | None = None) -> PipelineResult:
+def run_pipeline(config: StudyRunConfig, *, progress: bool = True, name: str | None = None) -> PipelineResult:
     """Warm-start, train and evaluate as ``config`` says; writes ``{output_dir}/eval.json``.
 
     With ``sft.enabled``, GRPO starts from the cached warm start of
@@ -79,7 +80,7 @@ def run_pipeline(config: TrainConfig, *, progress: bool = True, name: str | None
     return PipelineResult(state, start_model, evaluation)
 
 
-def _write_recall_replay(config: TrainConfig) -> Path:
+def _write_recall_replay(config: StudyRunConfig) -> Path:
     """Write the warm start's recall lessons, each once, as the run's ptx data; returns the file."""
     from .demos import demo_env, recall_pairs
 

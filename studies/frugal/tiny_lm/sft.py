@@ -38,8 +38,8 @@ from tqdm.auto import tqdm
 from searchgym.envs.errors import InvalidArgumentError
 from searchgym.envs.synthetic import Fact, generate_world
 from searchgym.policies.cached_folder import build_once
-from searchgym.trainers.config import SFTConfig, TrainConfig
 
+from .config import SFTConfig, StudyRunConfig
 from .demos import (
     Example,
     chain_demonstrations,
@@ -83,7 +83,7 @@ _NOT_PROTOCOL_STAGE = (
 _ENV_KEYS = ("world_seed", "world_kwargs", "topk", "max_turns", "retriever", "eval_fraction")
 
 
-def _env_settings(config: TrainConfig) -> dict[str, Any]:
+def _env_settings(config: StudyRunConfig) -> dict[str, Any]:
     kwargs = config.env.kwargs
     out = {k: kwargs[k] for k in _ENV_KEYS if k in kwargs}
     options = dict(kwargs.get("retriever_kwargs") or {})
@@ -92,7 +92,7 @@ def _env_settings(config: TrainConfig) -> dict[str, Any]:
     return out
 
 
-def protocol_instructions(config: TrainConfig) -> dict[str, str | None]:
+def protocol_instructions(config: StudyRunConfig) -> dict[str, str | None]:
     """The instructions the demonstrations of each of ``sft.protocols`` are written with:
     ``sft.instructions``, else the env's own for its protocol, else the protocol's default
     (None). Arms that agree on these share a warm start, whatever their own protocol."""
@@ -104,7 +104,7 @@ def protocol_instructions(config: TrainConfig) -> dict[str, str | None]:
     }
 
 
-def sft_key(config: TrainConfig, source: Path) -> str:
+def sft_key(config: StudyRunConfig, source: Path) -> str:
     """Hash of everything that shapes the warm start of ``config``."""
     sft = config.sft
     settings = {
@@ -118,7 +118,7 @@ def sft_key(config: TrainConfig, source: Path) -> str:
     return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def sft_examples(config: TrainConfig, tokenizer: Any) -> list[Example]:
+def sft_examples(config: StudyRunConfig, tokenizer: Any) -> list[Example]:
     """The protocol stage's examples of ``config``, shuffled: recall lessons and episodes of
     the study world's known facts, demonstrations on shadow worlds, and the reading lessons
     of ``sft.replay_worlds`` worlds rehearsed.
@@ -201,7 +201,7 @@ def sft_examples(config: TrainConfig, tokenizer: Any) -> list[Example]:
     return examples
 
 
-def scripted_memory(config: TrainConfig, protocol: str, rng: random.Random) -> ScriptedMemory:
+def scripted_memory(config: StudyRunConfig, protocol: str, rng: random.Random) -> ScriptedMemory:
     """The experience memory whose prompts the warm start's ``sft.memory_share`` of episodes
     carry for ``protocol``: scripted episodes of one more shadow world (never one whose
     questions are demonstrated), drawn with ``rng``."""
@@ -215,7 +215,7 @@ def scripted_memory(config: TrainConfig, protocol: str, rng: random.Random) -> S
     )
 
 
-def _protocol_env_kwargs(config: TrainConfig, protocol: str) -> dict[str, Any]:
+def _protocol_env_kwargs(config: StudyRunConfig, protocol: str) -> dict[str, Any]:
     """The demonstration env's settings for ``protocol``, with its warm-start instructions."""
     instructions = protocol_instructions(config)[protocol]
     return {**_env_settings(config), "protocol": protocol, "instructions": instructions}
@@ -317,7 +317,7 @@ def train_sft(
     return losses
 
 
-def _check_env(config: TrainConfig) -> None:
+def _check_env(config: StudyRunConfig) -> None:
     if config.env.id != "searchgym/SyntheticFacts-v0":
         raise InvalidArgumentError(
             f"sft.enabled needs env.id searchgym/SyntheticFacts-v0 (its demonstrations are written from the "
@@ -325,7 +325,7 @@ def _check_env(config: TrainConfig) -> None:
         )
 
 
-def reading_model(config: TrainConfig, *, progress: bool = True) -> Path:
+def reading_model(config: StudyRunConfig, *, progress: bool = True) -> Path:
     """The start model after the reading stage (built on the first call, then cached).
 
     The stage does not depend on the study seed or the env, so every seed and arm shares
@@ -365,13 +365,13 @@ def reading_model(config: TrainConfig, *, progress: bool = True) -> Path:
     return build_once(Path(sft.dir) / f"read-{key}", _DONE, build)
 
 
-def _protocol_folder(config: TrainConfig) -> Path:
+def _protocol_folder(config: StudyRunConfig) -> Path:
     from searchgym.trainers.grpo.model import model_source
 
     return Path(config.sft.dir) / f"sft-{sft_key(config, model_source(config.model))}"
 
 
-def protocol_model(config: TrainConfig, *, progress: bool = True) -> Path:
+def protocol_model(config: StudyRunConfig, *, progress: bool = True) -> Path:
     """The model after the protocol stage, ``{sft.dir}/sft-<hash>`` (built once, then cached)."""
     from searchgym.trainers.grpo.model import load_model, load_tokenizer_for, resolve_device
 
@@ -403,7 +403,7 @@ def protocol_model(config: TrainConfig, *, progress: bool = True) -> Path:
 
 
 def save_warm_start(
-    model: Any, tokenizer: Any, config: TrainConfig, staging: Path, report: dict[str, Any], start: float
+    model: Any, tokenizer: Any, config: StudyRunConfig, staging: Path, report: dict[str, Any], start: float
 ) -> dict[str, Any]:
     """Save a built warm start into ``staging``; returns ``report`` with the model's skills
     (:func:`probe_skills`) and the seconds since ``start`` (a ``perf_counter`` time)."""
@@ -419,7 +419,7 @@ def build_facts() -> dict[str, Any]:
     return {"torch": torch.__version__, "torch_threads": torch.get_num_threads()}
 
 
-def probe_skills(model: Any, tokenizer: Any, config: TrainConfig) -> dict[str, dict[str, float]]:
+def probe_skills(model: Any, tokenizer: Any, config: StudyRunConfig) -> dict[str, dict[str, float]]:
     """:func:`~tiny_lm.evaluation.forced_skills` (and, with ``recall_think``,
     :func:`~tiny_lm.evaluation.decision_probe`) per protocol of ``sft.protocols``,
     on the held-out questions; warns when the model copies into fewer than half of its queries."""
@@ -442,7 +442,7 @@ def probe_skills(model: Any, tokenizer: Any, config: TrainConfig) -> dict[str, d
     return skills
 
 
-def protocol_config(config: TrainConfig, protocol: str) -> TrainConfig:
+def protocol_config(config: StudyRunConfig, protocol: str) -> StudyRunConfig:
     """``config`` with its env in ``protocol`` and the instructions the warm start writes it with."""
     kwargs = {
         **config.env.kwargs,

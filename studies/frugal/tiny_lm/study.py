@@ -1,6 +1,6 @@
 """``searchgym study``: every arm of the CPU study, for several seeds, in one table and one plot.
 
-A study file holds a ``base`` run (a :class:`~searchgym.trainers.config.TrainConfig` as a
+A study file holds a ``base`` run (a :class:`~searchgym.trainers.config.StudyRunConfig` as a
 mapping, with ``sft`` and ``eval`` on) and ``arms``: each arm is a mapping of changes merged
 into the base (nested mappings merge key by key; anything else replaces). Every arm runs
 once per seed with ``seed`` set, in ``{output_dir}/{arm}/seed{seed}``; all arms of a seed
@@ -30,8 +30,10 @@ from typing import Any
 import yaml
 
 from searchgym.envs.errors import InvalidArgumentError, did_you_mean
-from searchgym.trainers.config import ConfigError, TrainConfig
+from searchgym.trainers.config import ConfigError
 from searchgym.trainers.config_base import to_dict
+
+from .config import StudyRunConfig
 
 __all__ = ["load_study", "arm_config", "run_study", "aggregate", "format_results", "plot_frontier", "merge"]
 
@@ -99,7 +101,7 @@ def load_study(path: str | Path) -> dict[str, Any]:
         if not isinstance(changes, Mapping):
             raise ConfigError(f"arms.{name}", changes, "a mapping of config changes", source=str(path))
         try:
-            TrainConfig.from_dict(merge(base, changes))
+            StudyRunConfig.from_dict(merge(base, changes))
         except ConfigError as exc:
             raise exc.within(f"arms.{name}", str(path)) from None
     return {
@@ -110,7 +112,7 @@ def load_study(path: str | Path) -> dict[str, Any]:
     }
 
 
-def arm_config(study: Mapping[str, Any], arm: str, seed: int) -> TrainConfig:
+def arm_config(study: Mapping[str, Any], arm: str, seed: int) -> StudyRunConfig:
     """The run config of ``arm`` and ``seed`` in ``study`` (a :func:`load_study` result)."""
     data = merge(study["base"], study["arms"][arm])
     data["seed"] = seed
@@ -119,10 +121,10 @@ def arm_config(study: Mapping[str, Any], arm: str, seed: int) -> TrainConfig:
     if wandb.get("enabled"):
         wandb.setdefault("name", f"{arm}-seed{seed}")
         wandb["tags"] = list(wandb.get("tags", [])) + [arm, "study"]
-    return TrainConfig.from_dict(data)
+    return StudyRunConfig.from_dict(data)
 
 
-def config_key(config: TrainConfig, *, with_output_dir: bool = False) -> str:
+def config_key(config: StudyRunConfig, *, with_output_dir: bool = False) -> str:
     """A hash of a run's settings, stored in its ``eval.json``.
 
     Only the fields that differ from their defaults are hashed, so a field added to the
@@ -139,7 +141,7 @@ def config_key(config: TrainConfig, *, with_output_dir: bool = False) -> str:
     return hashlib.sha256(json.dumps(changed, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def run_key(config: TrainConfig, *, with_output_dir: bool = False) -> str:
+def run_key(config: StudyRunConfig, *, with_output_dir: bool = False) -> str:
     """:func:`config_key`, and with ``sft.enabled`` the warm start's folder name too: a run
     stays finished only while the code would build it the same warm start (a change to how
     warm starts are written moves their hash, e.g. ``sft_key``'s version)."""

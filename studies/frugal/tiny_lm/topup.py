@@ -48,8 +48,8 @@ from typing import Any
 import torch
 
 from searchgym.policies.cached_folder import build_once
-from searchgym.trainers.config import TrainConfig
 
+from .config import StudyRunConfig
 from .sft import _DONE, protocol_config, save_warm_start, scripted_memory, sft_examples, train_sft
 
 __all__ = ["recall_topup", "topup_folder"]
@@ -57,7 +57,7 @@ __all__ = ["recall_topup", "topup_folder"]
 logger = logging.getLogger("searchgym.trainers")
 
 
-def topup_folder(config: TrainConfig, base: Path, *, behind_memory: bool = False) -> Path:
+def topup_folder(config: StudyRunConfig, base: Path, *, behind_memory: bool = False) -> Path:
     """The folder :func:`recall_topup` builds on ``base`` (named by a hash of its settings)."""
     sft = config.sft
     settings: dict[str, Any] = {
@@ -75,7 +75,7 @@ def topup_folder(config: TrainConfig, base: Path, *, behind_memory: bool = False
 
 
 def recall_topup(
-    config: TrainConfig, base: Path, *, behind_memory: bool = False, progress: bool = True
+    config: StudyRunConfig, base: Path, *, behind_memory: bool = False, progress: bool = True
 ) -> Path:
     """``base`` topped up to ``sft.recall_target``, as :func:`topup_folder` (built on the
     first call, then cached). The folder's ``searchgym_sft.json`` records the recall level

@@ -13,7 +13,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # studies/frugal, home of the tiny_lm package
 
 from searchgym.policies.evaluation import format_table  # noqa: E402
-from searchgym.trainers.config import load_config  # noqa: E402
+from tiny_lm.config import load_run_config  # noqa: E402
 from tiny_lm.pipeline import run_pipeline  # noqa: E402
 from tiny_lm.runner import _log_progress  # noqa: E402
 
@@ -23,7 +23,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--config", type=Path, required=True, help="run config with sft and/or eval")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     args = parser.parse_args(argv)
-    config = load_config(args.config)
+    config = load_run_config(args.config)
     _log_progress()
     result = run_pipeline(config, progress=not args.no_progress)
     if result.evaluation is not None:

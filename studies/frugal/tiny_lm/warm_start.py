@@ -7,13 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from searchgym.trainers.config import TrainConfig
-
+from .config import StudyRunConfig
 from .sft import _protocol_folder, protocol_model
 from .topup import recall_topup, topup_folder
 
 
-def warm_start(config: TrainConfig, *, progress: bool = True) -> Path:
+def warm_start(config: StudyRunConfig, *, progress: bool = True) -> Path:
     """The warm-started model folder of ``config`` (built on the first call, then cached).
 
     Starts from :func:`~tiny_lm.sft.reading_model` (shared by all seeds), trains the protocol stage of
@@ -42,7 +41,7 @@ def warm_start(config: TrainConfig, *, progress: bool = True) -> Path:
     return model
 
 
-def warm_start_folder(config: TrainConfig) -> Path:
+def warm_start_folder(config: StudyRunConfig) -> Path:
     """The folder :func:`warm_start` returns for ``config``, named without training anything."""
     folder = _protocol_folder(config)
     if config.sft.recall_target:
@@ -52,5 +51,5 @@ def warm_start_folder(config: TrainConfig) -> Path:
     return folder
 
 
-def _tops_up_behind_memory(config: TrainConfig) -> bool:
+def _tops_up_behind_memory(config: StudyRunConfig) -> bool:
     return bool(config.sft.memory_recall_target) and config.memory.kind == "experience"
