@@ -685,9 +685,9 @@ def test_pipeline_smoke_warm_start_grpo_and_held_out_table(tmp_path, capsys):
     replayed = (tmp_path / "run" / "ptx_recall.jsonl").read_text().splitlines()
     world = generate_world(7, **SMALL_WORLD)
     assert len(replayed) == 2 * sum(f.known for f in world.facts)
-    # benchmarks/study_reeval.py resumes the finished run (memory included) aside and
+    # tiny_lm/benchmarks/study_reeval.py resumes the finished run (memory included) aside and
     # repeats its evaluation exactly, leaving the run folder as it was.
-    spec = importlib.util.spec_from_file_location("study_reeval", REPO / "benchmarks" / "study_reeval.py")
+    spec = importlib.util.spec_from_file_location("study_reeval", TINY_LM / "benchmarks" / "study_reeval.py")
     reeval = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(reeval)
     before = sorted(p.relative_to(tmp_path) for p in (tmp_path / "run").rglob("*"))
@@ -702,16 +702,18 @@ def test_pipeline_smoke_warm_start_grpo_and_held_out_table(tmp_path, capsys):
     assert plain["step"] == again["step"] == 2 and plain["episodes"] == 6
     assert reeval.reevaluate(tmp_path / "run", warm_start=True)["step"] == 0
     assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "run").rglob("*")) == before
-    # benchmarks/study_searches.py rolls the final policy out on known training questions.
-    spec = importlib.util.spec_from_file_location("study_searches", REPO / "benchmarks" / "study_searches.py")
+    # tiny_lm/benchmarks/study_searches.py rolls the final policy out on known training questions.
+    spec = importlib.util.spec_from_file_location(
+        "study_searches", TINY_LM / "benchmarks" / "study_searches.py"
+    )
     searches = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(searches)
     counts = searches.count(tmp_path / "run", "train", hops=2, samples=2)
     env = SyntheticFactsEnv(world_seed=7, world_kwargs=SMALL_WORLD, split="train")
     known = sum(q.known and q.hops == 2 for q in env.questions)
     assert known and sum(counts["greedy"].values()) == known and sum(counts["T=1"].values()) == 2 * known
-    # benchmarks/study_recall_spread.py: per-fact recall of the final policy and of its warm start.
-    spec = importlib.util.spec_from_file_location("spread", REPO / "benchmarks" / "study_recall_spread.py")
+    # tiny_lm/benchmarks/study_recall_spread.py: per-fact recall of the final policy and of its warm start.
+    spec = importlib.util.spec_from_file_location("spread", TINY_LM / "benchmarks" / "study_recall_spread.py")
     spread = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(spread)
     env = SyntheticFactsEnv(world_seed=7, world_kwargs=SMALL_WORLD, split="eval")
@@ -733,8 +735,8 @@ def test_pipeline_smoke_warm_start_grpo_and_held_out_table(tmp_path, capsys):
             assert 0.0 <= row["skippable >= 0.5"] <= len(one_hop) / len(known_eval)
             assert (row["facts >= 0.5"] == 0.0) == (row["skippable >= 0.5"] == 0.0)
     assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "run").rglob("*")) == before
-    # benchmarks/study_probe.py --model probes a given folder (here the run's warm start).
-    spec = importlib.util.spec_from_file_location("probe", REPO / "benchmarks" / "study_probe.py")
+    # tiny_lm/benchmarks/study_probe.py --model probes a given folder (here the run's warm start).
+    spec = importlib.util.spec_from_file_location("probe", TINY_LM / "benchmarks" / "study_probe.py")
     probe = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(probe)
     study = tmp_path / "study.yaml"

@@ -6,7 +6,7 @@ run, and prints :func:`tiny_lm.evaluation.decision_probe` for each
 protocol of the warm start, greedily and at the rollouts' temperature (``--samples``
 recollections per question), on the training and the held-out split::
 
-    python benchmarks/study_probe.py [--config studies/frugal/tiny_lm/study.yaml] [--arm f1] [--seed 0]
+    python studies/frugal/tiny_lm/benchmarks/study_probe.py [--config studies/frugal/tiny_lm/study.yaml] [--arm f1] [--seed 0]
         [--run runs/study/f1/seed0 | --model runs/sft/sft-...] [--samples 8] [--memory]
         [--out study_probe.json]
 
@@ -29,8 +29,9 @@ import random
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "studies" / "frugal"))  # the tiny_lm study
+REPO = Path(__file__).resolve().parents[4]
+sys.path.insert(0, str(REPO / "benchmarks"))  # _common: the report every benchmark writes
+sys.path.insert(0, str(REPO / "studies" / "frugal"))  # the tiny_lm study
 from _common import write_report  # noqa: E402
 
 

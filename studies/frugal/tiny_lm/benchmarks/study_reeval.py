@@ -9,7 +9,7 @@ the model recalls (``sr_known_recalled`` / ``sr_known_unrecalled`` / ``sr_known_
 :func:`tiny_lm.evaluation.skills`), which runs finished before that
 split existed lack. The run folders are never written::
 
-    python benchmarks/study_reeval.py runs/study/lightsearcher_no_memory/seed0 [more runs] [--out reeval.json]
+    python studies/frugal/tiny_lm/benchmarks/study_reeval.py runs/study/lightsearcher_no_memory/seed0 [more runs] [--out reeval.json]
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "studies" / "frugal"))  # the tiny_lm study
+REPO = Path(__file__).resolve().parents[4]
+sys.path.insert(0, str(REPO / "benchmarks"))  # _common: the report every benchmark writes
+sys.path.insert(0, str(REPO / "studies" / "frugal"))  # the tiny_lm study
 from _common import write_report  # noqa: E402
 
 SHOWN = ("sr_known_recalled", "sr_known_unrecalled", "sr_known_2hop", "forced_recall", "forced_chain")

@@ -14,7 +14,7 @@ pays against a search that finds the answer 80% of the time when the fact's rate
 each question is asked as a recall lesson asks it (``Question: <q> Answer:``, no prompt):
 how well the facts are stored, whatever the protocol's format::
 
-    python benchmarks/study_recall_spread.py runs/study/lightsearcher_no_memory/seed2 [--warm-start]
+    python studies/frugal/tiny_lm/benchmarks/study_recall_spread.py runs/study/lightsearcher_no_memory/seed2 [--warm-start]
         [--split eval] [--samples 16] [--temperatures 0 0.7 1] [--thresholds 0.59 0.8] [--plain]
 """
 
@@ -26,8 +26,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "studies" / "frugal"))  # the tiny_lm study
+REPO = Path(__file__).resolve().parents[4]
+sys.path.insert(0, str(REPO / "benchmarks"))  # _common: the report every benchmark writes
+sys.path.insert(0, str(REPO / "studies" / "frugal"))  # the tiny_lm study
 from _common import run_policy  # noqa: E402
 
 

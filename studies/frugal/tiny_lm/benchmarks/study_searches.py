@@ -6,7 +6,7 @@ training split by default: questions RL trained on), once greedily and ``--sampl
 times at temperature 1, and counts the rollouts by searched or not and right (EM) or
 not. Runs with experience memory are rolled out without it::
 
-    python benchmarks/study_searches.py runs/study/lightsearcher_no_memory/seed0 [--split train] [--hops 2]
+    python studies/frugal/tiny_lm/benchmarks/study_searches.py runs/study/lightsearcher_no_memory/seed0 [--split train] [--hops 2]
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ import logging
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "studies" / "frugal"))  # the tiny_lm study
+REPO = Path(__file__).resolve().parents[4]
+sys.path.insert(0, str(REPO / "benchmarks"))  # _common: the report every benchmark writes
+sys.path.insert(0, str(REPO / "studies" / "frugal"))  # the tiny_lm study
 from _common import run_policy  # noqa: E402
 
 
