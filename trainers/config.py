@@ -17,13 +17,12 @@ and what is allowed. :func:`load_config` and :func:`save_config` round-trip exac
 from __future__ import annotations
 
 import difflib
-import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
-from .config_base import ConfigError, check, from_dict, load_yaml, save_yaml, to_dict
+from .config_base import ConfigError, check, check_finite, check_int, from_dict, load_yaml, save_yaml, to_dict
 
 __all__ = [
     "ConfigError",
@@ -53,20 +52,6 @@ MEMORY_BACKENDS = ("file", "ray")
 
 LOSS_AGGREGATIONS = ("auto", "token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm")
 """How per-token losses become one number (see :mod:`searchgym.trainers.grpo.loss`)."""
-
-
-def _positive_int(name: str, value: int, low: int = 1, note: str = "") -> None:
-    check(name, value, value >= low, f"an int >= {low}", note)
-
-
-def _finite(
-    name: str, value: float, low: float | None = None, high: float | None = None, note: str = ""
-) -> None:
-    ok = math.isfinite(value) and (low is None or value >= low) and (high is None or value <= high)
-    bounds = " and ".join(
-        b for b in (f">= {low:g}" if low is not None else "", f"<= {high:g}" if high is not None else "") if b
-    )
-    check(name, value, ok, f"a finite number{' ' + bounds if bounds else ''}", note)
 
 
 @dataclass
@@ -115,15 +100,15 @@ class TinyModelConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        _positive_int("vocab_size", self.vocab_size, 300, "(a byte-level BPE needs at least its 256 bytes)")
+        check_int("vocab_size", self.vocab_size, 300, "(a byte-level BPE needs at least its 256 bytes)")
         check(
             "hidden_size",
             self.hidden_size,
             self.hidden_size >= 32 and self.hidden_size % 32 == 0,
             "a multiple of 32, >= 32",
         )
-        _positive_int("num_layers", self.num_layers)
-        _positive_int("seed", self.seed, 0)
+        check_int("num_layers", self.num_layers)
+        check_int("seed", self.seed, 0)
 
 
 @dataclass
@@ -159,7 +144,7 @@ class ModelConfig:
     cpu_threads: int = 0
 
     def __post_init__(self) -> None:
-        _positive_int("cpu_threads", self.cpu_threads, 0, "(0: auto)")
+        check_int("cpu_threads", self.cpu_threads, 0, "(0: auto)")
         if isinstance(self.tiny, Mapping):
             self.tiny = from_dict(TinyModelConfig, self.tiny)
         check(
@@ -200,13 +185,13 @@ class RolloutConfig:
     generation_batch_size: int = 64
 
     def __post_init__(self) -> None:
-        _positive_int("group_size", self.group_size, 2, "GRPO compares the rollouts of one question.")
-        _positive_int("questions_per_step", self.questions_per_step)
-        _positive_int("max_new_tokens", self.max_new_tokens)
-        _positive_int("max_context_tokens", self.max_context_tokens, 2)
-        _finite("temperature", self.temperature, low=1e-6)
-        _finite("top_p", self.top_p, low=1e-6, high=1.0)
-        _positive_int("generation_batch_size", self.generation_batch_size)
+        check_int("group_size", self.group_size, 2, "GRPO compares the rollouts of one question.")
+        check_int("questions_per_step", self.questions_per_step)
+        check_int("max_new_tokens", self.max_new_tokens)
+        check_int("max_context_tokens", self.max_context_tokens, 2)
+        check_finite("temperature", self.temperature, low=1e-6)
+        check_finite("top_p", self.top_p, low=1e-6, high=1.0)
+        check_int("generation_batch_size", self.generation_batch_size)
 
 
 @dataclass
@@ -281,22 +266,22 @@ class AlgoConfig:
             self.loss_agg in LOSS_AGGREGATIONS,
             "one of " + ", ".join(LOSS_AGGREGATIONS),
         )
-        _positive_int("tsas_warmup_steps", self.tsas_warmup_steps, 0)
-        _finite("tsas_alpha", self.tsas_alpha)
-        _finite("clip_eps", self.clip_eps, low=0.0, high=1.0)
-        _finite("kl_coef", self.kl_coef, low=0.0)
-        _finite("lr", self.lr, low=0.0)
-        _positive_int("warmup_steps", self.warmup_steps, 0)
-        _finite("weight_decay", self.weight_decay, low=0.0)
-        _finite("adam_beta1", self.adam_beta1, low=0.0, high=0.999999)
-        _finite("adam_beta2", self.adam_beta2, low=0.0, high=0.999999)
-        _finite("adam_eps", self.adam_eps, low=1e-12)
-        _finite("max_grad_norm", self.max_grad_norm, low=0.0)
-        _positive_int("ppo_epochs", self.ppo_epochs)
-        _positive_int("mini_batches", self.mini_batches)
-        _positive_int("micro_batch_size", self.micro_batch_size)
-        _finite("ptx_coef", self.ptx_coef, low=0.0)
-        _positive_int("ptx_batch_size", self.ptx_batch_size)
+        check_int("tsas_warmup_steps", self.tsas_warmup_steps, 0)
+        check_finite("tsas_alpha", self.tsas_alpha)
+        check_finite("clip_eps", self.clip_eps, low=0.0, high=1.0)
+        check_finite("kl_coef", self.kl_coef, low=0.0)
+        check_finite("lr", self.lr, low=0.0)
+        check_int("warmup_steps", self.warmup_steps, 0)
+        check_finite("weight_decay", self.weight_decay, low=0.0)
+        check_finite("adam_beta1", self.adam_beta1, low=0.0, high=0.999999)
+        check_finite("adam_beta2", self.adam_beta2, low=0.0, high=0.999999)
+        check_finite("adam_eps", self.adam_eps, low=1e-12)
+        check_finite("max_grad_norm", self.max_grad_norm, low=0.0)
+        check_int("ppo_epochs", self.ppo_epochs)
+        check_int("mini_batches", self.mini_batches)
+        check_int("micro_batch_size", self.micro_batch_size)
+        check_finite("ptx_coef", self.ptx_coef, low=0.0)
+        check_int("ptx_batch_size", self.ptx_batch_size)
 
     @property
     def resolved_loss_agg(self) -> str:
@@ -361,7 +346,7 @@ class MemoryConfig:
             f"Did you mean {close[0]!r}?" if close else "",
         )
         if self.ray_num_cpus is not None:
-            _positive_int("ray_num_cpus", self.ray_num_cpus)
+            check_int("ray_num_cpus", self.ray_num_cpus)
         if self.ray_actor is not None:
             check("ray_actor", self.ray_actor, bool(self.ray_actor.strip()), "a non-empty actor name or null")
         check(
@@ -374,14 +359,14 @@ class MemoryConfig:
             check(
                 "path", self.path, self.path is not None, "the HiExp store folder or hiexp_levels.jsonl file"
             )
-        _positive_int("update_every", self.update_every)
+        check_int("update_every", self.update_every)
         check(
             "example_per", self.example_per, self.example_per in ("rollout", "group"), "'rollout' or 'group'"
         )
-        _finite("theta_r", self.theta_r)
-        _finite("good_reward", self.good_reward)
-        _positive_int("top_k", self.top_k)
-        _finite("hint_threshold", self.hint_threshold, low=-1.0, high=1.0)
+        check_finite("theta_r", self.theta_r)
+        check_finite("good_reward", self.good_reward)
+        check_int("top_k", self.top_k)
+        check_finite("hint_threshold", self.hint_threshold, low=-1.0, high=1.0)
 
 
 @dataclass
@@ -402,8 +387,8 @@ class CheckpointConfig:
     resume: str = "auto"
 
     def __post_init__(self) -> None:
-        _positive_int("every", self.every, 0)
-        _positive_int("keep_last", self.keep_last)
+        check_int("every", self.every, 0)
+        check_int("keep_last", self.keep_last)
         check("resume", self.resume, bool(self.resume.strip()), "'auto', 'never' or a checkpoint folder")
 
 
@@ -447,8 +432,8 @@ class EvalConfig:
     temperature: float = 0.0
 
     def __post_init__(self) -> None:
-        _positive_int("max_questions", self.max_questions, 0)
-        _finite("temperature", self.temperature, low=0.0)
+        check_int("max_questions", self.max_questions, 0)
+        check_finite("temperature", self.temperature, low=0.0)
 
 
 _SECTIONS = {
@@ -516,9 +501,9 @@ class TrainConfig:
             "An OpenRLHF run file goes to searchgym train --backend openrlhf.",
         )
         check("output_dir", self.output_dir, bool(str(self.output_dir).strip()), "a folder path")
-        _positive_int("steps", self.steps)
-        _positive_int("seed", self.seed, 0)
-        _positive_int("log_every", self.log_every)
+        check_int("steps", self.steps)
+        check_int("seed", self.seed, 0)
+        check_int("log_every", self.log_every)
         if self.memory.backend == "ray":
             self._check_ray_backend()
         if self.algo.ptx_coef > 0 and self.algo.ptx_data is None and not self.writes_ptx_data():

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import os
 import types
 import typing
@@ -21,7 +22,17 @@ from typing import Any, Literal, TypeVar, Union
 
 from ..envs.errors import InvalidArgumentError
 
-__all__ = ["ConfigError", "check", "from_dict", "to_dict", "load_yaml", "save_yaml", "dump_yaml"]
+__all__ = [
+    "ConfigError",
+    "check",
+    "check_int",
+    "check_finite",
+    "from_dict",
+    "to_dict",
+    "load_yaml",
+    "save_yaml",
+    "dump_yaml",
+]
 
 T = TypeVar("T")
 
@@ -58,6 +69,22 @@ def check(field: str, value: Any, ok: bool | Callable[[Any], bool], allowed: str
 
 
 # -- type checking ---------------------------------------------------------------------------
+
+
+def check_int(name: str, value: int, low: int = 1, note: str = "") -> None:
+    """Raise :class:`ConfigError` unless ``value >= low``."""
+    check(name, value, value >= low, f"an int >= {low}", note)
+
+
+def check_finite(
+    name: str, value: float, low: float | None = None, high: float | None = None, note: str = ""
+) -> None:
+    """Raise :class:`ConfigError` unless ``value`` is finite and within ``[low, high]``."""
+    ok = math.isfinite(value) and (low is None or value >= low) and (high is None or value <= high)
+    bounds = " and ".join(
+        b for b in (f">= {low:g}" if low is not None else "", f"<= {high:g}" if high is not None else "") if b
+    )
+    check(name, value, ok, f"a finite number{' ' + bounds if bounds else ''}", note)
 
 
 def _describe(hint: Any) -> str:

@@ -9,23 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from searchgym.trainers.config import TrainConfig
-from searchgym.trainers.config_base import ConfigError, check, from_dict, load_yaml
+from searchgym.trainers.config_base import ConfigError, check, check_finite, check_int, from_dict, load_yaml
 
 __all__ = ["SFTConfig", "StudyRunConfig", "load_run_config"]
-
-
-def _positive_int(name: str, value: int, low: int = 1, note: str = "") -> None:
-    check(name, value, value >= low, f"an int >= {low}", note)
-
-
-def _finite(
-    name: str, value: float, low: float | None = None, high: float | None = None, note: str = ""
-) -> None:
-    ok = math.isfinite(value) and (low is None or value >= low) and (high is None or value <= high)
-    bounds = " and ".join(
-        b for b in (f">= {low:g}" if low is not None else "", f"<= {high:g}" if high is not None else "") if b
-    )
-    check(name, value, ok, f"a finite number{' ' + bounds if bounds else ''}", note)
 
 
 @dataclass
@@ -152,15 +138,15 @@ class SFTConfig:
     batch_size: int = 32
 
     def __post_init__(self) -> None:
-        _positive_int("recall_repeats", self.recall_repeats, 0)
-        _finite("fact_repeats", self.fact_repeats, low=0.0)
-        _finite("chain_repeats", self.chain_repeats, low=0.0)
+        check_int("recall_repeats", self.recall_repeats, 0)
+        check_finite("fact_repeats", self.fact_repeats, low=0.0)
+        check_finite("chain_repeats", self.chain_repeats, low=0.0)
         check("passages", self.passages, isinstance(self.passages, bool), "true or false")
-        _finite("search_prob", self.search_prob, low=0.0, high=1.0)
-        _positive_int("shadow_worlds", self.shadow_worlds, 0)
+        check_finite("search_prob", self.search_prob, low=0.0, high=1.0)
+        check_int("shadow_worlds", self.shadow_worlds, 0)
         if self.shadow_search_prob is not None:
-            _finite("shadow_search_prob", self.shadow_search_prob, low=0.0, high=1.0)
-        _finite("memory_share", self.memory_share, low=0.0, high=1.0)
+            check_finite("shadow_search_prob", self.shadow_search_prob, low=0.0, high=1.0)
+        check_finite("memory_share", self.memory_share, low=0.0, high=1.0)
         check("recall_think", self.recall_think, isinstance(self.recall_think, bool), "true or false")
         check(
             "recall_form",
@@ -170,20 +156,20 @@ class SFTConfig:
             "recall_form shapes the recollection of recall_think demonstrations: set recall_think: true.",
         )
         check("protocols", self.protocols, bool(self.protocols), "a non-empty list of protocol names")
-        _positive_int("reading_worlds", self.reading_worlds, 0)
-        _positive_int("reading_epochs", self.reading_epochs)
-        _positive_int("replay_worlds", self.replay_worlds, 0)
-        _positive_int("epochs", self.epochs)
-        _finite("recall_target", self.recall_target, low=0.0, high=1.0)
-        _finite("memory_recall_target", self.memory_recall_target, low=0.0, high=1.0)
-        _positive_int("memory_topup_two_hop", self.memory_topup_two_hop)
-        _positive_int("topup_rounds", self.topup_rounds, 0)
+        check_int("reading_worlds", self.reading_worlds, 0)
+        check_int("reading_epochs", self.reading_epochs)
+        check_int("replay_worlds", self.replay_worlds, 0)
+        check_int("epochs", self.epochs)
+        check_finite("recall_target", self.recall_target, low=0.0, high=1.0)
+        check_finite("memory_recall_target", self.memory_recall_target, low=0.0, high=1.0)
+        check_int("memory_topup_two_hop", self.memory_topup_two_hop)
+        check_int("topup_rounds", self.topup_rounds, 0)
         for name in ("topup_share", "memory_topup_share"):
             share = getattr(self, name)
             check(name, share, math.isfinite(share) and 0 < share <= 1, "a finite number > 0 and <= 1")
-        _positive_int("topup_samples", self.topup_samples)
-        _finite("lr", self.lr, low=0.0)
-        _positive_int("batch_size", self.batch_size)
+        check_int("topup_samples", self.topup_samples)
+        check_finite("lr", self.lr, low=0.0)
+        check_int("batch_size", self.batch_size)
 
     @property
     def asks_question(self) -> bool:
