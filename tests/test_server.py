@@ -606,7 +606,9 @@ def test_cli_workers_share_one_port_restart_a_dead_worker_and_stop_together(tmp_
                 break
             time.sleep(0.5)
         assert len(now) == 2 and dead not in now, now
-        assert "exited with code -9; starting a new one" in _read_some(proc.stderr)
+        log = _read_some(proc.stderr)
+        assert f"Worker (pid:{dead}) was sent SIGKILL" in log  # gunicorn's line
+        assert f"worker pid {dead} exited; starting a new one" in log
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
         for pid in now:  # the workers went with the parent

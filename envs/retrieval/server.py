@@ -4,7 +4,8 @@ One process, one asyncio event loop (aiohttp), one worker thread that runs the r
 Concurrent requests wait in a queue and are merged into one batched ``retriever.search``
 call (:mod:`.batching`), so that a dense encoder sees a batch instead of one query at a time;
 the results are split back per request. The routes and their answers (``POST /retrieve``,
-``GET /health``, ``GET /stats``) are in :mod:`.service`; this module carries them over HTTP.
+``GET /health``, ``GET /stats``) are in :mod:`.service`, their aiohttp plumbing in
+:mod:`.server_app`, and the connection cap in :mod:`.connections`; this module runs them.
 
 Every bad request gets a 4xx JSON answer ``{"error": ...}``, a failing retriever a 500, and
 the server keeps serving. Slow or stuck clients cannot pile up: a connection that sends no
@@ -13,7 +14,8 @@ whole request head within ``idle_timeout_s`` is closed, a body that takes longer
 oldest idle one, or else the oldest one still waiting for its body (a 503 answers it only when
 every connection has a request being searched or answered), so a normal query is still answered. A
 client that hangs up before its answer is counted apart (``client_disconnects``) and logged
-in one line. ``searchgym serve`` starts it (see :mod:`searchgym.commands.serve`);
+in one line. ``searchgym serve`` starts it (see :mod:`searchgym.commands.serve`; with
+``--workers N``, :mod:`.server_workers` runs one in each gunicorn worker);
 :class:`RetrievalServer` runs it in-process, in a background thread or in the foreground.
 aiohttp is used rather than the standard library because its C HTTP parser and event loop
 keep the per-request cost low, and many idle keep-alive connections cost no threads.
@@ -22,97 +24,21 @@ keep the per-request cost low, and many idle keep-alive connections cost no thre
 from __future__ import annotations
 
 import asyncio
-import json
-import logging
 import signal
+import socket
 import threading
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Callable, Sequence
 
 from aiohttp import web
 
 from ..errors import InvalidArgumentError, SearchGymError
 from .base import Retriever
 from .batching import ServerStats
-from .server_protocol import RequestLimits, body_too_large
-from .service import RetrievalService, ServerConfig, load_index
+from .connections import ConnectionGuard, fit_connection_limit
+from .server_app import RetrievalApp
+from .service import RetrievalService, ServerConfig
 
-__all__ = ["RetrievalServer", "gunicorn_app"]
-
-log = logging.getLogger("searchgym.server")
-
-_LINGER_S = 1.0
-"""How long the unread rest of a refused body is read and dropped before the connection closes."""
-
-_ENCODE_OFF_LOOP_DOCS = 1000
-"""Answers with more documents are encoded on a thread, so the event loop keeps answering."""
-
-_BACKLOG = 256
-"""Connections the kernel queues before the server accepts them (and most accepted in one go)."""
-
-_SPARE_FILES = 128
-"""File descriptors kept free beside ``max_connections`` (index files, logs, the listener)."""
-
-
-def _fit_connection_limit(wanted: int) -> tuple[int, int]:
-    """``(max_connections, accept backlog)`` that fit this process's open-file limit.
-
-    Past the limit, an accept burst (up to the backlog) holds new sockets while the
-    connections they replace close a loop turn or two later, so the open-file limit must fit
-    ``wanted + 2 × backlog + spare``: it is raised to that when allowed (``ulimit -n`` is often
-    1024); otherwise the backlog and then ``max_connections`` shrink to fit, with a warning.
-    """
-    try:
-        import resource
-    except ImportError:  # Windows: no such limit to manage
-        return wanted, _BACKLOG
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    need = wanted + 2 * _BACKLOG + _SPARE_FILES
-    if soft != resource.RLIM_INFINITY and soft < need:
-        target = need if hard == resource.RLIM_INFINITY else min(need, hard)
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-            soft = target
-        except (ValueError, OSError):
-            pass
-    if soft == resource.RLIM_INFINITY or soft >= need:
-        return wanted, _BACKLOG
-    backlog = max(16, min(_BACKLOG, soft // 8))
-    allowed = max(1, min(wanted, soft - 2 * backlog - _SPARE_FILES))
-    if allowed < wanted:
-        log.warning(
-            "max_connections=%d does not fit the open-file limit %d (ulimit -n); serving at most %d connections.",
-            wanted,
-            soft,
-            allowed,
-        )
-    return allowed, backlog
-
-
-class _Refusal(asyncio.Protocol):
-    """A connection past the limit: answer 503 with a JSON message, then close."""
-
-    def __init__(self, answer: bytes) -> None:
-        self._answer = answer
-        self._transport: asyncio.Transport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
-        transport.write(self._answer)
-        # Close once the request has arrived (closing with it unread could reset the answer away).
-        asyncio.get_running_loop().call_later(1.0, transport.close)
-
-    def data_received(self, data: bytes) -> None:
-        if self._transport is not None and b"\r\n\r\n" in data:
-            self._transport.close()
-
-    def eof_received(self) -> bool:
-        return False
-
-
-def _json(payload: dict[str, Any], status: int = 200) -> web.Response:
-    return web.Response(body=json.dumps(payload).encode(), status=status, content_type="application/json")
+__all__ = ["RetrievalServer"]
 
 
 class RetrievalServer:
@@ -120,14 +46,13 @@ class RetrievalServer:
 
     Use it as a context manager or with :meth:`start`/:meth:`stop` to run it in a background
     thread (tests, notebooks), or call :meth:`serve_forever` to run it in the foreground
-    until SIGINT or SIGTERM (``searchgym serve``).
+    until SIGINT or SIGTERM (``searchgym serve``). A process that manages its own event loop
+    (a gunicorn worker) awaits :meth:`open` and :meth:`close` instead.
 
     Args:
         retriever: What to serve.
         config: Host, port, batching and caps.
         backend: Name reported by ``/health`` (default: ``retriever.name``).
-        reuse_port: Bind with ``SO_REUSEPORT``, so that several server processes share
-            one port and the kernel spreads connections over them (``--workers``).
 
     Example::
 
@@ -136,26 +61,15 @@ class RetrievalServer:
     """
 
     def __init__(
-        self,
-        retriever: Retriever,
-        config: ServerConfig | None = None,
-        *,
-        backend: str | None = None,
-        reuse_port: bool = False,
+        self, retriever: Retriever, config: ServerConfig | None = None, *, backend: str | None = None
     ):
         self.service = RetrievalService(retriever, config, backend=backend)
         """The routes' answers and counters."""
         self.port: int | None = None
         """The bound port, once started."""
-        self._reuse_port = reuse_port
+        self._app = RetrievalApp(self.service)
         self._runner: web.AppRunner | None = None
-        self._listener: asyncio.Server | None = None
-        self._in_progress: set[object] = set()  # transports with a request being handled
-        self._reading: set[object] = set()  # ... of which those still waiting for their body
-        self._evicted: set[object] = set()  # transports closed to make room (not hang-ups)
-        self._live: dict[Any, None] = {}  # open connections' handlers, oldest first
-        self._closing: set[Any] = set()  # handlers closed to make room, until their socket is released
-        self._max_connections = self.config.max_connections
+        self._listeners: list[asyncio.Server] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_event: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
@@ -187,165 +101,48 @@ class RetrievalServer:
             raise SearchGymError("The server is not running: call start() first.")
         return self.config.url_at(self.port)
 
-    # -- request handlers ----------------------------------------------------------------
-
-    def _app(self) -> web.Application:
-        app = web.Application(client_max_size=self.config.limits.max_body_bytes, middlewares=[self._errors])
-        app.router.add_post("/retrieve", self._retrieve)
-        app.router.add_get("/health", self._health)
-        app.router.add_get("/stats", self._stats)
-        return app
-
-    @web.middleware
-    async def _errors(self, request: web.Request, handler: Any) -> web.StreamResponse:
-        transport = request.transport
-        self._in_progress.add(transport)
-        try:
-            return await handler(request)
-        except web.HTTPException as exc:
-            if exc.status < 400:
-                raise
-            return _json(
-                self.service.refuse(exc.status, exc.reason, request.method, request.path), exc.status
-            )
-        except Exception as exc:  # a server never dies on a request
-            # aiohttp reports a lost connection as ConnectionResetError or RuntimeError("Connection closed.")
-            if isinstance(exc, ConnectionError) or request.protocol.transport is None:
-                if transport in self._evicted:  # closed to make room while it waited for its body
-                    self._evicted.discard(transport)
-                else:  # the client hung up
-                    self.service.client_gone(request.method, request.path)
-                return web.Response(status=400)  # never sent; raising would make aiohttp log a traceback
-            return _json(self.service.internal_error(exc, request.method, request.path), 500)
-        finally:
-            self._in_progress.discard(transport)
-
-    async def _retrieve(self, request: web.Request) -> web.Response:
-        async def read_body() -> bytes:
-            self._reading.add(request.transport)
-            try:
-                return await request.read()
-            except web.HTTPRequestEntityTooLarge:  # a body without Content-Length, over the cap
-                raise body_too_large(self.config.limits) from None
-            finally:
-                self._reading.discard(request.transport)
-
-        status, payload = await self.service.retrieve(request.content_length, read_body)
-        if status == 200 and sum(len(docs) for docs in payload["result"]) > _ENCODE_OFF_LOOP_DOCS:
-            body = await asyncio.get_running_loop().run_in_executor(None, json.dumps, payload)
-            response = web.Response(text=body, content_type="application/json")
-        else:
-            response = _json(payload, status)
-        if status == 408:  # the rest of the body may still come: start afresh on a new connection
-            response.force_close()
-        return response
-
-    async def _health(self, request: web.Request) -> web.Response:
-        return _json(self.service.health_payload())
-
-    async def _stats(self, request: web.Request) -> web.Response:
-        return _json(self.service.stats_payload())
-
-    # -- connections -------------------------------------------------------------------------
-
-    def _new_connection(self) -> asyncio.BaseProtocol:
-        """The protocol of an accepted connection: aiohttp's, or a 503 past ``max_connections``."""
-        assert self._runner is not None and self._runner.server is not None
-        if len(self._live) + len(self._closing) >= self._max_connections:
-            victim = self._room()
-            if victim is None:
-                self.stats.refused_connections += 1
-                message = (
-                    f"The server holds max_connections={self._max_connections} connections, all being answered. "
-                    "Retry shortly, or restart the server with a larger --max-connections."
-                )
-                body = json.dumps({"error": message, "cap": "max_connections"}).encode()
-                head = (
-                    f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-                    f"Content-Length: {len(body)}\r\nConnection: close\r\nRetry-After: 1\r\n\r\n"
-                )
-                return _Refusal(head.encode() + body)
-            del self._live[victim]
-            self._closing.add(victim)
-            self.stats.closed_idle_connections += 1
-            victim.force_close()
-        handler = self._runner.server()
-        self._live[handler] = None
-        return handler
-
-    def _room(self) -> Any:
-        """The connection to close for a new one: the oldest idle, else the oldest waiting for its body."""
-        waiting = None
-        for handler in self._live:
-            transport = handler.transport
-            if transport is None:  # not yet connected
-                continue
-            if transport not in self._in_progress:
-                return handler
-            if waiting is None and transport in self._reading:
-                waiting = handler
-        if waiting is not None:
-            self._evicted.add(waiting.transport)
-        return waiting
-
-    def _connection_lost(self, handler: Any) -> None:
-        self._live.pop(handler, None)
-        self._closing.discard(handler)
-
     # -- life cycle ------------------------------------------------------------------------
 
-    def make_runner(self) -> web.AppRunner:
-        """The aiohttp runner of this server's app, with its timeouts (not yet set up)."""
-        # In-flight requests get 5 s to finish when the server stops; idle connections close at once.
-        # keepalive_timeout closes a connection that sends no whole request head for that long;
-        # lingering_time bounds how long the rest of a refused body is read (10 s by default).
-        return web.AppRunner(
-            self._app(),
-            access_log=None,
-            handle_signals=False,
-            shutdown_timeout=5.0,
-            keepalive_timeout=self.config.idle_timeout_s,
-            lingering_time=_LINGER_S,
-        )
+    async def open(self, sockets: Sequence[socket.socket] = ()) -> None:
+        """Start serving on the running event loop: on ``config.host:config.port``, or on
+        ``sockets`` already bound and listening (a gunicorn worker's, shared with its siblings).
 
-    async def _open(self) -> None:
+        Raises:
+            InvalidArgumentError: The port cannot be bound.
+        """
         config = self.config
-        self._stop_event = asyncio.Event()
-        self._max_connections, backlog = _fit_connection_limit(config.max_connections)
-        runner = self.make_runner()
+        max_connections, backlog = fit_connection_limit(config.max_connections)
+        runner = self._app.runner()
         await runner.setup()
         self._runner = runner
-        self.service.open(peers=lambda: len(runner.server.connections) if runner.server is not None else 0)
         server = runner.server
         assert server is not None
-        aiohttp_lost = server.connection_lost
-
-        def connection_lost(handler: Any, exc: BaseException | None) -> None:  # each handler calls it once
-            self._connection_lost(handler)
-            aiohttp_lost(handler, exc)
-
-        server.connection_lost = connection_lost  # type: ignore[method-assign,assignment]
+        self._app.guard = guard = ConnectionGuard(server, max_connections, self.stats)
+        self.service.open(peers=lambda: len(server.connections))
+        loop = asyncio.get_running_loop()
         try:
-            self._listener = await asyncio.get_running_loop().create_server(
-                self._new_connection,
-                config.host,
-                config.port,
-                backlog=backlog,
-                reuse_address=True,
-                reuse_port=self._reuse_port or None,
-            )
+            if sockets:
+                for sock in sockets:
+                    self._listeners.append(await loop.create_server(guard.accept, sock=sock, backlog=backlog))
+            else:
+                self._listeners.append(
+                    await loop.create_server(
+                        guard.accept, config.host, config.port, backlog=backlog, reuse_address=True
+                    )
+                )
         except OSError as exc:
-            await self._close()
+            await self.close()
             raise InvalidArgumentError(
                 f"Cannot listen on {config.host}:{config.port} ({exc.strerror or exc}). Choose another --port "
                 "(0 picks a free one) or stop the process that holds it."
             ) from exc
-        self.port = int(self._listener.sockets[0].getsockname()[1])
+        self.port = int(self._listeners[0].sockets[0].getsockname()[1])
 
-    async def _close(self) -> None:
-        if self._listener is not None:
-            self._listener.close()
-            self._listener = None
+    async def close(self) -> None:
+        """Stop listening, let in-flight requests finish (5 s at most), stop the batcher."""
+        for listener in self._listeners:
+            listener.close()
+        self._listeners = []
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -365,17 +162,17 @@ class RetrievalServer:
         def main() -> None:
             loop = asyncio.new_event_loop()
             self._loop = loop
+            self._stop_event = asyncio.Event()
             try:
-                loop.run_until_complete(self._open())
+                loop.run_until_complete(self.open())
             except BaseException as exc:
                 failure.append(exc)
                 ready.set()
                 loop.close()
                 return
             ready.set()
-            assert self._stop_event is not None
             loop.run_until_complete(self._stop_event.wait())
-            loop.run_until_complete(self._close())
+            loop.run_until_complete(self.close())
             loop.close()
 
         self._thread = threading.Thread(target=main, name="searchgym-server", daemon=True)
@@ -411,66 +208,19 @@ class RetrievalServer:
         """
 
         async def main() -> None:
-            await self._open()
-            assert self._stop_event is not None
+            stop = asyncio.Event()
+            await self.open()
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 try:
-                    loop.add_signal_handler(sig, self._stop_event.set)
+                    loop.add_signal_handler(sig, stop.set)
                 except (NotImplementedError, RuntimeError):  # not the main thread, or Windows
                     pass
             if on_ready is not None:
                 on_ready(self)
             try:
-                await self._stop_event.wait()
+                await stop.wait()
             finally:
-                await self._close()
+                await self.close()
 
         asyncio.run(main())
-
-
-def gunicorn_app(
-    index: str, backend: str | None = None, **config: Any
-) -> Callable[[], Awaitable[web.AppRunner]]:
-    """The server's app for gunicorn's aiohttp worker, which calls the result in each worker.
-
-    Each worker loads ``index`` and serves it with the same routes, batching, caps and
-    timeouts as ``searchgym serve``. gunicorn binds the port and manages the workers, and its
-    aiohttp worker accepts connections itself, so ``max_connections`` cannot apply and is
-    refused (see ``docs/hardening.md``). For example::
-
-        gunicorn --worker-class aiohttp.GunicornWebWorker --workers 2 --bind 127.0.0.1:8000 \\
-            'searchgym.envs.retrieval.server:gunicorn_app("bm25_index", max_batch_size=64)'
-
-    Args:
-        index: What each worker loads (see :func:`~.service.load_index`).
-        backend: Index kind, or None to detect it.
-        **config: Fields of :class:`ServerConfig` but ``max_connections`` (host and port are
-            gunicorn's ``--bind``); ``limits`` may be a dict of :class:`RequestLimits` fields.
-
-    Raises:
-        InvalidArgumentError: A setting is invalid, or ``max_connections`` is given.
-    """
-    if "max_connections" in config:
-        raise InvalidArgumentError(
-            "max_connections cannot apply under gunicorn: its aiohttp worker accepts the connections. "
-            "Use searchgym serve --workers N for a connection cap."
-        )
-    if isinstance(config.get("limits"), dict):
-        config["limits"] = RequestLimits(**config["limits"])
-    server_config = ServerConfig(**config)  # bad settings fail at import, in gunicorn's master
-
-    async def runner() -> web.AppRunner:
-        server = RetrievalServer(load_index(index, backend), server_config)
-        app_runner = server.make_runner()
-        server.service.open(
-            peers=lambda: len(app_runner.server.connections) if app_runner.server is not None else 0
-        )
-
-        async def close(app: web.Application) -> None:
-            await server.service.close()
-
-        app_runner.app.on_cleanup.append(close)
-        return app_runner
-
-    return runner

@@ -20,6 +20,7 @@ EXTRAS = {
     "sentence_transformers": "embed",
     "sklearn": "memory",
     "aiohttp": "serve",
+    "gunicorn": "serve",
     "pettingzoo": "group",
     "ray": "ray",
     "wandb": "wandb",

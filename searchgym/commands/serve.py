@@ -66,7 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--workers",
         type=_positive_int,
         default=1,
-        help="server processes sharing the port (SO_REUSEPORT), each loading the index; more than one "
+        help="server processes sharing the port (gunicorn workers), each loading the index; more than one "
         "lets a cheap retriever such as BM25 use more cores (default: %(default)s)",
     )
     parser.add_argument(
@@ -232,7 +232,7 @@ def run(args: argparse.Namespace) -> int:
         print(listening_message(url, f"{backend}, {passages}, batching {batching}{workers}"), flush=True)
 
     if args.workers > 1:
-        from searchgym.envs.retrieval.server_pool import serve_workers
+        from searchgym.envs.retrieval.server_workers import serve_workers
 
         load_options = {**options, "corpus_path": args.corpus} if args.corpus else options
         serve_workers(
