@@ -55,6 +55,9 @@ def _what(phase: dict[str, Any]) -> str:
         )
     if name == "kill -9 worker":
         return f"replaced and answering after {phase['seconds_to_replace']} s"
+    if name == "second server":
+        outcome = f"refused (exit code {phase['exit_code']})" if phase["refused"] else "NOT refused"
+        return f"`serve --workers 2` on the held port: {outcome} after {phase['seconds_to_exit']} s"
     if name == "kill -9 parent":
         return (
             f"{phase['workers']} workers {'exited' if phase['workers_exited'] else 'still running'} after "
@@ -87,60 +90,9 @@ def http_clients(report: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
-def server_pool_vs_gunicorn(report: dict[str, Any]) -> str:
-    rows = [
-        "| clients × queries/request | pool requests/s | pool p50 / p99 ms | gunicorn requests/s "
-        "| gunicorn p50 / p99 ms | gunicorn / pool req/s |",
-        "|---|---|---|---|---|---|",
-    ]
-    for shape in report["shapes"]:
-        pool, gunicorn = shape["pool"], shape["gunicorn"]
-        rows.append(
-            f"| {shape['clients']} × {shape['queries_per_request']} | {pool['requests_per_s']:.0f} "
-            f"| {_ms(pool['p50_ms'])} / {_ms(pool['p99_ms'])} | {gunicorn['requests_per_s']:.0f} "
-            f"| {_ms(gunicorn['p50_ms'])} / {_ms(gunicorn['p99_ms'])} "
-            f"| {shape['gunicorn_over_pool_requests_per_s']:.2f} |"
-        )
-    behaviours = report["behaviours"]
-
-    def seconds(value: float | None, missing: str) -> str:
-        return missing if value is None else f"yes, after {value:.2f} s"
-
-    checks = [
-        ("`kill -9` of a worker: replaced", "worker_killed_replaced_after_s", "no (30 s)"),
-        ("`kill -9` of the parent: workers exit", "parent_killed_workers_exit_after_s", "no (30 s)"),
-        ("a silent connection closed (idle timeout 2 s)", "silent_connection_closed_after_s", "no"),
-    ]
-    rows += ["", "| behaviour | pool | gunicorn |", "|---|---|---|"]
-    for label, key, missing in checks:
-        rows.append(
-            f"| {label} | {seconds(behaviours['pool'][key], missing)} "
-            f"| {seconds(behaviours['gunicorn'][key], missing)} |"
-        )
-    rows.append(
-        f"| 40 silent connections, `max_connections` 8 per worker (pool only), after 1 s "
-        f"| {behaviours['pool']['over_max_connections']} "
-        f"| {behaviours['gunicorn']['over_max_connections']} |"
-    )
-    rows.append(
-        f"| a second server on the held port | {behaviours['pool']['second_server_on_port']} "
-        f"| {behaviours['gunicorn']['second_server_on_port']} |"
-    )
-    load = report["machine"]
-    rows += [
-        "",
-        f"{report['workers']} workers each, {report['repeats']} interleaved runs per shape (median), "
-        f"{report['requests_per_run']} one-query requests per run; gunicorn {load['gunicorn']}, "
-        f"aiohttp {load['aiohttp']}; {load['cores']} cores, load average "
-        f"{load['load_average_before'][0]:.1f} before and {load['load_average_after'][0]:.1f} after.",
-    ]
-    return "\n".join(rows)
-
-
 TABLES: dict[str, Callable[[dict[str, Any]], str]] = {
     "server_hardening": server_hardening,
     "http_clients": http_clients,
-    "server_pool_vs_gunicorn": server_pool_vs_gunicorn,
 }
 
 

@@ -12,8 +12,9 @@ question, topk 3) on a new connection every 0.1 s and records its status and lat
    their request head, 2,000 inside their body.
 4. ``max-size requests``: 3 requests at once, each 1,024 queries of 3,900 characters with
    topk 16 (the ``max_results`` cap, 16,384 documents), and one over the cap (a 413).
-5. ``kill -9 worker``: one worker killed; the parent starts a new one.
-6. ``kill -9 parent``: the parent killed; its workers must exit and free the port.
+5. ``kill -9 worker``: one worker killed; the parent (gunicorn's arbiter) starts a new one.
+6. ``second server``: ``searchgym serve --workers 2`` on the same port must be refused.
+7. ``kill -9 parent``: the parent killed; its workers must exit and free the port.
 
 Usage::
 
@@ -36,6 +37,7 @@ import subprocess
 import sys
 import threading
 import time
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -98,19 +100,11 @@ class Prober:
 
 
 def children(pid: int) -> list[int]:
-    """The server worker processes of ``pid`` (not multiprocessing's resource tracker)."""
+    """The server worker processes of ``pid`` (gunicorn's forked workers)."""
     try:
-        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+        return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
     except OSError:
         return []
-    workers = []
-    for child in map(int, text.split()):
-        try:
-            if b"spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes():
-                workers.append(child)
-        except OSError:
-            pass
-    return workers
 
 
 def rss_mb(pid: int) -> float:
@@ -308,6 +302,18 @@ def phase_kill_worker(port: int, parent: int) -> dict[str, Any]:
     return {"workers": len(workers), "seconds_to_replace": None}
 
 
+def phase_second_server(index_dir: Path, port: int) -> dict[str, Any]:
+    """Start a second ``serve --workers 2`` on the held port: it must be refused."""
+    command = [sys.executable, "-m", "searchgym", "serve", "--index", str(index_dir), "--port", str(port)]
+    start = time.monotonic()
+    result = subprocess.run([*command, "--workers", "2"], capture_output=True, text=True, timeout=120)
+    return {
+        "exit_code": result.returncode,
+        "refused": f"Cannot listen on 127.0.0.1:{port}" in result.stderr,
+        "seconds_to_exit": round(time.monotonic() - start, 2),
+    }
+
+
 def phase_kill_parent(proc: subprocess.Popen, port: int) -> dict[str, Any]:
     workers = children(proc.pid)
     proc.kill()
@@ -391,6 +397,7 @@ def main() -> None:
         run("slow connections", lambda: phase_slow_connections(port, args.connections, args.hold))
         run("max-size requests", lambda: phase_max_size(port, parent, questions))
         run("kill -9 worker", lambda: phase_kill_worker(port, parent))
+        run("second server", lambda: phase_second_server(index_dir, port))
         counters = [stats(port) for _ in range(20)]
         by_pid = {c["pid"]: c for c in counters}
         prober.stop()
@@ -403,7 +410,7 @@ def main() -> None:
             proc.wait()
     report = {
         "command": COMMAND,
-        "server": "searchgym serve --workers 2, default caps and timeouts, ulimit -n "
+        "server": f"searchgym serve --workers 2 (gunicorn {version('gunicorn')}, aiohttp {version('aiohttp')}), default caps and timeouts, ulimit -n "
         f"{args.server_nofile} (raised by the server to fit --max-connections)",
         "corpus": "shared corpus.jsonl, BM25",
         "phases": phases,
