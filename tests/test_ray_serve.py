@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -94,7 +95,9 @@ def test_two_replicas_on_ray_serve(index_dir, monkeypatch):
         port = sock.getsockname()[1]
     ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024**2, log_to_driver=False)
     try:
-        config = RayServeConfig(index=str(index_dir), replicas=2, num_cpus_per_replica=0.5, port=port)
+        config = RayServeConfig(
+            index=str(index_dir), replicas=2, num_cpus_per_replica=0.5, port=port, idle_timeout_s=1.5
+        )
         handle = serve_with_ray(config)
         try:
             client = HTTPRetriever(handle.url, timeout=60)
@@ -109,6 +112,16 @@ def test_two_replicas_on_ray_serve(index_dir, monkeypatch):
             ):
                 bad.search(["paris"], 101)
             assert client.error_count == 0
+            # The proxy closes a keep-alive connection idle for idle_timeout_s (rounded up: 2 s),
+            # not after uvicorn's default 90 s.
+            with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+                sock.sendall(b"GET /health HTTP/1.1\r\nHost: t\r\n\r\n")
+                answer, start = sock.recv(65536), time.monotonic()
+                assert answer.startswith(b"HTTP/1.1 200")
+                sock.settimeout(20)
+                while sock.recv(65536):
+                    pass
+                assert time.monotonic() - start < 10
         finally:
             handle.shutdown()
     finally:

@@ -7,6 +7,13 @@ each replica answers through the plain server's
 :class:`~searchgym.envs.retrieval.service.RetrievalService` (and so its dynamic batcher). Ray
 Serve's HTTP proxy spreads requests over the replicas; each replica batches what it gets.
 
+Ray Serve's HTTP proxy (uvicorn) owns the client connections, so of the plain server's
+connection settings only the idle timeout carries over, as the proxy's
+``keep_alive_timeout_s`` (whole seconds): it closes a connection idle that long after an
+answer, but not one that never sends a whole request, and Ray Serve has no connection cap
+(``max_connections`` does not apply). The body timeout, the request caps and slicing apply
+in each replica.
+
 Every replica loads the index itself, so on a cluster the directory must
 be readable at the same path on every node (a shared file system). ``/stats`` answers with
 the counters of whichever replica took the request (its ``replica`` field says which).
@@ -17,6 +24,7 @@ Ray is imported inside the functions, so importing this module is cheap.
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -158,7 +166,12 @@ def serve_with_ray(config: RayServeConfig, *, block: bool = False) -> RayServeHa
     load_index(config.index, config.backend, corpus_path=config.corpus_path, **config.index_options)
     if not ray.is_initialized():
         ray.init(address=config.ray_address, include_dashboard=False, log_to_driver=False)
-    serve.start(http_options={"host": config.host, "port": config.port})
+    http_options = {
+        "host": config.host,
+        "port": config.port,
+        "keep_alive_timeout_s": max(1, math.ceil(config.idle_timeout_s)),  # uvicorn's idle timeout
+    }
+    serve.start(http_options=http_options)
     actor_options: dict[str, Any] = {"num_cpus": config.num_cpus_per_replica}
     if config.num_gpus_per_replica:
         actor_options["num_gpus"] = config.num_gpus_per_replica

@@ -65,7 +65,7 @@ class _WorkerSpec:
 
 def _report(fd: int, **message: Any) -> None:
     """Write one JSON line to the parent (a write under 4 KiB to a pipe is never interleaved)."""
-    os.write(fd, (json.dumps(message)[:4000] + "\n").encode())
+    os.write(fd, (json.dumps(message) + "\n").encode())
 
 
 class RetrievalWorker(GunicornWebWorker):  # type: ignore[misc]
@@ -89,17 +89,16 @@ class RetrievalWorker(GunicornWebWorker):  # type: ignore[misc]
             server = RetrievalServer(retriever, spec.config)
             await server.open([listener.sock for listener in self.sockets])
         except Exception as exc:  # reported to the parent, which gives the user the message
-            _report(spec.report_fd, error=f"{type(exc).__name__}: {exc}")
+            _report(spec.report_fd, error=f"{type(exc).__name__}: {exc}"[:2000])
             self.exit_code = Arbiter.WORKER_BOOT_ERROR  # gunicorn stops instead of retrying
             return
         finally:
             beating.cancel()
         self.booted = True
         _report(spec.report_fd, ready=os.getpid(), backend=server.backend, num_docs=server.service.num_docs())
-        pid = os.getpid()
         while self.alive:
             self.notify()
-            if pid == os.getpid() and self.ppid != os.getppid():
+            if self.ppid != os.getppid():  # the parent died: no stale worker keeps the port
                 self.alive = False
                 self.log.info("Parent changed, shutting down: %s", self)
             else:
