@@ -80,6 +80,11 @@ def server_hardening(report: dict[str, Any]) -> str:
             f"| {phase['phase']} | {_what(phase)} | {probe['answered_200']} / {probe['probes']} | "
             f"{probe['within_1s']} | {_ms(probe['p50_ms'])} | {_ms(probe['max_ms'])} |"
         )
+    machine = report["machine"]
+    rows += [
+        "",
+        f"{report['server']}; {machine['cores']} cores, load average {machine['load_average'][0]:.1f} at the end.",
+    ]
     return "\n".join(rows)
 
 
