@@ -1,0 +1,265 @@
+"""Every runnable code block of README.md and docs/*.md runs as written.
+
+Each page gets a fresh copy of the checkout's tracked files in a temporary folder, with
+``../shared`` beside it (as on a reader's machine), and its ```python, ```bash, ```sh and
+```console blocks run there in order, so a later block may use an earlier block's output.
+``.venv/bin/`` in the copy holds the commands of the environment running the tests, so
+``.venv/bin/searchgym`` works as written. The line directly before a block may say:
+
+- ``<!-- docs-test: skip REASON -->``: not run (installs, GPU launches, hour-long runs);
+- ``<!-- docs-test: dry-run -->``: run with ``--dry-run`` added to each ``searchgym train``
+  command and ``DRY_RUN=1`` set (the recipes' dry-run mode).
+
+Output blocks (```text and unlabelled ones) are never run. A page's commands must leave
+no file in the checkout that ``.gitignore`` does not cover, and change no tracked file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
+RUNNABLE = {"python", "bash", "sh", "console"}
+MARKER = re.compile(r"<!--\s*docs-test:\s*(skip|dry-run)\b\s*(.*?)\s*-->")
+FENCE = re.compile(r"^(`{3,})\s*([\w+-]*)")
+BLOCK_TIMEOUT_S = 600
+COMMANDS = ("python", "python3", "searchgym", "pytest")  # never pip: a block must not install
+# Files a page's blocks write that must equal a committed file (the output the page shows).
+SAME_AS_COMMITTED = {
+    "README.md": [("runs/quickstart/results.json", "studies/frugal/quickstart/results.json")],
+}
+
+
+@dataclass(frozen=True)
+class Block:
+    page: str
+    line: int  # of the opening fence, 1-based
+    language: str
+    code: str
+    mode: str  # "run", "skip" or "dry-run"
+    reason: str = ""
+
+    def where(self) -> str:
+        return f"{self.page}:{self.line} ({self.language} block)"
+
+
+def collect(text: str, page: str) -> list[Block]:
+    """The fenced blocks of a Markdown page, with the docs-test marker before each."""
+    blocks: list[Block] = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        fence = FENCE.match(lines[i])
+        if not fence:
+            i += 1
+            continue
+        start, ticks, language = i, fence.group(1), fence.group(2).lower()
+        i += 1
+        body = []
+        while i < len(lines) and not lines[i].startswith(ticks):
+            body.append(lines[i])
+            i += 1
+        i += 1
+        before = next((lines[j] for j in range(start - 1, -1, -1) if lines[j].strip()), "")
+        marker = MARKER.search(before)
+        mode, reason = (marker.group(1), marker.group(2)) if marker else ("run", "")
+        if mode == "skip" and not reason:
+            raise ValueError(f"{page}:{start + 1}: a docs-test skip marker needs a reason")
+        blocks.append(Block(page, start + 1, language, "\n".join(body) + "\n", mode, reason))
+    return blocks
+
+
+def _logical_lines(code: str) -> list[str]:
+    out: list[str] = []
+    for line in code.splitlines():
+        if out and out[-1].endswith("\\"):
+            out[-1] = out[-1][:-1].rstrip() + " " + line.strip()
+        else:
+            out.append(line)
+    return out
+
+
+def as_dry_run(code: str) -> str:
+    """The block with ``--dry-run`` added to each ``searchgym train`` command."""
+    lines = []
+    for line in _logical_lines(code):
+        if "searchgym train" in line and "--dry-run" not in line:
+            command, hash_, comment = line.partition("  #")
+            line = command.rstrip() + " --dry-run" + (f"  #{comment}" if hash_ else "")
+        lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+def script(block: Block) -> str:
+    """The shell or Python source that runs the block."""
+    code = block.code
+    if block.language == "console":
+        code = "\n".join(line[2:] for line in code.splitlines() if line.startswith("$ ")) + "\n"
+    if block.mode == "dry-run":
+        code = as_dry_run(code)
+    return code
+
+
+def _checkout(tmp: Path) -> Path:
+    """A plain copy of the tracked files at ``tmp/searchgym`` with ``tmp/shared`` beside it."""
+    tracked = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True
+    ).stdout.decode()
+    copy = tmp / "searchgym"
+    for name in filter(None, tracked.split("\0")):
+        source = ROOT / name
+        if source.is_file():
+            (copy / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, copy / name)
+    (tmp / "shared").symlink_to(SHARED, target_is_directory=True)
+    bin_dir = copy / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    here = Path(sys.executable).parent
+    for name in COMMANDS:
+        target = sys.executable if name.startswith("python") else here / name
+        wrapper = bin_dir / name
+        wrapper.write_text(f'#!/bin/sh\nexec "{target}" "$@"\n')
+        wrapper.chmod(0o755)
+    return copy
+
+
+def _digests(folder: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in folder.rglob("*")
+        if p.is_file() and ".venv" not in p.relative_to(folder).parts
+    }
+
+
+def _not_ignored(paths: list[str]) -> list[str]:
+    """The paths (relative to the checkout) that the checkout's .gitignore does not cover."""
+    if not paths:
+        return []
+    ignored = subprocess.run(
+        ["git", "check-ignore", "--no-index", "--stdin"],
+        cwd=ROOT,
+        input="\n".join(paths) + "\n",
+        capture_output=True,
+        text=True,
+    ).stdout.split("\n")
+    return sorted(set(paths) - set(ignored))
+
+
+def _run(block: Block, copy: Path, env: dict[str, str]) -> None:
+    code = script(block)
+    if block.language == "python":
+        command = [sys.executable, "-c", code]
+    else:
+        command = ["bash", "-e", "-o", "pipefail", "-c", code]
+    if block.mode == "dry-run":
+        env = {**env, "DRY_RUN": "1"}
+    try:
+        done = subprocess.run(
+            command, cwd=copy, env=env, capture_output=True, text=True, timeout=BLOCK_TIMEOUT_S
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{block.where()} ran past {BLOCK_TIMEOUT_S} s:\n{code}")
+    if done.returncode != 0:
+        pytest.fail(
+            f"{block.where()} exited {done.returncode}:\n{code}\n"
+            f"--- stdout (last 3000 chars) ---\n{done.stdout[-3000:]}\n"
+            f"--- stderr (last 3000 chars) ---\n{done.stderr[-3000:]}"
+        )
+
+
+# -- the collector itself --------------------------------------------------------------------
+
+
+def test_collect_reads_languages_markers_and_lines():
+    page = "\n".join(
+        [
+            "# Title",  # 1
+            "```bash",  # 2
+            "echo run",
+            "```",
+            "<!-- docs-test: skip installs packages -->",  # 5
+            "```bash",  # 6
+            "pip install x",
+            "```",
+            "<!-- docs-test: dry-run -->",
+            "",
+            "```sh",  # 11
+            "searchgym train --config c.yaml \\",
+            "  --backend openrlhf  # launch",
+            "```",
+            "```text",  # 15
+            "output",
+            "```",
+        ]
+    )
+    blocks = collect(page, "page.md")
+    assert [(b.line, b.language, b.mode) for b in blocks] == [
+        (2, "bash", "run"),
+        (6, "bash", "skip"),
+        (11, "sh", "dry-run"),
+        (15, "text", "run"),
+    ]
+    assert blocks[1].reason == "installs packages"
+    assert script(blocks[2]) == "searchgym train --config c.yaml --backend openrlhf --dry-run  # launch\n"
+    with pytest.raises(ValueError, match="page.md:2: .* needs a reason"):
+        collect("<!-- docs-test: skip -->\n```bash\nls\n```\n", "page.md")
+
+
+def test_every_page_has_blocks_to_run():
+    runnable = [b for p in PAGES for b in collect(p.read_text(), p.name) if b.language in RUNNABLE]
+    assert sum(b.mode != "skip" for b in runnable) >= 10, "the docs test would run almost nothing"
+
+
+# -- the pages -------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
+def test_page_blocks_run_as_written(page: Path, tmp_path: Path):
+    blocks = [b for b in collect(page.read_text(), str(page.relative_to(ROOT))) if b.language in RUNNABLE]
+    to_run = [b for b in blocks if b.mode != "skip"]
+    if not to_run:
+        pytest.skip(f"{page.name}: no block to run")
+    if not (SHARED / "data").is_dir():
+        pytest.skip(f"the docs' examples read ../shared/data beside the checkout; {SHARED} is absent")
+    copy = _checkout(tmp_path)
+    before = _digests(copy)
+    env = {
+        **os.environ,
+        "PATH": f"{copy / '.venv' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+    }
+    for block in to_run:
+        _run(block, copy, env)
+    after = _digests(copy)
+    changed = sorted(name for name in before if after.get(name) != before[name])
+    assert not changed, f"{page.name}'s blocks changed tracked files: {changed}"
+    left = _not_ignored(sorted(set(after) - set(before)))
+    assert not left, f"{page.name}'s blocks left files that .gitignore does not cover: {left[:20]}"
+    for written, committed in SAME_AS_COMMITTED.get(str(page.relative_to(ROOT)), []):
+        assert (copy / written).read_text() == (ROOT / committed).read_text(), (
+            f"{page.name}: {written} differs from the committed {committed}, whose table the page shows"
+        )
+
+
+def test_readme_quick_start_table_is_the_committed_one():
+    """The README shows the quick start's printed table as generated from the committed results."""
+    import json
+
+    sys.path.insert(0, str(ROOT / "studies" / "frugal"))
+    from report import render_summary
+
+    results = json.loads((ROOT / "studies" / "frugal" / "quickstart" / "results.json").read_text())
+    readme = ROOT.joinpath("README.md").read_text()
+    assert render_summary(results) in readme
