@@ -20,6 +20,7 @@ import hashlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -164,17 +165,30 @@ def _run(block: Block, copy: Path, env: dict[str, str]) -> None:
         command = ["bash", "-e", "-o", "pipefail", "-c", code]
     if block.mode == "dry-run":
         env = {**env, "DRY_RUN": "1"}
-    try:
-        done = subprocess.run(
-            command, cwd=copy, env=env, capture_output=True, text=True, timeout=BLOCK_TIMEOUT_S
-        )
-    except subprocess.TimeoutExpired:
+    # Output goes to files, not pipes, and the block runs in its own process group: a server
+    # a block left running is stopped here and cannot hold the test open.
+    with open(copy.parent / "stdout", "w+") as out, open(copy.parent / "stderr", "w+") as err:
+        process = subprocess.Popen(command, cwd=copy, env=env, stdout=out, stderr=err, start_new_session=True)
+        try:
+            returncode = process.wait(timeout=BLOCK_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            returncode = None
+        finally:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            process.wait()
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    if returncode is None:
         pytest.fail(f"{block.where()} ran past {BLOCK_TIMEOUT_S} s:\n{code}")
-    if done.returncode != 0:
+    if returncode != 0:
         pytest.fail(
-            f"{block.where()} exited {done.returncode}:\n{code}\n"
-            f"--- stdout (last 3000 chars) ---\n{done.stdout[-3000:]}\n"
-            f"--- stderr (last 3000 chars) ---\n{done.stderr[-3000:]}"
+            f"{block.where()} exited {returncode}:\n{code}\n"
+            f"--- stdout (last 3000 chars) ---\n{stdout[-3000:]}\n"
+            f"--- stderr (last 3000 chars) ---\n{stderr[-3000:]}"
         )
 
 
