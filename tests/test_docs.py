@@ -8,7 +8,7 @@ Each page gets a fresh copy of the checkout's tracked files in a temporary folde
 
 - ``<!-- docs-test: skip REASON -->``: not run (installs, GPU launches, hour-long runs);
 - ``<!-- docs-test: dry-run -->``: run with ``--dry-run`` added to each ``searchgym train``
-  command and ``DRY_RUN=1`` set (the recipes' dry-run mode).
+  and ``python`` command and ``DRY_RUN=1`` set (the recipes' dry-run mode).
 
 Output blocks (```text and unlabelled ones) are never run. A page's commands must leave
 no file in the checkout that ``.gitignore`` does not cover, and change no tracked file.
@@ -92,10 +92,10 @@ def _logical_lines(code: str) -> list[str]:
 
 
 def as_dry_run(code: str) -> str:
-    """The block with ``--dry-run`` added to each ``searchgym train`` command."""
+    """The block with ``--dry-run`` added to each ``searchgym train`` and ``python`` command."""
     lines = []
     for line in _logical_lines(code):
-        if "searchgym train" in line and "--dry-run" not in line:
+        if re.match(r"\s*(searchgym train|python3? )", line) and "--dry-run" not in line:
             command, hash_, comment = line.partition("  #")
             line = command.rstrip() + " --dry-run" + (f"  #{comment}" if hash_ else "")
         lines.append(line)
