@@ -8,8 +8,11 @@ Each page gets a fresh copy of the checkout's tracked files in a temporary folde
 
 - ``<!-- docs-test: skip REASON -->``: not run (installs, GPU launches, hour-long runs);
 - ``<!-- docs-test: dry-run -->``: run with ``--dry-run`` added to each ``searchgym train``
-  and ``python`` command and ``DRY_RUN=1`` set (the recipes' dry-run mode).
+  and ``python`` command and ``DRY_RUN=1`` set (the recipes' dry-run mode);
+- ``<!-- docs-test: output -->`` (before a ```text block): the output the page shows; each of
+  its lines must be a line of what the last block run before it printed.
 
+A Python block whose last line is ``print(...)  # TEXT`` must print TEXT as its last line.
 Output blocks (```text and unlabelled ones) are never run. A page's commands must leave
 no file in the checkout that ``.gitignore`` does not cover, and change no tracked file.
 """
@@ -32,7 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
 RUNNABLE = {"python", "bash", "sh", "console"}
-MARKER = re.compile(r"<!--\s*docs-test:\s*(skip|dry-run)\b\s*(.*?)\s*-->")
+MARKER = re.compile(r"<!--\s*docs-test:\s*(skip|dry-run|output)\b\s*(.*?)\s*-->")
+PRINTED = re.compile(r"^print\(.*\)\s+#\s*(.+)$")
 FENCE = re.compile(r"^(`{3,})\s*([\w+-]*)")
 BLOCK_TIMEOUT_S = 600
 COMMANDS = ("python", "python3", "searchgym", "pytest")  # never pip: a block must not install
@@ -157,7 +161,7 @@ def _not_ignored(paths: list[str]) -> list[str]:
     return sorted(set(paths) - set(ignored))
 
 
-def _run(block: Block, copy: Path, env: dict[str, str]) -> None:
+def _run(block: Block, copy: Path, env: dict[str, str]) -> str:
     code = script(block)
     if block.language == "python":
         command = [sys.executable, "-c", code]
@@ -190,6 +194,46 @@ def _run(block: Block, copy: Path, env: dict[str, str]) -> None:
             f"--- stdout (last 3000 chars) ---\n{stdout[-3000:]}\n"
             f"--- stderr (last 3000 chars) ---\n{stderr[-3000:]}"
         )
+    return stdout
+
+
+def check_output(block: Block, stdout: str) -> None:
+    """The block's promised output: a ``print(...)  # TEXT`` last line, or a following output block."""
+    printed = stdout.strip().splitlines()
+    last = PRINTED.match(block.code.strip().splitlines()[-1]) if block.language == "python" else None
+    if last and (not printed or printed[-1].strip() != last.group(1).strip()):
+        pytest.fail(f"{block.where()} promises {last.group(1)!r}, printed {printed[-1:]!r}")
+
+
+def _table(text: str) -> list[dict[str, str]]:
+    """The rows of the first Markdown table in ``text``, as {column: cell}."""
+    lines = [line for line in text.splitlines() if line.startswith("|")]
+    header = [cell.strip() for cell in lines[0].strip("|").split("|")]
+    return [
+        dict(zip(header, (c.strip() for c in line.strip("|").split("|")), strict=True)) for line in lines[2:]
+    ]
+
+
+def check_eval_table(page_text: str, block: Block, stdout: str) -> None:
+    """A Markdown table right after an eval block holds the printed rows (split ``all``), column by column."""
+    after = page_text.split(block.code, 1)[1].split("```", 1)[0]
+    if "| Policy |" not in after:
+        return
+    printed = {row["Policy"]: row for row in _table(stdout) if row.get("Split", "all") == "all"}
+    for row in _table(after[after.index("| Policy |") :]):
+        got = printed.get(row["Policy"])
+        assert got is not None, f"{block.where()}: no printed row for {row['Policy']}"
+        differ = {k: (v, got[k]) for k, v in row.items() if got[k] != v}
+        assert not differ, (
+            f"{block.where()}: the page's {row['Policy']} row differs from the output: {differ}"
+        )
+
+
+def check_shown_output(shown: Block, ran: Block, stdout: str) -> None:
+    lines = {line.rstrip() for line in stdout.splitlines()}
+    missing = [line for line in shown.code.splitlines() if line.strip() and line.rstrip() not in lines]
+    if missing:
+        pytest.fail(f"{shown.where()} shows lines that {ran.where()} did not print: {missing[:5]}")
 
 
 # -- the collector itself --------------------------------------------------------------------
@@ -226,6 +270,15 @@ def test_collect_reads_languages_markers_and_lines():
     ]
     assert blocks[1].reason == "installs packages"
     assert script(blocks[2]) == "searchgym train --config c.yaml --backend openrlhf --dry-run  # launch\n"
+    shown = collect("<!-- docs-test: output -->\n```text\n| a |\n```\n", "page.md")[0]
+    assert shown.mode == "output"
+    check_shown_output(shown, blocks[0], "x\n| a |\n")
+    with pytest.raises(pytest.fail.Exception, match="did not print"):
+        check_shown_output(shown, blocks[0], "| b |\n")
+    promise = Block("page.md", 1, "python", "x = 1\nprint(x)  # 1\n", "run")
+    check_output(promise, "noise\n1\n")
+    with pytest.raises(pytest.fail.Exception, match="promises '1', printed \\['0.0'\\]"):
+        check_output(promise, "0.0\n")
     with pytest.raises(ValueError, match="page.md:2: .* needs a reason"):
         collect("<!-- docs-test: skip -->\n```bash\nls\n```\n", "page.md")
 
@@ -241,8 +294,8 @@ def test_every_page_has_blocks_to_run():
 @pytest.mark.slow
 @pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
 def test_page_blocks_run_as_written(page: Path, tmp_path: Path):
-    blocks = [b for b in collect(page.read_text(), str(page.relative_to(ROOT))) if b.language in RUNNABLE]
-    to_run = [b for b in blocks if b.mode != "skip"]
+    blocks = collect(page.read_text(), str(page.relative_to(ROOT)))
+    to_run = [b for b in blocks if b.language in RUNNABLE and b.mode != "skip"]
     if not to_run:
         pytest.skip(f"{page.name}: no block to run")
     if not (SHARED / "data").is_dir():
@@ -254,8 +307,17 @@ def test_page_blocks_run_as_written(page: Path, tmp_path: Path):
         "PATH": f"{copy / '.venv' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
     }
-    for block in to_run:
-        _run(block, copy, env)
+    last: tuple[Block, str] | None = None
+    for block in blocks:
+        if block.mode == "output":
+            assert last is not None, f"{block.where()}: an output block needs a block run before it"
+            check_shown_output(block, *last)
+        elif block in to_run:
+            stdout = _run(block, copy, env)
+            check_output(block, stdout)
+            if block.code.startswith("searchgym eval"):
+                check_eval_table(page.read_text(), block, stdout)
+            last = (block, stdout)
     after = _digests(copy)
     changed = sorted(name for name in before if after.get(name) != before[name])
     assert not changed, f"{page.name}'s blocks changed tracked files: {changed}"
@@ -277,3 +339,15 @@ def test_readme_quick_start_table_is_the_committed_one():
     results = json.loads((ROOT / "studies" / "frugal" / "quickstart" / "results.json").read_text())
     readme = ROOT.joinpath("README.md").read_text()
     assert render_summary(results) in readme
+
+
+def test_eval_table_check_compares_the_all_rows():
+    block = Block("page.md", 1, "bash", "searchgym eval --episodes 3\n", "run")
+    printed = (
+        "| Policy | Split | N | EM | Reward | Time (s) |\n|---|---|---|---|---|---|\n"
+        "| direct | all | 3 | 33.33 | 0.33 | 0.01 |\n| direct | known | 1 | 100.00 | 1.00 |  |\n"
+    )
+    page = "```bash\nsearchgym eval --episodes 3\n```\n\n| Policy | N | EM |\n|---|---|---|\n| direct | 3 | {} |\n"
+    check_eval_table(page.format("33.33"), block, printed)
+    with pytest.raises(AssertionError, match="direct row differs"):
+        check_eval_table(page.format("100.00"), block, printed)
