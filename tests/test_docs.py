@@ -216,7 +216,7 @@ def _table(text: str) -> list[dict[str, str]]:
 
 def check_eval_table(page_text: str, block: Block, stdout: str) -> None:
     """A Markdown table right after an eval block holds the printed rows (split ``all``), column by column."""
-    after = page_text.split(block.code, 1)[1].split("```", 1)[0]
+    after = page_text.split(block.code, 1)[1].split("```", 2)[1]  # past the block's closing fence
     if "| Policy |" not in after:
         return
     printed = {row["Policy"]: row for row in _table(stdout) if row.get("Split", "all") == "all"}
