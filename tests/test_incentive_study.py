@@ -234,3 +234,26 @@ def test_curve_is_recorded_only_when_asked(study):
         assert 0 <= point["sr_known"] <= 100 and 0 <= point["sr_unknown"] <= 100
     # the curve only observes: the trained policy is the same as without it
     assert run["policy"] == run_one(small, "otc", 0)["policy"]
+
+
+def test_the_study_runs_without_torch():
+    """The quick start installs searchgym[study] only: the study must not import torch."""
+    import subprocess
+
+    code = f"""
+import sys
+class NoTorch:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("torch", "transformers"):
+            raise ImportError("torch is not installed")
+sys.meta_path.insert(0, NoTorch())
+sys.path.insert(0, {str(FOLDER)!r})
+from incentive import load_study, run_one
+study = load_study({str(FOLDER / "quickstart.yaml")!r})
+small = {{**study, "train": {{**study["train"], "steps": 2, "curve_every": 1}}, "eval": {{"samples": 1}}}}
+print(len(run_one(small, "light_search", 0)["curve"]))
+from searchgym.trainers.grpo import group_advantages  # the package itself loads lazily
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "2"
