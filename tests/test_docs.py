@@ -351,3 +351,34 @@ def test_eval_table_check_compares_the_all_rows():
     check_eval_table(page.format("33.33"), block, printed)
     with pytest.raises(AssertionError, match="direct row differs"):
         check_eval_table(page.format("100.00"), block, printed)
+
+
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a Markdown heading."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def _anchors(page: Path) -> set[str]:
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+    return {_slug(line.lstrip("#")) for line in text.splitlines() if line.startswith("#")}
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
+def test_links_point_at_files_and_headings_that_exist(page: Path):
+    broken = []
+    for target in LINK.findall(re.sub(r"```.*?```", "", page.read_text(), flags=re.S)):
+        if re.match(r"[a-z]+:", target):
+            continue  # http(s), mailto
+        path, _, anchor = target.partition("#")
+        file = (page.parent / path).resolve() if path else page
+        if not file.exists():
+            broken.append(
+                f"{target} (no file {file.relative_to(ROOT) if file.is_relative_to(ROOT) else file})"
+            )
+        elif anchor and file.suffix == ".md" and anchor not in _anchors(file):
+            broken.append(f"{target} (no heading #{anchor} in {file.name})")
+    assert not broken, f"{page.relative_to(ROOT)}: broken links: {broken}"
