@@ -57,6 +57,8 @@ setup(
         # pip install --no-deps openrlhf==0.11.2 ; on GPU: pip install 'openrlhf[vllm]==0.11.2'
         # transformers is OpenRLHF 0.11.2's pin, so the CPU tests render and decode as a GPU run does.
         "openrlhf": ["transformers==5.15.0", "pylatexenc", "sympy", "aiohttp>=3.9", "pyarrow>=12"],
+        # the incentive study and the quick start: its confidence intervals and plots
+        "study": ["scipy>=1.10", "matplotlib>=3.7"],
         "serve": ["aiohttp>=3.9", "gunicorn>=27"],
         "group": ["pettingzoo>=1.24"],
         "ray": ["ray[serve]>=2.9"],

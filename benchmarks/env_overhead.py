@@ -136,6 +136,7 @@ def render(results: list[dict]) -> str:
         'per-run figures are in the result files. Rows not labelled "this code" measure older code',
         "on the same machine for comparison (see the notes under the table).",
         "",
+        "<!-- docs-test: skip rewrites the committed result file and this page (about a minute) -->",
         "```bash",
         COMMAND,
         "python benchmarks/env_overhead.py --render benchmarks/results/env_overhead.json "

@@ -19,7 +19,7 @@ per measurement (``"check"`` names it; a part that cannot run here says why in
   is installed.
 
 Qwen shapes run on CUDA only unless ``--cpu-sizes`` names them (they take minutes a step
-on a CPU). ``docs/gpu.md`` is generated from the committed result files by
+on a CPU). ``docs/openrlhf.md``'s step times are generated from the committed result files by
 ``benchmarks/gpu_doc.py``.
 """
 

@@ -1,10 +1,10 @@
-"""Write the GPU check's tables in ``docs/gpu.md`` from the committed result files.
+"""Write the GPU check's tables in ``docs/openrlhf.md`` from the committed result files.
 
     python benchmarks/gpu_doc.py [--check]
 
 Reads every ``benchmarks/results/gpu_check_*.jsonl`` (lines of ``benchmarks/gpu_check.py``;
 a ``source`` field attributes figures measured elsewhere) and replaces the text between
-the ``gpu_check`` markers of ``docs/gpu.md``; the rest of the page is left as it is.
+the ``gpu_check`` markers of ``docs/openrlhf.md``; the rest of the page is left as it is.
 ``--check`` exits 1 when the page is not what the result files give.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
-PAGE = REPO / "docs" / "gpu.md"
+PAGE = REPO / "docs" / "openrlhf.md"
 BEGIN, END = "<!-- gpu_check:begin (benchmarks/gpu_doc.py writes this part) -->", "<!-- gpu_check:end -->"
 COMMAND = "python benchmarks/gpu_check.py --out benchmarks/results/gpu_check_<card>.jsonl && python benchmarks/gpu_doc.py"
 
@@ -49,7 +49,7 @@ def _section(path: Path) -> list[str]:
         f"CPU only ({machine.get('cpus')} cores, {machine.get('torch_threads')} torch threads, "
         f"load average {machine.get('load_average_1m')} at the start)"
     )
-    title = f"### {where}" + (f": {source}" if source else "")
+    title = f"#### {where}" + (f": {source}" if source else "")
     lines = [title, "", f"From `benchmarks/results/{path.name}`."]
     trained = [r for r in records if r["check"] == "builtin_trainer" and "step_s" in r]
     if trained:
@@ -81,8 +81,6 @@ def render() -> str:
     body = [
         BEGIN,
         "",
-        "## The GPU check",
-        "",
         f"Reproduce on your machine (offline, a few minutes): `{COMMAND}`.",
     ]
     for path in sorted(RESULTS.glob("gpu_check_*.jsonl")):
@@ -94,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--check", action="store_true", help="exit 1 when docs/gpu.md is out of date")
+    parser.add_argument("--check", action="store_true", help="exit 1 when docs/openrlhf.md is out of date")
     args = parser.parse_args(argv)
     text = PAGE.read_text(encoding="utf-8") if PAGE.exists() else "# The GPU path\n\n"
     section = render()

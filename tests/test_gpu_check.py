@@ -62,7 +62,7 @@ def test_docs_gpu_page_matches_the_committed_results():
         [sys.executable, str(ROOT / "benchmarks" / "gpu_doc.py"), "--check"], capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr
-    page = (ROOT / "docs" / "gpu.md").read_text()
+    page = (ROOT / "docs" / "openrlhf.md").read_text()
     assert (
         "by issue 33's author, JAX fix applied by hand" in page
         and "| qwen2.5-3b | cuda | bfloat16 | 13.4 |" in page

@@ -16,7 +16,7 @@ sys.path.insert(0, str(FOLDER))
 
 from agent import DecisionPolicy, Recollector, SkillAgent, Skills  # noqa: E402
 from incentive import load_study, mean_ci, run_one  # noqa: E402
-from report import render_findings_block, render_markdown  # noqa: E402
+from report import render_findings_block, render_markdown, render_summary  # noqa: E402
 
 from searchgym.envs.synthetic_env import SyntheticFactsEnv  # noqa: E402
 
@@ -198,3 +198,62 @@ def test_searchgym_study_names_a_missing_runner(tmp_path):
     config.write_text("runner: nowhere.py\narms: {f1: {}}\n")
     with pytest.raises(SystemExit, match="nowhere.py"):
         main(["study", "--config", str(config)])
+
+
+# -- the quick start (studies/frugal/quickstart.yaml, README's first command) ----------------
+
+QUICKSTART = FOLDER / "quickstart"
+
+
+def test_quickstart_committed_tables_match_its_json():
+    results = json.loads((QUICKSTART / "results.json").read_text())
+    assert (QUICKSTART / "results.md").read_text() == render_markdown(results)
+    assert results["settings"]["config"] == "studies/frugal/quickstart.yaml"
+    assert (QUICKSTART / "learning.png").is_file()
+    quick = load_study(FOLDER / "quickstart.yaml")
+    assert list(results["arms"]) == list(quick["arms"])
+    assert all(len(arm["seeds"][0]["curve"]) == 200 // 10 for arm in results["arms"].values())
+
+
+def test_summary_table_is_the_greedy_means():
+    results = json.loads((QUICKSTART / "results.json").read_text())
+    lines = render_summary(results).splitlines()
+    f1 = results["arms"]["f1"]["mean"]
+    row = f"| f1 | {f1['em']:.1f} | {f1['st']:.2f} | {f1['sr_known']:.1f} | {f1['sr_unknown']:.1f} |"
+    assert row in lines and len([line for line in lines if line.startswith("| ")]) == 1 + len(results["arms"])
+
+
+def test_curve_is_recorded_only_when_asked(study):
+    small = {**study, "train": {**study["train"], "steps": 6}, "eval": {"samples": 1}}
+    assert "curve" not in run_one(small, "otc", 0)  # the full study's results stay as committed
+    curved = {**small, "train": {**small["train"], "curve_every": 3}}
+    run = run_one(curved, "otc", 0)
+    assert [point["step"] for point in run["curve"]] == [3, 6]
+    for point in run["curve"]:
+        assert set(point) == {"step", "sr_known", "sr_unknown"}
+        assert 0 <= point["sr_known"] <= 100 and 0 <= point["sr_unknown"] <= 100
+    # the curve only observes: the trained policy is the same as without it
+    assert run["policy"] == run_one(small, "otc", 0)["policy"]
+
+
+def test_the_study_runs_without_torch():
+    """The quick start installs searchgym[study] only: the study must not import torch."""
+    import subprocess
+
+    code = f"""
+import sys
+class NoTorch:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("torch", "transformers"):
+            raise ImportError("torch is not installed")
+sys.meta_path.insert(0, NoTorch())
+sys.path.insert(0, {str(FOLDER)!r})
+from incentive import load_study, run_one
+study = load_study({str(FOLDER / "quickstart.yaml")!r})
+small = {{**study, "train": {{**study["train"], "steps": 2, "curve_every": 1}}, "eval": {{"samples": 1}}}}
+print(len(run_one(small, "light_search", 0)["curve"]))
+from searchgym.trainers.grpo import group_advantages  # the package itself loads lazily
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "2"

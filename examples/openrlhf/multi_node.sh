@@ -11,8 +11,8 @@
 # What must hold across nodes:
 #   - the same Python environment (searchgym, openrlhf 0.11.2, vllm) on every node;
 #   - the retrieval server on an address the other nodes reach (not 127.0.0.1);
-#   - the run's stores (runs/…/memory, min_tool_calls.jsonl) and the checkpoint folder on a file
-#     system every node shares (NFS, Lustre): the agents on every node append to the stores.
+#   - the checkpoint folder on a file system every node shares (NFS, Lustre); the run's stores
+#     (memory, min_tool_calls.jsonl) live in a Ray actor on the head node (docs/openrlhf.md).
 set -euo pipefail
 ROLE=${ROLE:-submit}
 HEAD=${HEAD:-$(hostname -I 2>/dev/null | awk '{print $1}')}

@@ -44,7 +44,7 @@ DATA="$DATA" DRY_RUN="${DRY_RUN:-}" bash "$(dirname "$0")/prepare_data.sh"
 #    arithmetic, refuses a store an earlier run wrote, and starts Ray with the worker hook that
 #    runs the memory and TSAS in the trainer. A checkpoint every 20 steps (with a snapshot of
 #    the memory and minimum tool-call stores); after a crash, run the same command again to
-#    resume. Set WANDB_API_KEY and openrlhf.logger.wandb.key (see docs/openrlhf_runs.md for what
+#    resume. Set WANDB_API_KEY and openrlhf.logger.wandb.key (see docs/openrlhf.md for what
 #    the first hour shows).
 searchgym train --backend openrlhf --config "$CONFIG" ${DRY_RUN:+--dry-run}   # --dry-run: check, print
 

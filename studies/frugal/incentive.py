@@ -63,6 +63,7 @@ def load_study(path: str | Path) -> dict[str, Any]:
     if not isinstance(study, dict) or "arms" not in study:
         raise ValueError(f"{path}: a study file needs an 'arms' mapping.")
     study["_dir"] = str(path.resolve().parent)
+    study["_config"] = f"studies/frugal/{path.name}"  # as the reproduce line names it
     return study
 
 
@@ -181,6 +182,9 @@ def run_one(study: dict[str, Any], arm_name: str, seed: int, skills: Skills | No
     agent = SkillAgent(env, Recollector(env.unwrapped.world, skills, rng, greedy=False, seed=seed), rng)
     policy = DecisionPolicy()
     n_questions = len(env.unwrapped.questions)
+    every = int(train.get("curve_every") or 0)
+    curve: list[dict[str, float]] = []
+    window: list[dict[str, Any]] = []
     for step in range(int(train["steps"])):
         samples = []
         for index in rng.sample(range(n_questions), int(train["questions_per_step"])):
@@ -194,7 +198,11 @@ def run_one(study: dict[str, Any], arm_name: str, seed: int, skills: Skills | No
                 decisions, _advantages(arm, train, step, group), strict=True
             ):
                 samples.append((state, action, advantage))
+            window += group
         policy.update(samples, float(train["lr"]))
+        if every and (step + 1) % every == 0:
+            curve.append({"step": step + 1, **_training_rates(window)})
+            window = []
     greedy = evaluate(study, arm, seed, skills, policy, greedy=True)
     sampled = evaluate(study, arm, seed, skills, policy, greedy=False)
     stage = None
@@ -207,7 +215,14 @@ def run_one(study: dict[str, Any], arm_name: str, seed: int, skills: Skills | No
         "sampled": {k: round(v, 6) for k, v in sampled.items()},
         "policy": policy.table(),
         **({"final_tsas_stage": stage} if stage is not None else {}),
+        **({"curve": curve} if every else {}),
     }
+
+
+def _training_rates(episodes: list[dict[str, Any]]) -> dict[str, float]:
+    """The share (%) of known and of unknown questions searched in a window of training rollouts."""
+    figures = _figures(episodes)
+    return {key: round(figures[key], 6) for key in ("sr_known", "sr_unknown")}
 
 
 # -- aggregation and targets -----------------------------------------------------------------
@@ -281,7 +296,7 @@ def check_targets(arms: dict[str, Any], targets: dict[str, Any]) -> list[dict[st
              "ci95": round(half, 2), "met": bool(met)}
         )  # fmt: skip
 
-    if "f1" not in arms:
+    if "f1" not in arms or not targets:
         return rows
     f1 = arms["f1"]["seeds"]
     for mode in ("greedy", "sampled"):
@@ -360,8 +375,9 @@ def run_study(
     aggregated = aggregate(main)
     results: dict[str, Any] = {
         "arms": aggregated,
-        "targets": check_targets(aggregated, study["targets"]),
+        "targets": check_targets(aggregated, study.get("targets") or {}),
         "settings": {
+            "config": study["_config"],
             "skills": skills.to_dict(),
             "train": study["train"],
             "world": study["world"],
@@ -389,7 +405,7 @@ def run(
     """Entry point of ``searchgym study`` for this folder: run, then write the report files."""
     import json
 
-    from report import update_findings, write_report
+    from report import render_summary, update_findings, write_report
 
     study = load_study(config)
     out = Path(output_dir or Path(study["_dir"]) / study.get("output_dir", "results"))
@@ -399,14 +415,13 @@ def run(
     text = json.dumps(results, indent=1) + "\n"
     (out / "results.json").write_text(text)
     write_report(json.loads(text), out)  # from the file's content, as a reader regenerates it
-    page = Path(study["_dir"]) / "README.md"
-    if (
-        out.resolve() == (Path(study["_dir"]) / study.get("output_dir", "results")).resolve()
-        and page.is_file()
-    ):
-        update_findings(json.loads(text), page)  # the committed results: the findings page quotes them
-    print((out / "results.md").read_text())
-    print(f"{len(results['arms'])} arms in {wall:.0f} s; results in {out}", file=sys.stderr)
+    findings = study.get("findings")  # the page that quotes the committed results
+    if findings and out.resolve() == (Path(study["_dir"]) / study.get("output_dir", "results")).resolve():
+        update_findings(json.loads(text), Path(study["_dir"]) / findings)
+    print(render_summary(json.loads(text)))
+    print(
+        f"{len(results['arms'])} arms in {wall:.0f} s; every table in {out / 'results.md'}", file=sys.stderr
+    )
     return 0
 
 

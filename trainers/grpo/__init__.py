@@ -22,16 +22,23 @@ Modules, by subject:
 ``trainer``       :class:`GRPOTrainer`, the loop
 ================  ====================================================================
 
-Importing this package imports torch and transformers.
+Submodules load on first use: ``advantages`` needs neither torch nor transformers (the
+incentive study uses it on a bare install); every other module imports torch.
 """
 
-from .advantages import GroupFigures, dr_grpo, group_advantages, group_norm, tsas
-from .checkpoint import TrainerState, latest_checkpoint, list_checkpoints
-from .generation import Sampled, SamplingSettings, sample_actions
-from .loss import clipped_token_loss, k3_kl, token_logprobs, token_weights
-from .metrics import rollout_metrics
-from .rollout import Episode, RolloutCollector, Segment
-from .trainer import GRPOTrainer, step_seed, train
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .advantages import GroupFigures, dr_grpo, group_advantages, group_norm, tsas
+    from .checkpoint import TrainerState, latest_checkpoint, list_checkpoints
+    from .generation import Sampled, SamplingSettings, sample_actions
+    from .loss import clipped_token_loss, k3_kl, token_logprobs, token_weights
+    from .metrics import rollout_metrics
+    from .rollout import Episode, RolloutCollector, Segment
+    from .trainer import GRPOTrainer, step_seed, train
 
 __all__ = [
     # the trainer
@@ -61,3 +68,36 @@ __all__ = [
     "k3_kl",
     "token_weights",
 ]
+
+_HOME = {
+    "GroupFigures": "advantages",
+    "dr_grpo": "advantages",
+    "group_advantages": "advantages",
+    "group_norm": "advantages",
+    "tsas": "advantages",
+    "TrainerState": "checkpoint",
+    "latest_checkpoint": "checkpoint",
+    "list_checkpoints": "checkpoint",
+    "Sampled": "generation",
+    "SamplingSettings": "generation",
+    "sample_actions": "generation",
+    "clipped_token_loss": "loss",
+    "k3_kl": "loss",
+    "token_logprobs": "loss",
+    "token_weights": "loss",
+    "rollout_metrics": "metrics",
+    "Episode": "rollout",
+    "RolloutCollector": "rollout",
+    "Segment": "rollout",
+    "GRPOTrainer": "trainer",
+    "step_seed": "trainer",
+    "train": "trainer",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import the submodule that defines ``name`` on first use (PEP 562)."""
+    module = _HOME.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{module}", __name__), name)

@@ -1,7 +1,7 @@
 """An OpenRLHF run on a Ray cluster: the store actor, the package and the config on every node.
 
 Called from :func:`~searchgym.trainers.openrlhf.launch.compose` (:func:`cluster_runtime_env`)
-and from the agents (:func:`store_client`). See ``docs/multinode.md``.
+and from the agents (:func:`store_client`). See ``docs/openrlhf.md`` (several nodes).
 
 - **Stores.** By default an OpenRLHF run keeps the experience memory and LightSearcher's
   minimum tool-call store in one Ray actor (:mod:`searchgym.trainers.ray_store`) named
