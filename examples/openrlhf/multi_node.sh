@@ -11,7 +11,7 @@
 # What must hold across nodes:
 #   - the same Python environment (searchgym, openrlhf 0.11.2, vllm) on every node;
 #   - the retrieval server on an address the other nodes reach (not 127.0.0.1);
-#   - the run's stores (runs/…/memory, min_tool_calls.jsonl) and the checkpoint folder on a file
+#   - the run's stores (runs/…/memory, min_tool_calls.sqlite) and the checkpoint folder on a file
 #     system every node shares (NFS, Lustre): the agents on every node append to the stores.
 set -euo pipefail
 ROLE=${ROLE:-submit}
@@ -42,7 +42,7 @@ extends: $REPO/configs/openrlhf/lightsearcher.yaml
 agent:
   env_kwargs:
     retriever: "http://$HEAD:8000"
-    reward_kwargs: {store: runs/lightsearcher-2nodes/min_tool_calls.jsonl}
+    reward_kwargs: {store: runs/lightsearcher-2nodes/min_tool_calls.sqlite}
   memory: {path: runs/lightsearcher-2nodes/memory}
 launch:
   ray_address: "http://$HEAD:8265"
