@@ -106,7 +106,9 @@ def repair_file(file: Path) -> tuple[int, list[tuple[int, str]]]:
     records, bad = read_records(file)
     if bad:
         shutil.copyfile(file, file.with_name(file.name + ".corrupt"))
-        save_records(sorted(records, key=lambda r: r.level), file)  # as HierarchicalExperience.save orders them
+        save_records(
+            sorted(records, key=lambda r: r.level), file
+        )  # as HierarchicalExperience.save orders them
         logger.warning("HiExp store: repaired %s (%d bad lines; original kept as .corrupt)", file, len(bad))
     return len(records), bad
 

@@ -109,7 +109,6 @@ _VALIDATORS: dict[str, Validator] = {
 }
 
 
-
 class MemoryStore:
     """A store folder: one :class:`SqliteLog` per kind (see the module docstring).
 

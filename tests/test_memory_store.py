@@ -64,7 +64,9 @@ def test_min_tool_call_store_lives_beside_the_bank(tmp_path: Path) -> None:
     assert store.log("min_tool_calls").read()[0] == [{"id": "q1", "n": 2}]  # schemaless format
     conn = sqlite3.connect(store.path_of("min_tool_calls"))
     with conn:  # a record that is not a minimum, then one that is
-        conn.executemany("INSERT INTO records (body) VALUES (?)", [('{"id": "q2", "n": -1}',), ('{"id": "q3", "n": 1}',)])
+        conn.executemany(
+            "INSERT INTO records (body) VALUES (?)", [('{"id": "q2", "n": -1}',), ('{"id": "q3", "n": 1}',)]
+        )
     conn.close()
     (report,) = store.repair()  # the same repair as every other file of the store
     assert report.kept == 2 and [n for n, _ in report.dropped] == [2] and not report.problems
@@ -152,7 +154,9 @@ def test_cli_show_history_levels_and_repair(tmp_path: Path, capsys: pytest.Captu
         )
     HierarchicalExperience(
         [
-            ExperienceRecord(level=level, type="strategy", title=title, tags=("a",), description="Do it.", thinking="")
+            ExperienceRecord(
+                level=level, type="strategy", title=title, tags=("a",), description="Do it.", thinking=""
+            )
             for level, title in [(1, "Case title"), (2, "General title")]
         ]
     ).save(tmp_path)
@@ -179,7 +183,9 @@ def test_cli_show_history_levels_and_repair(tmp_path: Path, capsys: pytest.Captu
     assert "Current bank (version 2" in out
     assert "bank.sqlite, record 3: not valid JSON" in out and f"searchgym memory repair {tmp_path}" in out
     assert main(["memory", "repair", str(tmp_path)]) == 0
-    assert "kept 2 records, moved out 1 corrupt ones (kept in its 'rejected' table)" in capsys.readouterr().out
+    assert (
+        "kept 2 records, moved out 1 corrupt ones (kept in its 'rejected' table)" in capsys.readouterr().out
+    )
     assert main(["memory", "show", str(tmp_path)]) == 0
     assert main(["memory", "show", str(tmp_path / "missing")]) == 2
     assert "No memory store" in capsys.readouterr().err
@@ -219,10 +225,16 @@ def test_cli_show_lists_hiexp_levels_through_load(tmp_path: Path, capsys: pytest
 
     # A line the loader refuses (an unknown key) is skipped and named with its line, 4; repair drops exactly it.
     with open(tmp_path / "hiexp_levels.jsonl", "a") as handle:
-        handle.write(json.dumps({"schema": 1, **record(1, "reasoning", "Case C").to_dict(), "note": "x"}) + "\n")
+        handle.write(
+            json.dumps({"schema": 1, **record(1, "reasoning", "Case C").to_dict(), "note": "x"}) + "\n"
+        )
     assert main(["memory", "show", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "hiexp_levels.jsonl, line 4" in out and "unknown ['note']" in out and "HiExp levels (3 records)" in out
+    assert (
+        "hiexp_levels.jsonl, line 4" in out
+        and "unknown ['note']" in out
+        and "HiExp levels (3 records)" in out
+    )
     assert f"searchgym memory repair {tmp_path}" in out
     assert main(["memory", "repair", str(tmp_path)]) == 0
     out = capsys.readouterr().out
@@ -249,7 +261,12 @@ def test_snapshot_and_restore_bring_the_store_back_to_a_step(tmp_path: Path) -> 
         memory.add(_trajectory(f"q{i}"))
         mins.update(f"q{i}", i)
     memory.step()
-    assert MemoryStore(tmp_path).snapshot(1) == {"trajectories": 3, "bank": 0, "updates": 1, "min_tool_calls": 3}
+    assert MemoryStore(tmp_path).snapshot(1) == {
+        "trajectories": 3,
+        "bank": 0,
+        "updates": 1,
+        "min_tool_calls": 3,
+    }
     for i in range(3, 5):  # work after the checkpoint, lost by the crash that follows
         memory.add(_trajectory(f"q{i}"))
         mins.update("q1", 0)

@@ -272,7 +272,7 @@ def test_the_configured_max_new_tokens_caps_every_turn(tiny):
 def test_eval_episodes_stay_out_of_the_memory_and_the_minimum_store(tiny, tmp_path):
     from searchgym.memory import ExperienceMemory
 
-    store, mins = tmp_path / "memory", tmp_path / "mins.jsonl"
+    store, mins = tmp_path / "memory", tmp_path / "mins.sqlite"
     env_kwargs = {"protocol": "tool_call", "reward": "lightsearcher", "reward_kwargs": {"store": str(mins)}}
     config = AgentConfig(ENV_ID, env_kwargs, memory=MemoryConfig(kind="lightsearcher", path=str(store)))
     executor = SearchGymAgentExecutor(

@@ -131,7 +131,9 @@ def test_a_damaged_database_is_rebuilt_from_what_can_be_read(tmp_path: Path) -> 
     assert Path(report.original).read_bytes() == original  # the damaged file is kept as it was
     records = SqliteLog(log.path).read()[0]
     assert 250 <= report.kept == len(records) < 300  # what the bad page held is gone, the rest is back
-    assert all(r["pad"] == "p" * 500 for r in records) and [r["i"] for r in records] == sorted(r["i"] for r in records)
+    assert all(r["pad"] == "p" * 500 for r in records) and [r["i"] for r in records] == sorted(
+        r["i"] for r in records
+    )
     assert raw(log.path, "PRAGMA integrity_check") == [("ok",)]
     assert SqliteLog(log.path).steps() == [3]  # the snapshots come along
 
@@ -269,7 +271,9 @@ def test_an_old_json_lines_file_at_the_path_is_imported_once_and_kept(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = tmp_path / "min_tool_calls.jsonl"  # an old run's minimum file, the path its config still names
-    old = b'{"id": "q1", "n": 3}\n{"id": "q2", "n": 1}\n{"id": "q1", "n": 2}\n{"id": "q3", "n": -1}\n{"id": "q4'
+    old = (
+        b'{"id": "q1", "n": 3}\n{"id": "q2", "n": 1}\n{"id": "q1", "n": 2}\n{"id": "q3", "n": -1}\n{"id": "q4'
+    )
     path.write_bytes(old)
     with caplog.at_level("WARNING", logger="searchgym.memory"):
         store = MinToolCallStore(path)
@@ -295,11 +299,21 @@ def test_an_old_store_folder_is_imported_on_open(tmp_path: Path) -> None:
         for i in range(4)
     ]
     (tmp_path / "trajectories.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
-    update = {"schema": 1, "step": 5, "outcome": "skipped", "reason": "r", "good": 0, "bad": 0, "window": [0, 2]}
+    update = {
+        "schema": 1,
+        "step": 5,
+        "outcome": "skipped",
+        "reason": "r",
+        "good": 0,
+        "bad": 0,
+        "window": [0, 2],
+    }
     (tmp_path / "updates.jsonl").write_text(json.dumps(update) + "\n")
     assert MemoryStore(tmp_path).kinds_present() == ["trajectories", "updates"]
     memory = ExperienceMemory(tmp_path, update_every=5)
     assert len(memory) == 4 and memory.steps == 5 and memory.pool_size == 2
-    assert (tmp_path / "trajectories.jsonl.imported").is_file() and not (tmp_path / "trajectories.jsonl").exists()
+    assert (tmp_path / "trajectories.jsonl.imported").is_file() and not (
+        tmp_path / "trajectories.jsonl"
+    ).exists()
     memory.add(_trajectory("q9"))
     assert len(ExperienceMemory(tmp_path)) == 5

@@ -63,6 +63,7 @@ NAMESPACE = "searchgym"
 
 HEAD_RESOURCE = "node:__internal_head__"
 
+
 @dataclass(frozen=True)
 class StoreSpec:
     """What a store actor owns, and where on its node it keeps it.

@@ -30,7 +30,10 @@ def _readable(path: str) -> tuple[list[tuple[int, str, Any]], list[tuple[Any, ..
             for row in conn.execute("SELECT id, body, key FROM records ORDER BY id"):
                 records[row[0]] = row
         highest = max(records, default=0)
-        for query in ("SELECT MAX(id) FROM records", "SELECT seq FROM sqlite_sequence WHERE name = 'records'"):
+        for query in (
+            "SELECT MAX(id) FROM records",
+            "SELECT seq FROM sqlite_sequence WHERE name = 'records'",
+        ):
             with contextlib.suppress(sqlite3.Error, TypeError):
                 highest = max(highest, int(conn.execute(query).fetchone()[0]))
         for row_id in range(1, highest + 1):  # ids past a damaged page, one by one

@@ -266,7 +266,9 @@ class SqliteLog:
         if key is not None and not isinstance(key, str):
             raise InvalidArgumentError(f"key must be a str or None, got {key!r}.")
         with self.writing(), self._errors("appending"):
-            cursor = self._db().execute("INSERT OR IGNORE INTO records (body, key) VALUES (?, ?)", (text, key))
+            cursor = self._db().execute(
+                "INSERT OR IGNORE INTO records (body, key) VALUES (?, ?)", (text, key)
+            )
             return cursor.rowcount == 1
 
     def append_after(
@@ -320,7 +322,11 @@ class SqliteLog:
             raise InvalidArgumentError(f"since must be a record id >= 0, got {since!r}.")
         validate = self.validate if check else None
         with self._lock, self._errors("reading"):
-            rows = self._db().execute("SELECT id, body FROM records WHERE id > ? ORDER BY id", (since,)).fetchall()
+            rows = (
+                self._db()
+                .execute("SELECT id, body FROM records WHERE id > ? ORDER BY id", (since,))
+                .fetchall()
+            )
         entries: list[tuple[int, dict[str, Any]]] = []
         for row_id, body in rows:
             try:
@@ -446,7 +452,9 @@ class SqliteLog:
             report.problems = problems
             report.original, report.kept = rebuild(self.path)
             self._seen.clear()
-            logger.warning("%s: rebuilt (%s); the original is kept as %s.", self.path, problems[0], report.original)
+            logger.warning(
+                "%s: rebuilt (%s); the original is kept as %s.", self.path, problems[0], report.original
+            )
         with self.writing(), self._errors("repairing"):
             conn = self._db()
             rows = conn.execute("SELECT id, body FROM records ORDER BY id").fetchall()
@@ -459,7 +467,8 @@ class SqliteLog:
                 except ValueError as exc:
                     report.dropped.append((row_id, str(exc)))
                     conn.execute(
-                        "INSERT INTO rejected (id, body, reason, time) VALUES (?, ?, ?, ?)", (row_id, body, str(exc), now)
+                        "INSERT INTO rejected (id, body, reason, time) VALUES (?, ?, ?, ?)",
+                        (row_id, body, str(exc), now),
                     )
                     conn.execute("DELETE FROM records WHERE id = ?", (row_id,))
             if report.dropped:

@@ -26,7 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     show = actions.add_parser("show", help="print the current bank (and HiExp levels) of a store")
     show.add_argument("path", help="the store folder (ExperienceMemory(path=...))")
     show.add_argument("--history", action="store_true", help="print every bank version with its step")
-    repair = actions.add_parser("repair", help="check and repair every store file, keeping every readable record")
+    repair = actions.add_parser(
+        "repair", help="check and repair every store file, keeping every readable record"
+    )
     repair.add_argument("path", help="the store folder")
 
 
@@ -106,7 +108,10 @@ def _print_skipped(store: Any, present: list[str]) -> None:
     from searchgym.memory.hiexp_store import read_records
 
     skipped = [
-        (store.log(k).path, f"record {row}", why) for k in present if k != "hiexp_levels" for row, why in store.log(k).corrupt
+        (store.log(k).path, f"record {row}", why)
+        for k in present
+        if k != "hiexp_levels"
+        for row, why in store.log(k).corrupt
     ]
     if "hiexp_levels" in present:
         file = store.root / "hiexp_levels.jsonl"

@@ -44,6 +44,7 @@ __all__ = [
     "wrap_save_logs_and_checkpoints",
 ]
 
+
 class StoreStateError(SearchGymError):
     """A store does not fit the run: an earlier run's records in a fresh run, or no snapshot to resume from."""
 
