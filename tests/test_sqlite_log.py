@@ -320,3 +320,22 @@ def test_an_old_store_folder_is_imported_on_open(tmp_path: Path) -> None:
     ).exists()
     memory.add(_trajectory("q9"))
     assert len(ExperienceMemory(tmp_path)) == 5
+
+
+def test_the_stores_page_table_is_the_one_generated_from_the_committed_results() -> None:
+    import importlib.util
+
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location(
+        "store_backends_bench", root / "benchmarks" / "store_backends.py"
+    )
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    results = json.loads(
+        (root / "benchmarks" / "results" / "store_backends.json").read_text(encoding="utf-8")
+    )
+    page = (root / "docs" / "stores.md").read_text(encoding="utf-8")
+    block = page.split(bench.BEGIN, 1)[1].split(bench.END, 1)[0]
+    assert block.strip() == bench.table(results).strip()
+    assert set(results["backends"]) == {"sqlite", "actor"}  # the shipped backend and the cluster one
