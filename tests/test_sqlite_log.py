@@ -339,3 +339,18 @@ def test_the_stores_page_table_is_the_one_generated_from_the_committed_results()
     block = page.split(bench.BEGIN, 1)[1].split(bench.END, 1)[0]
     assert block.strip() == bench.table(results).strip()
     assert set(results["backends"]) == {"sqlite", "actor"}  # the shipped backend and the cluster one
+
+
+def test_a_second_log_on_the_same_file_keeps_the_first_ones_lock(tmp_path: Path) -> None:
+    # Closing any descriptor of a file drops this process's POSIX locks on it, SQLite's
+    # included; opening a second log must not look into the file while the first holds a lock.
+    path = str(tmp_path / "a.sqlite")
+    first = SqliteLog(path)
+    first.append({"i": 0})
+    other = "import sqlite3, sys; c = sqlite3.connect(sys.argv[1], timeout=0.5); c.execute('BEGIN IMMEDIATE')"
+    with first.writing():
+        first.append({"i": 1})
+        assert SqliteLog(path).read()[0] == [{"i": 0, "schema": 1}]  # a second connection, this process
+        blocked = subprocess.run([sys.executable, "-c", other, path], capture_output=True, text=True)
+    assert blocked.returncode != 0 and "locked" in blocked.stderr  # the first log still held its lock
+    assert [r["i"] for r in SqliteLog(path).read()[0]] == [0, 1]

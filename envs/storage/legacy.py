@@ -15,19 +15,7 @@ from typing import Any
 from ..errors import DataFileError
 from .records import NewerSchemaError, Validator, decode_record
 
-__all__ = ["SQLITE_HEADER", "is_sqlite", "adopt", "read_lines"]
-
-SQLITE_HEADER = b"SQLite format 3\x00"
-
-
-def is_sqlite(path: str) -> bool | None:
-    """Whether the file at ``path`` starts like a SQLite database; ``None`` when it is missing or empty."""
-    try:
-        with open(path, "rb") as handle:
-            head = handle.read(len(SQLITE_HEADER))
-    except FileNotFoundError:
-        return None
-    return None if not head else head == SQLITE_HEADER
+__all__ = ["adopt", "read_lines"]
 
 
 def _looks_like_json_lines(descriptor: int) -> bool:

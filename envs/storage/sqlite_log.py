@@ -56,6 +56,10 @@ __all__ = ["SqliteLog", "RepairReport", "BUSY_TIMEOUT_S"]
 
 logger = logging.getLogger("searchgym.memory")
 
+_OPENED: set[tuple[int, str]] = set()
+"""``(pid, real path)`` of every database this process has opened a connection to."""
+_OPENING = threading.Lock()
+
 BUSY_TIMEOUT_S = 60.0
 """Seconds a writer waits for another process's write transaction before failing."""
 
@@ -159,11 +163,20 @@ class SqliteLog:
         folder = os.path.dirname(self.path)
         if folder:
             os.makedirs(folder, exist_ok=True)
-        source = legacy.adopt(self.legacy or self.path)
+        with _OPENING:
+            # Looking for an old JSON-lines file at our own path opens and closes the file, and
+            # closing any descriptor drops this process's SQLite locks on it: only before the
+            # first connection of this process to it.
+            opened = (os.getpid(), os.path.realpath(self.path))
+            source = legacy.adopt(self.legacy or self.path) if self.legacy or opened not in _OPENED else None
+            try:
+                conn = sqlite3.connect(
+                    self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+                )
+            except sqlite3.Error as exc:
+                raise describe_error(self.path, exc, "opening it") from None
+            _OPENED.add(opened)
         try:
-            conn = sqlite3.connect(
-                self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
-            )
             mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise DataFileError(
@@ -171,19 +184,29 @@ class SqliteLog:
                     "local disk, not a network file system."
                 )
             conn.execute(f"PRAGMA synchronous={'FULL' if self.fsync else 'NORMAL'}")
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                for statement in _TABLES:
-                    conn.execute(statement)
-                if source is not None and self._meta(conn, "imported") is None:
-                    self._import(conn, source)
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
+            if self._needs_setup(conn, source):  # a write only when there is something to set up
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    for statement in _TABLES:
+                        conn.execute(statement)
+                    if source is not None and self._meta(conn, "imported") is None:
+                        self._import(conn, source)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+        except (sqlite3.Error, DataFileError) as exc:
+            conn.close()
+            if isinstance(exc, DataFileError):
                 raise
-        except sqlite3.Error as exc:
             raise describe_error(self.path, exc, "opening it") from None
         return conn
+
+    def _needs_setup(self, conn: sqlite3.Connection, source: str | None) -> bool:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if not {"records", "snapshots", "rejected", "meta"} <= tables:
+            return True
+        return source is not None and self._meta(conn, "imported") is None
 
     @staticmethod
     def _meta(conn: sqlite3.Connection, name: str) -> str | None:
