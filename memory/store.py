@@ -48,7 +48,7 @@ from .bank import ExperienceBank
 from .hiexp_store import HIEXP_FILE, repair_file
 from .serialize import trajectory_from_dict
 
-__all__ = ["KINDS", "MemoryStore"]
+__all__ = ["KINDS", "LOGS", "MemoryStore", "log_file"]
 
 KINDS = ("trajectories", "bank", "updates", "hiexp_levels", "min_tool_calls")
 """The files a store may hold."""
@@ -107,6 +107,14 @@ _VALIDATORS: dict[str, Validator] = {
     "updates": _check_update,
     "min_tool_calls": check_min_record,
 }
+
+
+def log_file(path: str | os.PathLike[str]) -> SqliteLog:
+    """The log at ``path``, a file outside a store folder: read as the kind its name says
+    (``bank.sqlite``, ...), else as a minimum tool-call store (``reward_kwargs.store``)."""
+    kind = Path(path).stem if Path(path).stem in LOGS else "min_tool_calls"
+    schema = None if kind in _SCHEMALESS else SCHEMA_VERSION
+    return SqliteLog(path, schema=schema, validate=_VALIDATORS.get(kind))
 
 
 class MemoryStore:

@@ -354,3 +354,46 @@ def test_a_second_log_on_the_same_file_keeps_the_first_ones_lock(tmp_path: Path)
         blocked = subprocess.run([sys.executable, "-c", other, path], capture_output=True, text=True)
     assert blocked.returncode != 0 and "locked" in blocked.stderr  # the first log still held its lock
     assert [r["i"] for r in SqliteLog(path).read()[0]] == [0, 1]
+
+
+def test_memory_repair_rebuilds_a_damaged_minimum_store_given_as_a_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from searchgym.cli import main
+
+    path = tmp_path / "runs" / "min_tool_calls.sqlite"  # reward_kwargs.store, outside any memory folder
+    store = MinToolCallStore(path)
+    for i in range(400):
+        store.update(f"question-{i:04d}-" + "x" * 200, i % 7)
+    store.close()
+    with open(path, "r+b") as handle:
+        handle.seek(4096 * 12)
+        handle.write(b"\xa5" * 4096)  # one page of the table overwritten
+    with pytest.raises(DataFileError, match="min_tool_calls.sqlite is damaged"):
+        MinToolCallStore(path).minima()
+    assert main(["memory", "repair", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "min_tool_calls.sqlite: damaged" in out and "rebuilt with the" in out and ".damaged-" in out
+    minima = MinToolCallStore(path).minima()
+    assert 300 < len(minima) < 400 and all(n == int(q[9:13]) % 7 for q, n in minima.items())
+    assert main(["memory", "repair", str(path)]) == 0 and "fine" in capsys.readouterr().out
+
+
+def _append_after_fork(log: SqliteLog, count: int) -> None:
+    for i in range(count):
+        log.append({"child": i})
+
+
+def test_a_forked_child_opens_its_own_connection(tmp_path: Path) -> None:
+    log = SqliteLog(tmp_path / "a.sqlite")
+    log.append({"parent": 0})  # the parent's connection exists before the fork
+    child = mp.get_context("fork").Process(target=_append_after_fork, args=(log, 50))
+    child.start()
+    for i in range(1, 51):
+        log.append({"parent": i})
+    child.join(60)
+    assert child.exitcode == 0
+    records = log.read()[0]
+    assert sorted(r["parent"] for r in records if "parent" in r) == list(range(51))
+    assert sorted(r["child"] for r in records if "child" in r) == list(range(50))
+    assert raw(log.path, "PRAGMA integrity_check") == [("ok",)]

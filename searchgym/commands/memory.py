@@ -29,7 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     repair = actions.add_parser(
         "repair", help="check and repair every store file, keeping every readable record"
     )
-    repair.add_argument("path", help="the store folder")
+    repair.add_argument(
+        "path", help="the store folder, or a minimum tool-call store file (reward_kwargs.store)"
+    )
 
 
 def _wrap(text: str, indent: str) -> str:
@@ -126,13 +128,20 @@ def _print_skipped(store: Any, present: list[str]) -> None:
 
 
 def _repair(args: argparse.Namespace) -> int:
-    from searchgym.memory import MemoryStore
+    import os
 
-    store = MemoryStore(args.path, create=False)
-    reports = store.repair()
-    if not reports:
-        print(f"{store.root}: nothing to repair (no store files).")
+    from searchgym.memory import MemoryStore
+    from searchgym.memory.store import log_file
+
+    if os.path.isfile(args.path):
+        reports = [log_file(args.path).repair()]
+    else:
+        store = MemoryStore(args.path, create=False)
+        reports = store.repair()
+        if not reports:
+            print(f"{store.root}: nothing to repair (no store files).")
     for report in reports:
+        lines = report.path.endswith("hiexp_levels.jsonl")  # HiExp's file; the rest are SQLite logs
         if not report.changed:
             print(f"{report.path}: fine ({report.kept} records).")
             continue
@@ -142,13 +151,13 @@ def _repair(args: argparse.Namespace) -> int:
                 f"readable records, the original kept as {report.original}."
             )
         if report.dropped:
-            where = "its 'rejected' table" if report.path.endswith(".sqlite") else f"{report.path}.corrupt"
+            where = f"{report.path}.corrupt" if lines else "its 'rejected' table"
             print(
                 f"{report.path}: kept {report.kept} records, moved out {len(report.dropped)} corrupt ones "
                 f"(kept in {where})."
             )
         for line, reason in report.dropped[:20]:
-            print(f"  {'record' if report.path.endswith('.sqlite') else 'line'} {line}: {reason}")
+            print(f"  {'line' if lines else 'record'} {line}: {reason}")
         if len(report.dropped) > 20:
             print(f"  ... and {len(report.dropped) - 20} more")
     return 0
