@@ -59,6 +59,9 @@ logger = logging.getLogger("searchgym.memory")
 _OPENED: set[tuple[int, str]] = set()
 """``(pid, real path)`` of every database this process has opened a connection to."""
 _OPENING = threading.Lock()
+_INHERITED: list[sqlite3.Connection] = []
+"""Connections a forked child inherited: kept, never closed (closing one here could act on
+the parent's database state)."""
 
 BUSY_TIMEOUT_S = 60.0
 """Seconds a writer waits for another process's write transaction before failing."""
@@ -153,7 +156,9 @@ class SqliteLog:
 
     def _db(self) -> sqlite3.Connection:
         """The connection of this process, opened (and the file set up) on first use."""
-        if self._pid != os.getpid():  # never use a connection across fork
+        if self._pid != os.getpid():  # never use (or close) a connection across fork
+            if self._conn is not None:
+                _INHERITED.append(self._conn)
             self._conn, self._pid, self._writing = None, os.getpid(), False
         if self._conn is None:
             self._conn = self._open()
