@@ -82,7 +82,7 @@ def bench_update(trajectories: list, rounds: int) -> dict:
             start = time.perf_counter()
             trainer.update()
             on_disk.append(time.perf_counter() - start)
-            size = (Path(folder) / "trajectories.jsonl").stat().st_size
+            size = sum(p.stat().st_size for p in Path(folder).glob("trajectories.sqlite*"))  # with its WAL
     assert result is not None
     return {
         "trajectories": len(trajectories),

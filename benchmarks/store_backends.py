@@ -1,4 +1,4 @@
-"""Cost per episode of the two store backends: the file store and the Ray store actor.
+"""Cost per episode of the two store backends: SQLite files and the Ray store actor.
 
 An agent under OpenRLHF touches the stores four times per episode: it reads the bank at
 reset (``memory.experience``), draws the few-shot example (``sample_few_shot``), scores
@@ -6,15 +6,16 @@ the episode through LightSearcher's minimum of searches (``lookup_and_lower``, o
 and adds the finished trajectory (``add``). This script times those four calls, one agent,
 against a store that already holds ``--prefill`` trajectories and a bank, for:
 
-- ``file``: :class:`~searchgym.memory.ExperienceMemory` and
-  :class:`~searchgym.envs.rewards.MinToolCallStore` on a local folder (this process);
+- ``sqlite``: :class:`~searchgym.memory.ExperienceMemory` and
+  :class:`~searchgym.envs.rewards.MinToolCallStore` on a local folder of SQLite logs (WAL,
+  ``synchronous=NORMAL``), called from this process;
 - ``actor``: :class:`~searchgym.trainers.ray_store.RemoteMemory` and
   :class:`~searchgym.trainers.ray_store.RemoteMinToolCalls` against the store actor of a
   local Ray cluster (``ray.init(num_cpus=2)``): the same work plus one Ray round trip per call.
 
-It also times the log itself against SQLite in WAL mode (``sqlite3``, ``synchronous=NORMAL``,
-which like the log without ``fsync`` survives a killed process but not a power cut): one
-trajectory record appended and the new records read back, per episode.
+It also times many writers: ``--writers`` processes each append ``--appends`` trajectory
+records to one SQLite log at once (appends per second over all writers, and the median
+time of one append, waits for the other writers' transactions included).
 
 Trajectories are SyntheticFacts episodes of the oracle policy under LightSearcher's reward
 (seed 0). Medians over ``--rounds`` rounds of ``--episodes`` episodes.
@@ -27,6 +28,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing as mp
+import os
 import random
 import sqlite3
 import statistics
@@ -41,7 +44,7 @@ import gymnasium as gym
 import searchgym  # noqa: F401  (registers the env ids)
 from searchgym.envs.records import Trajectory
 from searchgym.envs.rewards import MinToolCallStore
-from searchgym.envs.storage import JsonlLog
+from searchgym.envs.storage import SqliteLog
 from searchgym.memory import ExperienceMemory, trajectory_to_dict
 from searchgym.policies import make_policy
 
@@ -87,7 +90,7 @@ def one_episode(memory: Any, mins: Any, trajectory: Trajectory, rng: random.Rand
 def prefill(root: Path, trajectories: list[Trajectory], count: int) -> None:
     """``count`` trajectories and two bank versions in the store at ``root``."""
     memory = ExperienceMemory(root / "memory", update_every=1, summarizer="rule")
-    mins = MinToolCallStore(root / "min_tool_calls.jsonl")
+    mins = MinToolCallStore(root / "min_tool_calls.sqlite")
     for i in range(count):
         t = trajectories[i % len(trajectories)]
         memory.add(t)
@@ -97,16 +100,16 @@ def prefill(root: Path, trajectories: list[Trajectory], count: int) -> None:
 
 
 def time_backend(backend: str, root: Path, trajectories: list[Trajectory], args: argparse.Namespace) -> dict:
-    if backend == "file":
+    if backend == "sqlite":
         memory: Any = ExperienceMemory(root / "memory", update_every=1, summarizer="rule")
-        mins: Any = MinToolCallStore(root / "min_tool_calls.jsonl")
+        mins: Any = MinToolCallStore(root / "min_tool_calls.sqlite")
     else:
         from searchgym.trainers import ray_store
 
         spec = ray_store.StoreSpec(
             str(root / "memory"),
             {"update_every": 1, "summarizer": "rule"},
-            str(root / "min_tool_calls.jsonl"),
+            str(root / "min_tool_calls.sqlite"),
         )
         client = ray_store.StoreClient("bench-store", spec)
         memory, mins = ray_store.RemoteMemory(client), ray_store.RemoteMinToolCalls(client)
@@ -120,39 +123,51 @@ def time_backend(backend: str, root: Path, trajectories: list[Trajectory], args:
     return {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
 
 
-def time_logs(root: Path, trajectories: list[Trajectory], args: argparse.Namespace) -> dict[str, float]:
-    """Median µs to append one trajectory record and read the new records back: JsonlLog vs SQLite WAL."""
-    records = [{"trajectory": trajectory_to_dict(t), "pid": 0} for t in trajectories]
-    log = JsonlLog(root / "log.jsonl")
-    offset = 0
-    db = sqlite3.connect(root / "log.sqlite", isolation_level=None)
-    db.execute("PRAGMA journal_mode=WAL")
-    db.execute("PRAGMA synchronous=NORMAL")
-    db.execute("CREATE TABLE records (id INTEGER PRIMARY KEY, body TEXT NOT NULL)")
-    last = 0
-    jsonl, sqlite = [], []
-    for i in range(args.rounds * args.episodes):
-        record = records[i % len(records)]
+def _writer(path: str, record: dict, count: int, start: Any, out: Any) -> None:
+    log = SqliteLog(path)
+    log.append({"warm": True})
+    start.wait()
+    times = []
+    for _ in range(count):
         t0 = time.perf_counter()
         log.append(record)
-        _, offset = log.read(offset)
-        t1 = time.perf_counter()
-        db.execute("INSERT INTO records (body) VALUES (?)", (json.dumps(record, separators=(",", ":")),))
-        rows = db.execute("SELECT id, body FROM records WHERE id > ?", (last,)).fetchall()
-        last = rows[-1][0]
-        [json.loads(body) for _, body in rows]
-        t2 = time.perf_counter()
-        jsonl.append(t1 - t0)
-        sqlite.append(t2 - t1)
-    db.close()
-    return {"jsonl": statistics.median(jsonl) * 1e6, "sqlite_wal": statistics.median(sqlite) * 1e6}
+        times.append(time.perf_counter() - t0)
+    out.put(times)
+
+
+def time_writers(root: Path, trajectories: list[Trajectory], args: argparse.Namespace) -> dict[str, float]:
+    """``--writers`` processes appending to one SQLite log at once: throughput and median append."""
+    record = {"trajectory": trajectory_to_dict(trajectories[0]), "pid": 0}
+    ctx = mp.get_context("spawn")
+    start, out = ctx.Barrier(args.writers + 1), ctx.Queue()
+    path = str(root / "shared.sqlite")
+    procs = [
+        ctx.Process(target=_writer, args=(path, record, args.appends, start, out))
+        for _ in range(args.writers)
+    ]
+    for p in procs:
+        p.start()
+    start.wait()
+    t0 = time.perf_counter()
+    times = [t for _ in procs for t in out.get(timeout=600)]
+    wall = time.perf_counter() - t0
+    for p in procs:
+        p.join()
+    assert SqliteLog(path).count() == args.writers * (args.appends + 1)  # nothing lost or doubled
+    return {
+        "writers": args.writers,
+        "appends_per_writer": args.appends,
+        "appends_per_second": len(times) / wall,
+        "median_append_us": statistics.median(times) * 1e6,
+    }
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     trajectories = episodes(50)
     report: dict[str, Any] = {
         "command": "OMP_NUM_THREADS=1 python benchmarks/store_backends.py "
-        f"--prefill {args.prefill} --episodes {args.episodes} --rounds {args.rounds}",
+        f"--prefill {args.prefill} --episodes {args.episodes} --rounds {args.rounds} "
+        f"--writers {args.writers} --appends {args.appends}",
         "prefill": args.prefill,
         "episodes": args.episodes,
         "rounds": args.rounds,
@@ -161,17 +176,20 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     }
     import ray
 
+    load_before = os.getloadavg()[0]
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        for backend in ("file", "actor"):
+        for backend in ("sqlite", "actor"):
             with tempfile.TemporaryDirectory() as tmp:
                 prefill(Path(tmp), trajectories, args.prefill)
                 report["backends"][backend] = time_backend(backend, Path(tmp), trajectories, args)
     finally:
         ray.shutdown()
     with tempfile.TemporaryDirectory() as tmp:
-        report["append_and_read"] = time_logs(Path(tmp), trajectories, args)
+        report["many_writers"] = time_writers(Path(tmp), trajectories, args)
     report["ray"] = ray.__version__
+    report["sqlite"] = sqlite3.sqlite_version
+    report["load_1m"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
     return report
 
 
@@ -184,16 +202,22 @@ def table(report: dict[str, Any]) -> str:
     for backend, t in report["backends"].items():
         cells = " | ".join(f"{t[k]:,.0f} µs" for k in ("bank", "example", "minimum", "add", "episode"))
         rows.append(f"| {backend} | {cells} |")
-    log = report["append_and_read"]
+    many = report["many_writers"]
+    local, actor = report["backends"]["sqlite"]["episode"], report["backends"]["actor"]["episode"]
     rows += [
         "",
-        "| one trajectory record appended and read back | median |",
-        "|---|---:|",
-        f"| JSON-lines log (`JsonlLog`, flock) | {log['jsonl']:,.0f} µs |",
-        f"| SQLite, WAL, `synchronous=NORMAL` | {log['sqlite_wal']:,.0f} µs |",
+        f"The four store calls of an episode cost {local:,.0f} µs on the SQLite backend and {actor:,.0f} µs "
+        f"through the actor ({actor / local:.0f}×); {many['writers']} processes writing at once append "
+        f"{many['appends_per_second']:,.0f} trajectories per second to one SQLite log.",
+        "",
+        "| writers on one SQLite log | appends per writer | appends per second (all writers) | median append |",
+        "|---:|---:|---:|---:|",
+        f"| {many['writers']} processes | {many['appends_per_writer']:,} | {many['appends_per_second']:,.0f} | "
+        f"{many['median_append_us']:,.0f} µs |",
         "",
         f"Store prefilled with {report['prefill']:,} trajectories; {report['episodes']} episodes × "
-        f"{report['rounds']} rounds; {report['cpus']} CPUs, Python {report['python']}, Ray {report['ray']}. "
+        f"{report['rounds']} rounds; {report['cpus']} CPUs (load {report['load_1m'][0]}–{report['load_1m'][1]}), Python {report['python']}, SQLite {report['sqlite']}, "
+        f"Ray {report['ray']}. "
         f"Reproduce: `{report['command']}`.",
     ]
     return "\n".join(rows)
@@ -214,6 +238,8 @@ def main() -> None:
     parser.add_argument("--prefill", type=int, default=2000, help="trajectories in the store before timing")
     parser.add_argument("--episodes", type=int, default=300, help="episodes per round")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--writers", type=int, default=4, help="processes appending at once")
+    parser.add_argument("--appends", type=int, default=2000, help="appends per writer")
     parser.add_argument("--out", type=Path, help="write the results here (JSON)")
     parser.add_argument("--table", type=Path, help="a results file: print its table instead of measuring")
     parser.add_argument(

@@ -6,7 +6,7 @@
   by similarity.
 - :class:`ExperienceWrapper`: builds the augmented prompt and records finished episodes.
 - Summarisers (rule-based by default, local transformers, OpenAI-compatible HTTP) and the
-  on-disk store (a folder of JSON-lines logs shared by many processes).
+  on-disk store (a folder of SQLite logs shared by many processes).
 
 Modules, by subject:
 
@@ -19,8 +19,6 @@ Modules, by subject:
 ``bank_history``            the bank's versions, read from and written to a store
 ``trajectory_feed``         stored trajectories: count, few-shot pool, update windows
 ``experience``              :class:`ExperienceMemory`
-``jsonl_format``            the line format: encoding, decoding, atomic rewrites
-``jsonl_log``               :class:`JsonlLog`, one file shared by many processes
 ``store``                   :class:`MemoryStore`, the store folder, and its repair
 ``serialize``               trajectories to and from JSON
 ``hiexp_record``            HiExp's :class:`ExperienceRecord` and the case-summariser protocol
@@ -36,8 +34,7 @@ Nothing here imports torch, transformers, scikit-learn or sentence-transformers 
 time; they are imported when a model is first used.
 """
 
-from ..envs.storage.jsonl_format import SCHEMA_VERSION
-from ..envs.storage.jsonl_log import JsonlLog, RepairReport
+from ..envs.storage import SCHEMA_VERSION, RepairReport, SqliteLog
 from .bank import ExperienceBank, Summarizer, SummarizerError, TrajectorySummary, summarise_trajectory
 from .bank_history import BankRecord, read_bank_history
 from .experience import ExperienceMemory, UpdateResult
@@ -82,7 +79,7 @@ __all__ = [
     "summarise_trajectory",
     # storage
     "MemoryStore",
-    "JsonlLog",
+    "SqliteLog",
     "RepairReport",
     "KINDS",
     "SCHEMA_VERSION",

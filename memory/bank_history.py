@@ -3,7 +3,7 @@
 Every update that writes a bank adds a version (LightSearcher's Figure 6 shows how the
 guidance evolves). :class:`BankHistory` keeps the versions an
 :class:`~searchgym.memory.ExperienceMemory` knows, read incrementally from its store's
-``bank.jsonl`` (shared by every process that opens the store) or kept in this process.
+``bank.sqlite`` (shared by every process that opens the store) or kept in this process.
 """
 
 from __future__ import annotations
@@ -64,25 +64,25 @@ class BankHistory:
     """The bank versions known so far, oldest first, kept up to date with ``store``.
 
     Args:
-        store: The store whose ``bank.jsonl`` holds the versions; ``None`` keeps them in
+        store: The store whose ``bank.sqlite`` holds the versions; ``None`` keeps them in
             this process.
     """
 
     def __init__(self, store: MemoryStore | None):
         self._store = store
         self._records: list[BankRecord] = []
-        self._offset = 0
-        self._fid: tuple[int, int] | None = None
+        self._last = 0  # id of the last record read
+        self._generation: int | None = None
 
     def _sync(self) -> None:
         """Read the versions appended to the store since the last read."""
         if self._store is None:
             return
         log = self._store.log("bank")
-        fid = log.file_id()
-        if fid != self._fid:  # a new or replaced (repaired) file: read it from the start
-            self._records, self._offset, self._fid = [], 0, fid
-        records, self._offset = log.read(self._offset)
+        generation = log.generation()
+        if generation != self._generation:  # records were cut or moved out: read from the start
+            self._records, self._last, self._generation = [], 0, generation
+        records, self._last = log.read(self._last)
         for record in records:
             where = f"{log.path}, version {len(self._records) + 1}"
             self._records.append(_bank_record_from(record, where))
@@ -109,7 +109,7 @@ class BankHistory:
     ) -> ExperienceBank:
         """Add ``bank`` as the next version; returns it with its ``step`` and ``version``.
 
-        With a store, the version number is taken under the file's lock, so two processes
+        With a store, the version number is taken in the append's transaction, so two processes
         never write the same one.
         """
         now = time.time()

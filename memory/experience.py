@@ -86,7 +86,7 @@ class ExperienceMemory:
     Raises:
         InvalidArgumentError: a bad argument (the message shows it).
         DataFileError: the store holds a record of a newer searchgym. A corrupt line is
-            skipped, copied to ``<file>.rejected`` and logged instead.
+            skipped and logged instead.
     """
 
     def __init__(
@@ -134,10 +134,11 @@ class ExperienceMemory:
 
     # -- trajectories ----------------------------------------------------------------------------
 
-    def add(self, trajectory: Trajectory, key: str | None = None) -> None:
+    def add(self, trajectory: Trajectory, key: str | None = None) -> bool:
         """Store one finished trajectory (its ``reward`` must be set).
 
-        ``key`` is stored with it in the store (an id a caller uses to recognise it again).
+        ``key`` is stored with it in the store: a later add with the same key is dropped (a
+        retried call is stored once). Returns whether the trajectory was stored.
 
         Raises:
             InvalidArgumentError: not a :class:`Trajectory`, or no reward yet.
@@ -157,9 +158,9 @@ class ExperienceMemory:
             raise InvalidArgumentError(f"The trajectory's reward must be finite, got {trajectory.reward!r}.")
         if self._store is None:
             with self._lock:
-                self._trajectories.add(trajectory)
-        else:  # appending to the store is safe without the lock (and must not wait for an update)
-            self._trajectories.add(trajectory, key)
+                return self._trajectories.add(trajectory)
+        # appending to the store is safe without the lock (and must not wait for an update)
+        return self._trajectories.add(trajectory, key)
 
     def __len__(self) -> int:
         """Trajectories stored (by every process sharing the store)."""
@@ -355,7 +356,7 @@ class ExperienceMemory:
     # -- protocol ------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Close the store's file descriptors (reopened when needed)."""
+        """Close the store's database connections (reopened when needed)."""
         if self._store is not None:
             self._store.close()
 

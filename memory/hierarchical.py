@@ -277,13 +277,12 @@ class HierarchicalExperience:
             path: The store directory (or the ``.jsonl`` file itself).
             encoder: As in the constructor.
             strategy_level: As in the constructor.
-            repair: Keep every readable record instead of raising on a bad line; the bad
-                lines are logged, the original file is kept beside it as ``.corrupt`` and
-                the readable records are written back.
+            repair: Also write the readable records back, keeping the original file
+                beside it as ``.corrupt``. Either way a line that is not a valid record is
+                skipped and logged with the file and the line.
 
         Raises:
-            DataFileError: The file is missing, or (without ``repair``) a line is not a
-                valid record; the message names the file and the line.
+            DataFileError: The file is missing.
         """
         file = hiexp_file(path)
         return cls(

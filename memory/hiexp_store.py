@@ -18,10 +18,20 @@ from pathlib import Path
 from typing import Any
 
 from ..envs.errors import DataFileError, InvalidArgumentError
-from ..envs.storage.jsonl_format import SCHEMA_VERSION, write_atomically
+from ..envs.storage.atomic import write_atomically
+from ..envs.storage.records import SCHEMA_VERSION
 from .hiexp_record import ExperienceRecord
 
-__all__ = ["HIEXP_FILE", "hiexp_file", "save_records", "load_records", "parse_line", "record_from_json"]
+__all__ = [
+    "HIEXP_FILE",
+    "hiexp_file",
+    "save_records",
+    "load_records",
+    "read_records",
+    "repair_file",
+    "parse_line",
+    "record_from_json",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -65,21 +75,17 @@ def parse_line(line: str) -> ExperienceRecord:
     return record_from_json(data)
 
 
-def load_records(file: Path, *, repair: bool = False) -> list[ExperienceRecord]:
-    """The records of ``file``.
-
-    With ``repair``, a bad line is logged and skipped instead of raising, the original file
-    is kept beside it as ``.corrupt`` and the readable records are written back.
+def read_records(file: Path) -> tuple[list[ExperienceRecord], list[tuple[int, str]]]:
+    """The records of ``file``, and ``(line, reason)`` of each line that is not one.
 
     Raises:
-        DataFileError: the file is missing, or (without ``repair``) a line is not a valid
-            record; the message names the file and the line.
+        DataFileError: the file is missing.
     """
     if not file.is_file():
         raise DataFileError(
             f"No HiExp store at {file}: build one with HierarchicalExperience.build(..., path=DIR)."
         )
-    records, bad = [], 0
+    records, bad = [], []
     with file.open(encoding="utf-8", errors="replace") as lines:
         for number, line in enumerate(lines, 1):
             if not line.strip():
@@ -87,17 +93,44 @@ def load_records(file: Path, *, repair: bool = False) -> list[ExperienceRecord]:
             try:
                 records.append(parse_line(line))
             except (ValueError, InvalidArgumentError) as error:
-                message = f"{file}, line {number}: {error}"
-                if not repair:
-                    raise DataFileError(
-                        f"{message}. Load with repair=True to keep every readable record."
-                    ) from None
-                logger.warning("HiExp store: skipped %s", message)
-                bad += 1
+                bad.append((number, str(error)))
+    return records, bad
+
+
+def repair_file(file: Path) -> tuple[int, list[tuple[int, str]]]:
+    """Rewrite ``file`` with its readable records (the original kept as ``<file>.corrupt``).
+
+    Returns the records kept and ``(line, reason)`` of each line dropped; a sound file is
+    left as it is.
+    """
+    records, bad = read_records(file)
     if bad:
         shutil.copyfile(file, file.with_name(file.name + ".corrupt"))
         save_records(
             sorted(records, key=lambda r: r.level), file
         )  # as HierarchicalExperience.save orders them
-        logger.warning("HiExp store: repaired %s (%d bad lines; original kept as .corrupt)", file, bad)
+        logger.warning("HiExp store: repaired %s (%d bad lines; original kept as .corrupt)", file, len(bad))
+    return len(records), bad
+
+
+def load_records(file: Path, *, repair: bool = False) -> list[ExperienceRecord]:
+    """The records of ``file``; a line that is not a record is skipped and logged with its line.
+
+    With ``repair``, the readable records are also written back, and the original file is
+    kept beside it as ``.corrupt`` (what ``searchgym memory repair`` does).
+
+    Raises:
+        DataFileError: the file is missing.
+    """
+    records, bad = read_records(file)
+    for number, reason in bad:
+        logger.warning(
+            "HiExp store %s, line %d: %s; skipped. Run `searchgym memory repair %s` to remove it.",
+            file,
+            number,
+            reason,
+            file.parent,
+        )
+    if bad and repair:
+        repair_file(file)
     return records

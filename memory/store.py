@@ -1,59 +1,60 @@
-"""The on-disk format of the memory stores: a folder of append-only JSON-lines logs.
+"""The on-disk format of the memory stores: a folder of SQLite logs.
 
 ## Format
 
-A store is a folder. Each kind of record has its own file, ``<kind>.jsonl``:
+A store is a folder. Each kind of record has its own database, ``<kind>.sqlite`` (a
+:class:`~searchgym.envs.storage.sqlite_log.SqliteLog`, whose module describes the tables):
 
-================================  ===================================================================
-``trajectories.jsonl``            finished episodes: ``{"schema": 1, "trajectory": {...}}`` (the
-                                  trajectory as :func:`~searchgym.memory.serialize.trajectory_to_dict`
-                                  writes it)
-``bank.jsonl``                    every version of LightSearcher's experience bank, oldest first:
-                                  ``{"schema": 1, "version", "step", "good", "bad", "summarizer",
-                                  "window": [start, end], "time", "bank": {three groups}}``
-``updates.jsonl``                 every update attempt, written or skipped, with its reason
-``hiexp_levels.jsonl``            HiExp's records, ``{"schema": 1, "level", "type", "title", "tags",
-                                  "description", "thinking", "sources"}`` (written by
-                                  :meth:`HierarchicalExperience.save <searchgym.memory.HierarchicalExperience.save>`)
-``min_tool_calls.jsonl``          LightSearcher's per-question minimum of searches, written by
-                                  :class:`~searchgym.envs.rewards.min_tool_calls.MinToolCallStore`:
-                                  ``{"id", "n"}`` (no ``schema``: version 0)
-``snapshots.jsonl``               the record counts of the logs at each checkpointed training step
-                                  (:meth:`MemoryStore.snapshot`)
-================================  ===================================================================
+==========================  ===========================================================================
+``trajectories.sqlite``     finished episodes: ``{"schema": 1, "trajectory": {...}}`` (the
+                            trajectory as :func:`~searchgym.memory.serialize.trajectory_to_dict`
+                            writes it)
+``bank.sqlite``             every version of LightSearcher's experience bank, oldest first:
+                            ``{"schema": 1, "version", "step", "good", "bad", "summarizer",
+                            "window": [start, end], "time", "bank": {three groups}}``
+``updates.sqlite``          every update attempt, written or skipped, with its reason
+``min_tool_calls.sqlite``   LightSearcher's per-question minimum of searches, written by
+                            :class:`~searchgym.envs.rewards.min_tool_calls.MinToolCallStore`:
+                            ``{"id", "n"}`` (no ``schema``: version 0)
+``hiexp_levels.jsonl``      HiExp's records, one JSON object per line, rewritten whole and
+                            atomically by :meth:`HierarchicalExperience.save
+                            <searchgym.memory.HierarchicalExperience.save>` (built offline, never
+                            appended to)
+==========================  ===========================================================================
 
-Lines are as :mod:`~searchgym.envs.storage.jsonl_format` describes them, each file a
-:class:`~searchgym.envs.storage.jsonl_log.JsonlLog` that many processes append to at once
-and that survives a writer killed mid-write. Point
-``LightSearcherReward(store=MemoryStore(PATH).path_of("min_tool_calls"))`` at the minimum
-file to keep it beside the bank.
+Many processes append to a store at once; an acknowledged append survives the writer being
+killed. Point ``LightSearcherReward(store=MemoryStore(PATH).path_of("min_tool_calls"))`` at
+the minimum store to keep it beside the bank. A folder written by an older searchgym
+(``<kind>.jsonl`` files) is imported on first open; the old files stay as ``<kind>.jsonl.imported``.
 
-A complete line that does not parse, or is not a record of its file's kind, is skipped by
-readers, copied to ``<file>.rejected`` and logged with its file and line; training goes on.
-:meth:`MemoryStore.repair` (``searchgym memory repair PATH``) rewrites every file of the
-store keeping every readable record, so readers stop meeting such lines.
+A corrupt record is skipped by readers and logged with its file and id; training goes on.
+:meth:`MemoryStore.repair` (``searchgym memory repair PATH``) checks every file of the store
+and keeps every readable record.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from ..envs.errors import DataFileError, InvalidArgumentError, did_you_mean
 from ..envs.rewards.min_tool_calls import check_min_record
-from ..envs.storage.jsonl_format import SCHEMA_VERSION, Validator
-from ..envs.storage.jsonl_log import JsonlLog, RepairReport
-from ..envs.storage.snapshots import LogSnapshots
+from ..envs.storage.records import SCHEMA_VERSION, Validator
+from ..envs.storage.sqlite_log import RepairReport, SqliteLog
 from .bank import ExperienceBank
-from .hiexp_store import record_from_json
+from .hiexp_store import HIEXP_FILE, repair_file
 from .serialize import trajectory_from_dict
 
-__all__ = ["KINDS", "MemoryStore"]
+__all__ = ["KINDS", "LOGS", "MemoryStore", "log_file"]
 
-KINDS = ("trajectories", "bank", "updates", "hiexp_levels", "min_tool_calls", "snapshots")
-"""The files a store may hold, ``<kind>.jsonl`` each."""
+KINDS = ("trajectories", "bank", "updates", "hiexp_levels", "min_tool_calls")
+"""The files a store may hold."""
+
+LOGS = ("trajectories", "bank", "updates", "min_tool_calls")
+"""The kinds kept in a :class:`SqliteLog` each (HiExp's levels are one JSON-lines file)."""
 
 _SCHEMALESS = ("min_tool_calls",)
 
@@ -104,16 +105,20 @@ _VALIDATORS: dict[str, Validator] = {
     "trajectories": _check_trajectory,
     "bank": _check_bank,
     "updates": _check_update,
-    "hiexp_levels": record_from_json,  # HierarchicalExperience.load's reader: repair keeps what it loads
     "min_tool_calls": check_min_record,
 }
 
-_SNAPSHOT_KINDS = ("trajectories", "bank", "updates", "min_tool_calls")
-"""The logs a snapshot counts (HiExp's levels are built offline, not during training)."""
+
+def log_file(path: str | os.PathLike[str]) -> SqliteLog:
+    """The log at ``path``, a file outside a store folder: read as the kind its name says
+    (``bank.sqlite``, ...), else as a minimum tool-call store (``reward_kwargs.store``)."""
+    kind = Path(path).stem if Path(path).stem in LOGS else "min_tool_calls"
+    schema = None if kind in _SCHEMALESS else SCHEMA_VERSION
+    return SqliteLog(path, schema=schema, validate=_VALIDATORS.get(kind))
 
 
 class MemoryStore:
-    """A store folder: one :class:`JsonlLog` per kind (see the module docstring).
+    """A store folder: one :class:`SqliteLog` per kind (see the module docstring).
 
     Args:
         root: The folder, created when ``create`` is true (the default).
@@ -130,7 +135,7 @@ class MemoryStore:
         self.root = Path(root)
         if self.root.exists() and not self.root.is_dir():
             raise DataFileError(
-                f"Store path {str(self.root)!r} is a file; a memory store is a folder of .jsonl files."
+                f"Store path {str(self.root)!r} is a file; a memory store is a folder of .sqlite files."
             )
         if not self.root.exists():
             if not create:
@@ -140,55 +145,93 @@ class MemoryStore:
                 )
             self.root.mkdir(parents=True, exist_ok=True)
         self.fsync = fsync
-        self._logs: dict[str, JsonlLog] = {}
+        self._logs: dict[str, SqliteLog] = {}
 
     def path_of(self, kind: str) -> str:
         """The file of ``kind`` (one of :data:`KINDS`)."""
         if kind not in KINDS:
             raise did_you_mean("store kind", kind, KINDS)
-        return str(self.root / f"{kind}.jsonl")
+        return str(self.root / (HIEXP_FILE if kind == "hiexp_levels" else f"{kind}.sqlite"))
 
-    def log(self, kind: str) -> JsonlLog:
-        """The log of ``kind``; ``min_tool_calls`` is read without a schema check."""
-        if kind == "snapshots":
-            return self._snapshots().index
+    def log(self, kind: str) -> SqliteLog:
+        """The log of ``kind`` (one of :data:`LOGS`); ``min_tool_calls`` is read without a schema check."""
+        if kind not in LOGS:
+            raise did_you_mean("store log", kind, LOGS)
         if kind not in self._logs:
             schema = None if kind in _SCHEMALESS else SCHEMA_VERSION
-            self._logs[kind] = JsonlLog(
-                self.path_of(kind), fsync=self.fsync, schema=schema, validate=_VALIDATORS.get(kind)
+            self._logs[kind] = SqliteLog(
+                self.path_of(kind),
+                fsync=self.fsync,
+                schema=schema,
+                validate=_VALIDATORS.get(kind),
+                legacy=str(self.root / f"{kind}.jsonl"),
             )
         return self._logs[kind]
 
     def kinds_present(self) -> list[str]:
-        """The kinds whose file exists, in :data:`KINDS` order."""
-        return [k for k in KINDS if os.path.exists(self.path_of(k))]
+        """The kinds whose file exists (or an older searchgym's ``<kind>.jsonl``), in :data:`KINDS` order."""
+        return [
+            k for k in KINDS if os.path.exists(self.path_of(k)) or os.path.exists(self.root / f"{k}.jsonl")
+        ]
 
     def repair(self) -> list[RepairReport]:
-        """Repair every file of the store (see :meth:`JsonlLog.repair`)."""
-        return [self.log(k).repair() for k in self.kinds_present()]
+        """Check and repair every file of the store (see :meth:`SqliteLog.repair`); HiExp's
+        levels file keeps its readable lines (the original stays as ``.corrupt``)."""
+        reports = []
+        for kind in self.kinds_present():
+            if kind == "hiexp_levels":
+                kept, dropped = repair_file(Path(self.path_of(kind)))
+                reports.append(RepairReport(self.path_of(kind), kept=kept, dropped=dropped))
+            else:
+                reports.append(self.log(kind).repair())
+        return reports
 
-    def _snapshots(self) -> LogSnapshots:
-        logs = {k: self.log(k) for k in _SNAPSHOT_KINDS}
-        return LogSnapshots(self.path_of("snapshots"), logs)
+    def holds_data(self) -> bool:
+        """Whether any log of the store holds a record."""
+        present = self.kinds_present()
+        return any(self.log(k).count() > 0 for k in LOGS if k in present)
 
     def snapshot(self, step: int) -> dict[str, int]:
-        """Record how many records each log holds after training step ``step``; returns the counts.
+        """Remember every log as it is after training step ``step``; returns the records each holds.
 
         Call it when a checkpoint of ``step`` is saved; :meth:`restore` brings the store back
-        to it (see :mod:`~searchgym.envs.storage.snapshots`).
+        to it. A snapshot is the id of each log's last record (:meth:`SqliteLog.snapshot`).
         """
-        return self._snapshots().snapshot(step)
+        return {kind: self.log(kind).snapshot(step) for kind in LOGS}
+
+    def steps(self) -> list[int]:
+        """The training steps that have a snapshot, in the order they were taken."""
+        return self.log("trajectories").steps()
 
     def restore(self, step: int) -> dict[str, int]:
-        """Cut the logs back to the snapshot of ``step``; later records go to ``<file>.after-step-N``.
+        """Cut the logs back to the snapshot of ``step``; later records go to ``<file>.cut-<step>.jsonl``.
 
         Objects that read the store (an open :class:`~searchgym.memory.ExperienceMemory`)
-        must be opened again afterwards. Returns the lines moved aside per log.
+        must be opened again afterwards. Returns the records cut per log.
 
         Raises:
-            DataFileError: no snapshot of ``step`` (the message lists the steps there are).
+            DataFileError: no snapshot of ``step`` (the message lists the steps there are);
+                then no log is cut.
         """
-        return self._snapshots().restore(step)
+        for kind in LOGS:
+            if not self.log(kind).has_snapshot(step):
+                steps = self.log(kind).steps()
+                raise DataFileError(
+                    f"No snapshot of step {step} in {self.path_of(kind)} (snapshots: {steps or 'none'}). Resume "
+                    "from a checkpoint whose step has one, or start a fresh run with a new store path."
+                )
+        return {kind: self.log(kind).restore(step) for kind in LOGS}
+
+    def copy_to(self, target: str | os.PathLike[str]) -> None:
+        """Copy the store to the new folder ``target``: each log as one consistent state
+        (SQLite's backup), HiExp's levels file as it is."""
+        folder = Path(target)
+        folder.mkdir(parents=True, exist_ok=False)
+        for kind in self.kinds_present():
+            if kind == "hiexp_levels":
+                shutil.copy2(self.path_of(kind), folder / HIEXP_FILE)
+            else:
+                self.log(kind).backup(folder / f"{kind}.sqlite")
 
     def close(self) -> None:
         for log in self._logs.values():

@@ -2,7 +2,7 @@
 
 :class:`TrajectoryFeed` counts them, keeps the few-shot pool (reward ≥ θ_r) and hands out
 the window of trajectories each update contrasts. With a store it reads the store's
-``trajectories.jsonl`` incrementally, so that it sees what every process sharing the store
+``trajectories.sqlite`` incrementally, so that it sees what every process sharing the store
 appended; without one it keeps them in this process.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 
 from ..envs.errors import DataFileError, InvalidArgumentError
 from ..envs.records import Trajectory
-from ..envs.storage.jsonl_log import JsonlLog
+from ..envs.storage.sqlite_log import SqliteLog
 from .serialize import trajectory_from_dict, trajectory_to_dict
 from .store import MemoryStore
 
@@ -54,12 +54,12 @@ class TrajectoryFeed:
     def _reset(self) -> None:
         self.count = 0
         self.pool = deque(maxlen=self.max_pool)
-        self._offset = 0  # bytes of the log read so far
-        self._fid: tuple[int, int] | None = None
-        self._cursor_offset = 0  # byte offset of the cursor's trajectory
+        self._last = 0  # id of the last record read
+        self._generation: int | None = None
+        self._cursor_after = 0  # id of the record before the cursor's trajectory
 
     @property
-    def _log(self) -> JsonlLog:
+    def _log(self) -> SqliteLog:
         assert self._store is not None
         return self._store.log("trajectories")
 
@@ -75,7 +75,7 @@ class TrajectoryFeed:
             assert self._store is not None
             detail = "no 'trajectory' field" if isinstance(exc, KeyError) else str(exc)
             raise DataFileError(
-                f"{self._log.path}, line {number}: not a trajectory record ({detail}). Run "
+                f"{self._log.path}, trajectory {number}: not a trajectory record ({detail}). Run "
                 f"`searchgym memory repair {self._store.root}` to rewrite the file keeping every readable record."
             ) from None
 
@@ -84,35 +84,35 @@ class TrajectoryFeed:
         if self._store is None:
             return
         log = self._log
-        fid = log.file_id()
-        if fid != self._fid:
-            if self._fid is not None:
-                logger.info("%s was replaced (repaired?); reading it again from the start.", log.path)
+        generation = log.generation()
+        if generation != self._generation:
+            if self._generation is not None:
+                logger.info("%s was cut or repaired; reading it again from the start.", log.path)
             self._reset()
-            self._fid = fid
-        entries, end = log.read_entries(self._offset)  # skips (and reports) corrupt lines
-        for offset, record in entries:
+            self._generation = generation
+        entries, end = log.read_entries(self._last)  # skips (and reports) corrupt records
+        for row_id, record in entries:
             if self.count == self._cursor:
-                self._cursor_offset = offset
+                self._cursor_after = self._last
             self._ingest(self._decode(record, self.count + 1))
-        self._offset = end
+            self._last = row_id
+        self._last = end
         if self._cursor >= self.count:
             self._cursor = self.count
-            self._cursor_offset = end
+            self._cursor_after = end
 
-    def add(self, trajectory: Trajectory, key: str | None = None) -> None:
+    def add(self, trajectory: Trajectory, key: str | None = None) -> bool:
         """Append a finished trajectory to the store, or keep it in this process.
 
-        ``key``, when given, is stored with it (the Ray store uses it to drop a retried append).
+        ``key``, when given, is stored with it: a later append with the same key is dropped
+        (the Ray store's retried calls). Returns whether the trajectory was stored.
         """
         if self._store is None:
             self._ingest(trajectory)
             self._pending.append(trajectory)
-        else:
-            record: dict[str, Any] = {"trajectory": trajectory_to_dict(trajectory), "pid": os.getpid()}
-            if key is not None:
-                record["key"] = key
-            self._log.append(record)
+            return True
+        record: dict[str, Any] = {"trajectory": trajectory_to_dict(trajectory), "pid": os.getpid()}
+        return self._log.append(record, key=key)
 
     def take_window(self) -> tuple[list[Trajectory], tuple[int, int]]:
         """The trajectories added since the last window, and their numbers ``(start, end)``."""
@@ -121,12 +121,12 @@ class TrajectoryFeed:
             window, self._pending = self._pending, []
         else:
             self.sync()
-            entries, _ = self._log.read_entries(self._cursor_offset)
+            entries, _ = self._log.read_entries(self._cursor_after)
             window = [
                 self._decode(record, start + i + 1)
-                for i, (offset, record) in enumerate(entries)
-                if offset < self._offset
+                for i, (row_id, record) in enumerate(entries)
+                if row_id <= self._last
             ]
-            self._cursor_offset = self._offset
+            self._cursor_after = self._last
         self._cursor = start + len(window)
         return window, (start, self._cursor)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import multiprocessing as mp
 import random
+import sqlite3
 import time
 from pathlib import Path
 
@@ -207,29 +208,38 @@ def test_store_survives_a_restart(tmp_path: Path) -> None:
     assert restored is not None and restored.turns[0].docs == [Doc("d0", "T", "t")]
 
 
-def test_corrupt_lines_are_skipped_and_training_goes_on(
+def _insert_raw(database: Path, body: str) -> None:
+    """A record written past the log's checks (another tool, a bit flip): SQLite itself, directly."""
+    with sqlite3.connect(database) as conn:
+        conn.execute("INSERT INTO records (body) VALUES (?)", (body,))
+    conn.close()
+
+
+def test_corrupt_records_are_skipped_and_training_goes_on(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     memory = ExperienceMemory(tmp_path, update_every=2, summarizer=FixedSummarizer())
     memory.add(make_trajectory("a", 1.0))
-    with open(tmp_path / "trajectories.jsonl", "a") as handle:
-        handle.write('{"schema": 1, "trajectory": {"question": 3}}\n')  # a complete, corrupt line
+    _insert_raw(tmp_path / "trajectories.sqlite", '{"schema": 1, "trajectory": {"question": 3}}')
     memory.add(make_trajectory("b", 0.0))
-    with open(tmp_path / "updates.jsonl", "a") as handle:
-        handle.write("{garbage\n")
+    _insert_raw(tmp_path / "updates.sqlite", "{garbage")
     with caplog.at_level("WARNING", logger="searchgym.memory"):
         again = ExperienceMemory(tmp_path, update_every=2, summarizer=FixedSummarizer())  # reopens
         assert len(again) == 2 and len(memory) == 2
         assert again.step() is None
         result = again.step()  # the update sees both readable trajectories
     assert result is not None and result.outcome == "written" and (result.good, result.bad) == (1, 1)
-    assert "trajectories.jsonl, line 2" in caplog.text and "updates.jsonl, line 1" in caplog.text
-    rejected = (tmp_path / "trajectories.jsonl.rejected").read_text()
-    assert rejected == '{"schema": 1, "trajectory": {"question": 3}}\n'
+    assert "trajectories.sqlite, record 2" in caplog.text and "updates.sqlite, record 1" in caplog.text
     from searchgym.memory import MemoryStore
 
-    MemoryStore(tmp_path).repair()
+    reports = {Path(r.path).name: r for r in MemoryStore(tmp_path).repair()}
+    assert reports["trajectories.sqlite"].dropped[0][0] == 2 and reports["updates.sqlite"].dropped[0][0] == 1
     assert len(ExperienceMemory(tmp_path)) == 2
+    with sqlite3.connect(tmp_path / "trajectories.sqlite") as conn:  # moved out, not deleted
+        assert conn.execute("SELECT id, body FROM rejected").fetchall() == [
+            (2, '{"schema": 1, "trajectory": {"question": 3}}')
+        ]
+    conn.close()
 
 
 def _worker_add(path: str, worker: int, count: int) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -93,8 +94,11 @@ def test_a_run_writes_its_trajectories_through_the_actor_and_resumes(
         ray.get_actor(name, namespace=NAMESPACE)
     records = stored(out / "memory")
     assert len(records) == STEPS * QUESTIONS * GROUP
-    assert all(len(r["key"]) == 32 for r in records)  # the actor's keyed appends
-    assert MinToolCallStore(out / "min_tool_calls.jsonl").minima() == {"q-seen": 2}
+    conn = sqlite3.connect(out / "memory" / "trajectories.sqlite")
+    keys = [key for (key,) in conn.execute("SELECT key FROM records")]
+    conn.close()
+    assert len(keys) == len(records) and all(len(k) == 32 for k in keys)  # the actor's keyed appends
+    assert MinToolCallStore(out / "min_tool_calls.sqlite").minima() == {"q-seen": 2}
     assert len(stored(checkpoint_path(out, STEPS) / "memory")) == len(records)
 
     # A longer run of the same config resumes at step 2 with a fresh actor on the same files.

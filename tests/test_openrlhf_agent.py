@@ -323,7 +323,7 @@ def test_format_penalty_reaches_the_summed_reward(tokenizer, tmp_path):
     env_kwargs = {
         "protocol": "tool_call",
         "reward": "lightsearcher",
-        "reward_kwargs": {"store": str(tmp_path / "n.jsonl")},
+        "reward_kwargs": {"store": str(tmp_path / "n.sqlite")},
     }
     engine = ScriptedLLM(tokenizer, scripted(actions), ramble="")
     result = run(
@@ -340,7 +340,7 @@ def test_episode_out_of_token_budget_ends_truncated_with_the_scheme_reward(token
     env_kwargs = {
         "protocol": "tool_call",
         "reward": "lightsearcher",
-        "reward_kwargs": {"store": str(tmp_path / "n.jsonl")},
+        "reward_kwargs": {"store": str(tmp_path / "n.sqlite")},
     }
     executor = SearchGymAgentExecutor(config=AgentConfig(ENV_ID, env_kwargs))
     # room for the prompt, the first search and its documents, then a few tokens only

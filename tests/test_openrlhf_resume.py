@@ -27,7 +27,18 @@ from searchgym.envs.rewards.lightsearcher import MinToolCallStore  # noqa: E402
 from searchgym.memory import ExperienceMemory  # noqa: E402
 from searchgym.trainers.openrlhf import advantage_hook, compose, env_pool, load_run_config  # noqa: E402
 from searchgym.trainers.openrlhf.config import AdvantageConfig, AgentConfig, MemoryConfig  # noqa: E402
-from searchgym.trainers.openrlhf.resume import FileSnapshots, StoreStateError, run_stores  # noqa: E402
+from searchgym.trainers.openrlhf.resume import FileStoreSnapshots, StoreStateError, run_stores  # noqa: E402
+
+
+def rows(path: Path) -> list[tuple]:
+    """Every record of a store log, read with SQLite itself."""
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute("SELECT id, body FROM records ORDER BY id").fetchall()
+    finally:
+        conn.close()
 
 
 def finished_trajectory(question_index: int, good: bool):
@@ -136,7 +147,7 @@ def run_steps(t, module, first: int, last: int, agents, minima, log):
 
 
 def test_a_killed_run_resumes_its_stores_at_the_checkpoint(tmp_path, hook, monkeypatch):
-    store, minima_file, ckpt = tmp_path / "memory", tmp_path / "min_tool_calls.jsonl", tmp_path / "ckpt"
+    store, minima_file, ckpt = tmp_path / "memory", tmp_path / "min_tool_calls.sqlite", tmp_path / "ckpt"
     config = AgentConfig(
         "searchgym/SyntheticFacts-v0",
         env_kwargs={"reward": "lightsearcher", "reward_kwargs": {"store": str(minima_file)}},
@@ -150,7 +161,8 @@ def test_a_killed_run_resumes_its_stores_at_the_checkpoint(tmp_path, hook, monke
     assert t.init_checkpoint_states()["global_step"] == 0  # fresh, empty stores: fine
     agents, minima, log = ExperienceMemory(str(store)), MinToolCallStore(str(minima_file)), []
     run_steps(t, module, 1, 4, agents, minima, log)  # checkpoints at steps 2 and 4
-    at_4 = {p: p.read_bytes() for p in (store / "trajectories.jsonl", store / "updates.jsonl", minima_file)}
+    logs = (store / "trajectories.sqlite", store / "updates.sqlite", store / "bank.sqlite", minima_file)
+    at_4 = {p: rows(p) for p in logs}
     run_steps(t, module, 5, 6, agents, minima, log)  # steps 5 and 6; the run dies before saving step 6
     (ckpt / "_actor" / "global_step6").rename(tmp_path / "lost")  # its checkpoint never landed
     assert [u for _, u in log] == [0.0, 1.0, 0.0, 1.0, 0.0, 1.0]
@@ -160,9 +172,9 @@ def test_a_killed_run_resumes_its_stores_at_the_checkpoint(tmp_path, hook, monke
     t = trainer(module, ckpt, load_enable=True)
     assert t.init_checkpoint_states()["global_step"] == 4
     for path, data in at_4.items():  # every store is as it was at step 4 ...
-        assert path.read_bytes() == data
-    tails = list((store / "snapshots").glob("after_step_4-*"))
-    assert len(tails) == 1 and (tails[0] / "trajectories.jsonl").stat().st_size > 0  # ... and nothing is lost
+        assert rows(path) == data
+    cut = (store / "trajectories.sqlite.cut-4.jsonl").read_text().splitlines()
+    assert len(cut) == 4 and len(rows(store / "trajectories.sqlite")) == 8  # ... and nothing is lost
     assert (
         MinToolCallStore(str(minima_file)).get("q0") == 1
         and MinToolCallStore(str(minima_file)).get("q5") is None
@@ -206,20 +218,19 @@ def test_a_fresh_run_refuses_a_store_that_holds_an_earlier_run(tmp_path, hook, m
 
 
 def test_a_resume_without_a_snapshot_of_its_step_is_refused(tmp_path):
-    snaps = FileSnapshots("the store", [str(tmp_path / "a.jsonl")], tmp_path / "snaps")
-    (tmp_path / "a.jsonl").write_text('{"x": 1}\n')
+    mins = MinToolCallStore(tmp_path / "a.sqlite")
+    snaps = FileStoreSnapshots("the store", mins)
+    mins.update("q", 1)
     snaps.snapshot(2)
-    with pytest.raises(StoreStateError, match=r"no snapshot of that step.*snapshots: 2"):
+    with pytest.raises(StoreStateError, match=r"the store has no snapshot of that step.*snapshots: 2"):
         snaps.restore(4)
-    (tmp_path / "a.jsonl").write_text("")
-    with pytest.raises(StoreStateError, match="shorter"):
-        snaps.restore(2)
+    assert mins.minima() == {"q": 1}  # nothing was cut
 
 
 def test_run_stores_covers_what_training_writes(tmp_path):
     memory = MemoryConfig(kind="lightsearcher", path=str(tmp_path / "m"))
-    inside = {"reward_kwargs": {"store": str(tmp_path / "m" / "min_tool_calls.jsonl")}}
-    outside = {"reward_kwargs": {"store": str(tmp_path / "min.jsonl")}}
+    inside = {"reward_kwargs": {"store": str(tmp_path / "m" / "min_tool_calls.sqlite")}}
+    outside = {"reward_kwargs": {"store": str(tmp_path / "min.sqlite")}}
     assert len(run_stores(AgentConfig("searchgym/SyntheticFacts-v0", env_kwargs=inside, memory=memory))) == 1
     assert len(run_stores(AgentConfig("searchgym/SyntheticFacts-v0", env_kwargs=outside, memory=memory))) == 2
     assert len(run_stores(AgentConfig("searchgym/SyntheticFacts-v0", env_kwargs=outside))) == 1

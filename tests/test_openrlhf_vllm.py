@@ -270,9 +270,10 @@ def test_the_configured_max_new_tokens_caps_every_turn(tiny):
 
 
 def test_eval_episodes_stay_out_of_the_memory_and_the_minimum_store(tiny, tmp_path):
+    from searchgym.envs.rewards import MinToolCallStore
     from searchgym.memory import ExperienceMemory
 
-    store, mins = tmp_path / "memory", tmp_path / "mins.jsonl"
+    store, mins = tmp_path / "memory", tmp_path / "mins.sqlite"
     env_kwargs = {"protocol": "tool_call", "reward": "lightsearcher", "reward_kwargs": {"store": str(mins)}}
     config = AgentConfig(ENV_ID, env_kwargs, memory=MemoryConfig(kind="lightsearcher", path=str(store)))
     executor = SearchGymAgentExecutor(
@@ -289,11 +290,11 @@ def test_eval_episodes_stay_out_of_the_memory_and_the_minimum_store(tiny, tmp_pa
     for _ in range(2):  # the same pooled env serves eval, then training
         evaluated = episode(0.6)
         assert evaluated["reward"] > 0.5 and evaluated["extra_logs"]["em"] == 1.0
-        assert len(ExperienceMemory(store)) == 0 and not (mins.exists() and mins.read_text().strip())
+        assert len(ExperienceMemory(store)) == 0 and MinToolCallStore(mins).minima() == {}
     trained = episode(1.0)
     assert trained["reward"] == evaluated["reward"]
     assert len(ExperienceMemory(store)) == 1
-    assert [json.loads(line)["n"] for line in mins.read_text().splitlines()] == [2]
+    assert MinToolCallStore(mins).minima() == {question.id: 2}
 
 
 def test_eval_sign_reads_the_run_file_and_refuses_equal_temperatures(tmp_path):

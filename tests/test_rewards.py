@@ -6,6 +6,7 @@ import json
 import math
 import multiprocessing
 import pickle
+import sqlite3
 
 import pytest
 
@@ -247,28 +248,32 @@ def test_store_in_memory_keeps_min():
         store.update(7, 1)
 
 
+def _stored_rows(path) -> list[dict]:
+    """The store's records in order, read with SQLite itself."""
+    conn = sqlite3.connect(path)
+    try:
+        return [json.loads(body) for (body,) in conn.execute("SELECT body FROM records ORDER BY id")]
+    finally:
+        conn.close()
+
+
 def test_store_persists_across_reload(tmp_path):
-    path = tmp_path / "sub" / "mins.jsonl"
+    path = tmp_path / "sub" / "mins.sqlite"
     store = MinToolCallStore(path)
     store.update("q1", 3)
-    store.update("q1", 4)  # not lower: no line
+    store.update("q1", 4)  # not lower: no record
     store.update("q1", 1)
     store.update("q2", 2)
     store.close()
-    lines = path.read_text().splitlines()
-    assert [json.loads(x) for x in lines] == [
-        {"id": "q1", "n": 3},
-        {"id": "q1", "n": 1},
-        {"id": "q2", "n": 2},
-    ]
+    assert _stored_rows(path) == [{"id": "q1", "n": 3}, {"id": "q1", "n": 1}, {"id": "q2", "n": 2}]
     again = MinToolCallStore(str(path))
     assert again.get("q1") == 1 and again.get("q2") == 2 and len(again) == 2
     assert again.skipped_lines == 0
 
 
-def test_store_skips_torn_and_corrupt_lines(tmp_path):
+def test_store_imports_an_old_file_skipping_torn_and_corrupt_lines(tmp_path):
     path = tmp_path / "mins.jsonl"
-    path.write_bytes(
+    old = (
         b'{"id": "q1", "n": 2}\n'
         b"not json\n"
         b'{"id": 5, "n": 1}\n'  # id not a str
@@ -280,34 +285,38 @@ def test_store_skips_torn_and_corrupt_lines(tmp_path):
         b'{"id": "q1", "n": 1}\n'
         b'{"id": "q3", "n'  # torn last line
     )
+    path.write_bytes(old)
     store = MinToolCallStore(path)
     assert store.get("q1") == 1 and store.get("q3") is None and store.get("q4") is None
-    assert len(store) == 1
-    assert store.skipped_lines == 6  # the torn tail waits for its newline
-    # A write first moves the torn tail aside, so the new record is a line of its own.
+    assert len(store) == 1 and store.skipped_lines == 0  # what does not read stays out of the database
+    conn = sqlite3.connect(path)
+    reasons = [r for (r,) in conn.execute("SELECT reason FROM rejected ORDER BY rowid")]
+    conn.close()
+    assert len(reasons) == 7 and "unfinished last line" in reasons[-1]  # 6 corrupt lines and the torn one
     store.update("q3", 4)
     store.close()
     again = MinToolCallStore(path)
     assert again.get("q3") == 4 and again.get("q1") == 1
-    assert again.skipped_lines == 6
-    assert (tmp_path / "mins.jsonl.rejected").read_bytes().endswith(b'{"id": "q3", "n\n')
+    assert (tmp_path / "mins.jsonl.imported").read_bytes() == old
 
 
-def test_torn_line_never_swallows_an_open_writers_records(tmp_path):
-    path = tmp_path / "mins.jsonl"
-    writer = MinToolCallStore(path)  # keeps its file open, as a long-lived env worker does
+def test_a_corrupt_record_is_skipped_and_the_store_goes_on(tmp_path):
+    path = tmp_path / "mins.sqlite"
+    writer = MinToolCallStore(path)  # keeps its connection open, as a long-lived env worker does
     writer.update("q0", 5)
-    with open(path, "ab") as handle:  # another writer died holding the lock, mid-line
-        handle.write(b'{"id": "dead", "n')
+    conn = sqlite3.connect(path)
+    with conn:  # a record no reader can use, written past the store's checks
+        conn.execute("INSERT INTO records (body) VALUES (?)", ('{"id": "dead", "n',))
+    conn.close()
     for i in range(1, 11):
         writer.update(f"q{i}", i)
     fresh = MinToolCallStore(path)
     assert fresh.minima() == {f"q{i}": (5 if i == 0 else i) for i in range(11)}
-    assert fresh.skipped_lines == 0
+    assert fresh.skipped_lines == 1
 
 
 def test_store_follow_and_refresh(tmp_path):
-    path = tmp_path / "mins.jsonl"
+    path = tmp_path / "mins.sqlite"
     writer = MinToolCallStore(path)
     follower = MinToolCallStore(path)
     still = MinToolCallStore(path, follow=False)
@@ -327,12 +336,12 @@ def test_store_rejects_folder(tmp_path):
 
 
 def test_store_pickles(tmp_path):
-    path = tmp_path / "mins.jsonl"
+    path = tmp_path / "mins.sqlite"
     store = MinToolCallStore(path)
     store.update("q1", 2)
     clone = pickle.loads(pickle.dumps(store))
     assert clone.get("q1") == 2 and clone.path == str(path)
-    clone.update("q2", 0)  # reopens its own descriptor
+    clone.update("q2", 0)  # opens its own connection
     clone.close()
     store.close()
     assert MinToolCallStore(path).get("q2") == 0
@@ -349,7 +358,7 @@ def _append_many(path: str, n: int) -> None:
 
 
 def test_store_two_processes_append(tmp_path):
-    path = str(tmp_path / "shared.jsonl")
+    path = str(tmp_path / "shared.sqlite")
     ctx = multiprocessing.get_context("spawn")
     procs = [ctx.Process(target=_append_many, args=(path, n)) for n in (5, 3)]
     for p in procs:
@@ -357,12 +366,12 @@ def test_store_two_processes_append(tmp_path):
     for p in procs:
         p.join(timeout=60)
         assert p.exitcode == 0
-    lines = open(path, encoding="utf-8").read().splitlines()
-    # Each process appends a line per id unless it already sees a value <= its own (the
-    # store follows the other's appends), so 200 to 400 lines, none interleaved; min is 3.
-    assert 200 <= len(lines) <= 400
-    assert all(json.loads(x)["n"] in (3, 5) for x in lines)
-    assert {json.loads(x)["id"] for x in lines if json.loads(x)["n"] == 3} == {f"q{i}" for i in range(200)}
+    rows = _stored_rows(path)
+    # Each process stores a record per id unless it already sees a value <= its own (reading
+    # and lowering is one transaction), so 200 to 400 records; min is 3.
+    assert 200 <= len(rows) <= 400
+    assert all(r["n"] in (3, 5) for r in rows)
+    assert {r["id"] for r in rows if r["n"] == 3} == {f"q{i}" for i in range(200)}
     merged = MinToolCallStore(path)
     assert merged.skipped_lines == 0 and len(merged) == 200
     assert all(merged.get(f"q{i}") == 3 for i in range(200))
@@ -583,7 +592,7 @@ def test_schemes_pickle(scheme):
 
 
 def test_lightsearcher_pickles_with_file_store(tmp_path):
-    path = tmp_path / "mins.jsonl"
+    path = tmp_path / "mins.sqlite"
     scheme = make_reward("lightsearcher", store=str(path))
     assert scheme(traj(search(), answer("Paris"))) == 1.0  # first: n = m = 1
     clone = pickle.loads(pickle.dumps(scheme))

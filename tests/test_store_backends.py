@@ -65,8 +65,8 @@ def open_stores(backend: str, root: str, name: str) -> tuple[Any, Any]:
     memory_kwargs = {"update_every": 1, "summarizer": Counting()}
     if backend == "file":
         memory = ExperienceMemory(f"{root}/memory", **memory_kwargs)
-        return memory, MinToolCallStore(f"{root}/min_tool_calls.jsonl")
-    spec = ray_store.StoreSpec(f"{root}/memory", memory_kwargs, f"{root}/min_tool_calls.jsonl")
+        return memory, MinToolCallStore(f"{root}/min_tool_calls.sqlite")
+    spec = ray_store.StoreSpec(f"{root}/memory", memory_kwargs, f"{root}/min_tool_calls.sqlite")
     client = ray_store.StoreClient(name, spec)
     return ray_store.RemoteMemory(client), ray_store.RemoteMinToolCalls(client)
 
@@ -133,7 +133,7 @@ agent:
     protocol: tool_call
     retriever: {retriever}
     reward: lightsearcher
-    reward_kwargs: {{store: runs/min_tool_calls.jsonl}}
+    reward_kwargs: {{store: runs/min_tool_calls.sqlite}}
   memory: {{kind: lightsearcher, path: runs/memory, update_every: 1}}
 launch: {{env: {{{launch_env}}}}}
 openrlhf:
@@ -181,7 +181,7 @@ def test_a_cluster_run_ships_package_and_run_file_to_workers(ray_session: Any, t
     plan = plan_of(run_file(tmp_path, "http://10.0.0.7:8000", nodes=2))
     runtime = plan.runtime_env
     (package,) = runtime["py_modules"]
-    assert (Path(package) / "envs" / "storage" / "jsonl_log.py").is_file()  # every installed folder
+    assert (Path(package) / "envs" / "storage" / "sqlite_log.py").is_file()  # every installed folder
     assert (Path(runtime["working_dir"]) / "run.yaml").is_file()
     agent_flag = plan.flags[plan.flags.index("--train.agent_func_path") + 1]
     assert agent_flag == "searchgym_agent.py" and (Path(runtime["working_dir"]) / agent_flag).is_file()
@@ -278,7 +278,7 @@ def test_a_resumed_run_restores_both_stores_to_its_step(
     restore_stores(config, 1)  # resume from step 1
     assert [r for r in stored_ids(tmp_path / "runs" / "memory")] == ["before"]
     assert len(memory) == 1 and mins.lookup_and_lower("q", None) == 4
-    assert "after" in (tmp_path / "runs" / "memory" / "trajectories.jsonl.after-step-1").read_text()
+    assert "after" in (tmp_path / "runs" / "memory" / "trajectories.sqlite.cut-1.jsonl").read_text()
     if client is not None:
         ray.kill(client.actor, no_restart=True)
 

@@ -312,8 +312,8 @@ class MemoryConfig:
         top_k: HiExp strategy records in the prompt (5).
         hint_threshold: HiExp hint cosine threshold (0.8).
         backend: Where the experience memory and LightSearcher's minimum tool-call store
-            (``env.kwargs.reward_kwargs.store``) live: ``file`` (default: folders of
-            JSON-lines files this process opens) or ``ray`` (a named Ray actor owns them,
+            (``env.kwargs.reward_kwargs.store``) live: ``file`` (default: SQLite files
+            this machine's processes open) or ``ray`` (a named Ray actor owns them,
             :mod:`searchgym.trainers.ray_store`; the trainer starts Ray when needed).
         ray_num_cpus: ``backend: ray``: CPUs of the local Ray instance the trainer starts
             (``null``: Ray's default, all of them); unused when Ray already runs.

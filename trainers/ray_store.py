@@ -1,7 +1,7 @@
 """The stores on a Ray cluster: one named, detached actor owns the memory and the minimum store.
 
-On one machine, processes share the stores as files (:mod:`searchgym.memory.store`). On a
-cluster that needs a shared file system, where ``flock`` is unreliable. Here instead one
+On one machine, processes share the stores as SQLite files (:mod:`searchgym.memory.store`).
+On a cluster that would need a shared file system, where SQLite's WAL mode does not work. Here instead one
 Ray actor, :class:`StoreServer`, owns both stores: LightSearcher's experience memory (its
 trajectories, bank versions and updates) and the per-question minimum of searches. Agents
 on any node reach it by name through a :class:`StoreClient`; no shared file system is
@@ -15,14 +15,14 @@ The actor
       (``max_restarts=-1``); calls in flight when it died are retried
       (``max_task_retries=-1``);
     - is the **single writer**: Ray runs its calls one at a time, and it writes with the
-      file store's crash-safe format (:class:`~searchgym.envs.storage.jsonl_log.JsonlLog`).
+      file store's code (:class:`~searchgym.envs.storage.sqlite_log.SqliteLog`) on its node.
 
 **An acknowledged write** is a call (``add``, ``lookup_and_lower``, ``step_to``) that
-returned to its caller. By then the actor has written the record to its log with one
-``write`` to the operating system, so the record survives the actor process dying (a
-restart reads it back); with ``fsync`` it also survives the node losing power. A retried
-``add`` carries the key of its first try and is stored once; lowering a minimum and
-stepping to a step are idempotent.
+returned to its caller. By then the actor has committed the record to its SQLite log, so
+the record survives the actor process dying (a restart reads it back); with ``fsync`` it
+also survives the node losing power. A retried ``add`` carries the key of its first try,
+which the log stores uniquely, so it is stored once; lowering a minimum and stepping to a
+step are idempotent.
 
 Hot path: an agent calls the actor once to add an episode, once to read the bank (the
 client caches it and the actor sends it only when its version changed), once to draw the
@@ -63,10 +63,6 @@ NAMESPACE = "searchgym"
 
 HEAD_RESOURCE = "node:__internal_head__"
 
-RECENT_KEYS = 100_000
-"""Keys of the latest appends the actor remembers to drop a retried one (a retry comes
-within seconds of its first try, so the latest keys are enough)."""
-
 
 @dataclass(frozen=True)
 class StoreSpec:
@@ -76,7 +72,7 @@ class StoreSpec:
         memory_path: The experience memory's store folder (``None``: no memory).
         memory_kwargs: Keyword arguments of :class:`~searchgym.memory.ExperienceMemory`
             (``update_every``, ``summarizer``, ...).
-        min_tool_calls_path: LightSearcher's minimum tool-call log (``None``: none).
+        min_tool_calls_path: LightSearcher's minimum tool-call store, a file (``None``: none).
         fsync: Sync every write to disk (acknowledged writes then survive power loss).
     """
 
@@ -100,16 +96,12 @@ class StoreServer:
         self.spec = spec
         self.memory: ExperienceMemory | None = None
         self.mins: MinToolCallStore | None = None
-        self._keys: dict[str, None] = {}  # the latest appends' keys, oldest first
         self._open()
 
     def _open(self) -> None:
         spec = self.spec
         if spec.memory_path is not None:
             self.memory = ExperienceMemory(spec.memory_path, fsync=spec.fsync, **spec.memory_kwargs)
-            records = MemoryStore(spec.memory_path).log("trajectories").read()[0]
-            keys = [r["key"] for r in records[-RECENT_KEYS:] if isinstance(r.get("key"), str)]
-            self._keys = dict.fromkeys(keys)
         if spec.min_tool_calls_path is not None:
             self.mins = MinToolCallStore(spec.min_tool_calls_path, fsync=spec.fsync)
 
@@ -127,13 +119,7 @@ class StoreServer:
 
     def add(self, key: str, trajectory: dict[str, Any]) -> bool:
         """Store one finished trajectory once (a retried call with the same key is dropped)."""
-        if key in self._keys:
-            return False
-        self._memory().add(trajectory_from_dict(trajectory), key=key)
-        self._keys[key] = None
-        if len(self._keys) > RECENT_KEYS:
-            del self._keys[next(iter(self._keys))]
-        return True
+        return self._memory().add(trajectory_from_dict(trajectory), key=key)
 
     def bank(self, known_version: int) -> dict[str, Any] | None:
         """The current bank as a dict, or ``None`` when its version is ``known_version``."""
@@ -203,8 +189,8 @@ class StoreServer:
 
     def holds_data(self) -> bool:
         """Whether either store holds a record (an earlier run's, for a run that starts fresh)."""
-        memory = self.memory is not None and len(self.memory) > 0
-        return memory or (self.mins is not None and len(self.mins.minima()) > 0)
+        memory = self.spec.memory_path is not None and MemoryStore(self.spec.memory_path).holds_data()
+        return memory or (self.mins is not None and self.mins.holds_data())
 
     def pid(self) -> int:
         return os.getpid()

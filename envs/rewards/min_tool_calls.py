@@ -1,16 +1,17 @@
 """LightSearcher's per-question minimum of searches: :class:`MinToolCallStore`.
 
 The fewest searches that led to a good answer outlives one episode and is shared by every
-env worker, so it lives in a store: in this process by default, or in a JSON-lines log
-(:class:`~searchgym.envs.storage.jsonl_log.JsonlLog`, the same log as the experience
+env worker, so it lives in a store: in this process by default, or in a SQLite log
+(:class:`~searchgym.envs.storage.sqlite_log.SqliteLog`, the same log as the experience
 memory's, with the same guarantees and the same ``searchgym memory repair``) that many
 processes share. On a cluster, a Ray actor owns it (:mod:`searchgym.trainers.ray_store`)
 and agents call it through an object with the same methods (:class:`MinToolCalls`).
 
-A log line is ``{"id": question id, "n": searches}`` (no ``schema`` field: version 0). A
-reader takes the minimum per id. A torn last line (a writer died mid-write) is never read
-and is cut off by the next writer before it appends; a corrupt complete line is skipped,
-copied to ``<file>.rejected`` and reported (:attr:`MinToolCallStore.skipped_lines`).
+A record is ``{"id": question id, "n": searches}`` (no ``schema`` field: version 0). A
+reader takes the minimum per id. :meth:`MinToolCallStore.lookup_and_lower_many` reads and
+lowers in one write transaction, so it is atomic across processes. A corrupt record is
+skipped and reported (:attr:`MinToolCallStore.skipped_lines`). A path that holds an old
+JSON-lines file is imported once (the file is kept as ``<path>.imported``).
 """
 
 from __future__ import annotations
@@ -21,8 +22,7 @@ from collections.abc import Iterable
 from typing import Any, Protocol, runtime_checkable
 
 from ..errors import DataFileError, InvalidArgumentError
-from ..storage.jsonl_log import JsonlLog
-from ..storage.snapshots import LogSnapshots
+from ..storage.sqlite_log import SqliteLog
 
 __all__ = ["MinToolCalls", "MinToolCallStore", "check_min_record"]
 
@@ -63,11 +63,11 @@ class MinToolCallStore:
     reward scheme; a pickled in-memory store is a copy, a file-backed one is shared).
 
     Args:
-        path: The log file, created (with its folders) on the first write; ``None`` keeps
-            the store in this process.
+        path: The database file (``min_tool_calls.sqlite`` by convention), created with its
+            folders on first use; ``None`` keeps the store in this process.
         follow: With ``path``, read what other processes appended before every lookup,
-            so workers see each other's records. ``False`` reads the file only at start-up
-            and on :meth:`refresh`.
+            so workers see each other's records. ``False`` reads the file only at start-up,
+            on :meth:`refresh` and when lowering (which is atomic across processes either way).
         fsync: Sync every append to disk (durable across power loss, slower).
 
     Raises:
@@ -85,18 +85,18 @@ class MinToolCallStore:
         self.follow = follow
         self._mins: dict[str, int] = {}
         self._lock = threading.Lock()
-        self._log: JsonlLog | None = None
-        self._offset = 0  # bytes of the log already read
-        self._fid: tuple[int, int] | None = None
+        self._log: SqliteLog | None = None
+        self._last = 0  # id of the last record read
+        self._generation: int | None = None
         if self.path is not None:
             if os.path.isdir(self.path):
                 raise DataFileError(f"MinToolCallStore path {self.path!r} is a folder; give a file path.")
-            self._log = JsonlLog(self.path, fsync=fsync, schema=None, validate=check_min_record)
+            self._log = SqliteLog(self.path, fsync=fsync, schema=None, validate=check_min_record)
             self.refresh()
 
     @property
     def skipped_lines(self) -> int:
-        """Corrupt complete lines skipped (and copied to ``<file>.rejected``) by this process."""
+        """Corrupt records skipped by this process (``searchgym memory repair`` moves them out)."""
         return 0 if self._log is None else len(self._log.corrupt)
 
     # -- reading ---------------------------------------------------------------------------
@@ -105,10 +105,10 @@ class MinToolCallStore:
         """Merge records appended since the last read; call with the lock held."""
         if self._log is None:
             return
-        fid = self._log.file_id()
-        if fid != self._fid:  # new, replaced (repaired, restored) or removed: read from 0
-            self._mins, self._offset, self._fid = {}, 0, fid
-        records, self._offset = self._log.read(self._offset)
+        generation = self._log.generation()
+        if generation != self._generation:  # records were cut (restore) or moved out (repair)
+            self._mins, self._last, self._generation = {}, 0, generation
+        records, self._last = self._log.read(self._last)
         for record in records:
             qid, n = record["id"], record["n"]
             if qid not in self._mins or n < self._mins[qid]:
@@ -139,10 +139,7 @@ class MinToolCallStore:
     def update(self, qid: str, m: int) -> None:
         """Record that ``qid`` was answered well with ``m`` searches (keeps the minimum)."""
         _check_update(qid, m)
-        with self._lock:
-            if self.follow:
-                self._sync()
-            self._lower(qid, m)
+        self.lookup_and_lower_many([(qid, m)])
 
     def lookup_and_lower(self, qid: str, m: int | None) -> int | None:
         """The minimum for ``qid`` before this call, then lower it to ``m`` (``None``: only look).
@@ -153,19 +150,28 @@ class MinToolCallStore:
         return self.lookup_and_lower_many([(qid, m)])[0]
 
     def lookup_and_lower_many(self, items: Iterable[tuple[str, int | None]]) -> list[int | None]:
-        """:meth:`lookup_and_lower` for many questions in order (one read of the log)."""
+        """:meth:`lookup_and_lower` for many questions in order, in one transaction: no other
+        process lowers a minimum between this call's read and its write."""
         items = list(items)
         for qid, m in items:
             _check_update(qid, 0 if m is None else m)
+        lowers = any(m is not None for _, m in items)
         with self._lock:
-            if self.follow:
+            if self._log is None or not lowers:
+                if self.follow:
+                    self._sync()
+                return self._lookup_and_lower(items)
+            with self._log.writing():
                 self._sync()
-            before = []
-            for qid, m in items:
-                before.append(self._mins.get(qid))
-                if m is not None:
-                    self._lower(qid, m)
-            return before
+                return self._lookup_and_lower(items)
+
+    def _lookup_and_lower(self, items: list[tuple[str, int | None]]) -> list[int | None]:
+        before = []
+        for qid, m in items:
+            before.append(self._mins.get(qid))
+            if m is not None:
+                self._lower(qid, m)
+        return before
 
     def minima(self) -> dict[str, int]:
         """A copy of the fewest searches per question id known so far."""
@@ -176,26 +182,39 @@ class MinToolCallStore:
 
     # -- checkpoints -----------------------------------------------------------------------
 
-    def _snapshots(self) -> LogSnapshots:
+    def _stored(self) -> SqliteLog:
         if self._log is None:
             raise InvalidArgumentError("An in-memory MinToolCallStore has no snapshots: give it a path.")
-        stem = self._log.path[: -len(".jsonl")] if self._log.path.endswith(".jsonl") else self._log.path
-        return LogSnapshots(f"{stem}.snapshots.jsonl", {"min_tool_calls": self._log})
+        return self._log
 
     def snapshot(self, step: int) -> None:
-        """Remember the log as it is at training step ``step`` (see :mod:`~searchgym.envs.storage.snapshots`)."""
+        """Remember the store as it is after training step ``step`` (:meth:`SqliteLog.snapshot`)."""
         with self._lock:
-            self._snapshots().snapshot(step)
+            self._stored().snapshot(step)
 
-    def restore(self, step: int) -> None:
-        """Bring the log back to its snapshot of ``step``; later records are moved aside, not lost."""
+    def steps(self) -> list[int]:
+        """The training steps that have a snapshot, in the order they were taken."""
+        return self._stored().steps()
+
+    def has_snapshot(self, step: int) -> bool:
+        """Whether :meth:`restore` can go back to ``step``."""
+        return self._stored().has_snapshot(step)
+
+    def restore(self, step: int) -> int:
+        """Bring the store back to its snapshot of ``step``; later records go to
+        ``<path>.cut-<step>.jsonl``, not lost. Returns how many were cut."""
         with self._lock:
-            self._snapshots().restore(step)
-            self._fid = None
+            cut = self._stored().restore(step)
+            self._generation = None
             self._sync()
+            return cut
+
+    def holds_data(self) -> bool:
+        """Whether the store holds any record."""
+        return self._stored().count() > 0
 
     def close(self) -> None:
-        """Close the log's descriptor (a later update reopens it)."""
+        """Close the log's connection (a later call reopens it)."""
         if self._log is not None:
             self._log.close()
 

@@ -1,14 +1,18 @@
-"""Append-only JSON-lines logs that many processes share: the format of every searchgym store.
+"""The stores' storage: append-only logs of records in SQLite databases that many processes share.
 
-- :mod:`~searchgym.envs.storage.jsonl_format`: records to lines and back, atomic rewrites.
-- :mod:`~searchgym.envs.storage.jsonl_log`: :class:`JsonlLog`, one file appended to by many
-  processes under ``flock``, with torn-line and corrupt-line handling and repair.
+- :mod:`~searchgym.envs.storage.sqlite_log`: :class:`SqliteLog`, one log in one database
+  file (WAL mode), with snapshots for resume, corrupt-record handling and repair.
+- :mod:`~searchgym.envs.storage.records`: records to JSON text and back, with a format version.
+- :mod:`~searchgym.envs.storage.legacy`: the one-time import of an old JSON-lines store.
+- :mod:`~searchgym.envs.storage.recovery`: rebuilding a damaged database from what is readable.
+- :mod:`~searchgym.envs.storage.atomic`: :func:`write_atomically`, for whole-file documents.
 
 They live beside the envs because both the experience memory's store and LightSearcher's
 minimum tool-call store (a reward's state) keep their records in them.
 """
 
-from .jsonl_format import SCHEMA_VERSION, Validator, write_atomically
-from .jsonl_log import JsonlLog, RepairReport
+from .atomic import write_atomically
+from .records import SCHEMA_VERSION, Validator
+from .sqlite_log import RepairReport, SqliteLog
 
-__all__ = ["SCHEMA_VERSION", "Validator", "JsonlLog", "RepairReport", "write_atomically"]
+__all__ = ["SCHEMA_VERSION", "Validator", "SqliteLog", "RepairReport", "write_atomically"]

@@ -12,7 +12,7 @@
 #   - the same Python environment (searchgym, openrlhf 0.11.2, vllm) on every node;
 #   - the retrieval server on an address the other nodes reach (not 127.0.0.1);
 #   - the checkpoint folder on a file system every node shares (NFS, Lustre); the run's stores
-#     (memory, min_tool_calls.jsonl) live in a Ray actor on the head node (docs/openrlhf.md).
+#     (memory, min_tool_calls.sqlite) live in a Ray actor on the head node (docs/openrlhf.md).
 set -euo pipefail
 ROLE=${ROLE:-submit}
 HEAD=${HEAD:-$(hostname -I 2>/dev/null | awk '{print $1}')}
@@ -42,7 +42,7 @@ extends: $REPO/configs/openrlhf/lightsearcher.yaml
 agent:
   env_kwargs:
     retriever: "http://$HEAD:8000"
-    reward_kwargs: {store: runs/lightsearcher-2nodes/min_tool_calls.jsonl}
+    reward_kwargs: {store: runs/lightsearcher-2nodes/min_tool_calls.sqlite}
   memory: {path: runs/lightsearcher-2nodes/memory}
 launch:
   ray_address: "http://$HEAD:8265"

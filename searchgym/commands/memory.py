@@ -3,9 +3,10 @@
 ``searchgym memory show PATH`` prints the current experience bank by group, and HiExp's
 records by level (read with ``HierarchicalExperience.load``) when the store holds them;
 ``--history`` prints every bank version with the step that wrote it, and both list the
-corrupt lines that reading skipped. ``searchgym memory repair PATH`` rewrites every file of
-the store (the bank, trajectories, updates, HiExp levels, LightSearcher's
-``min_tool_calls.jsonl``, snapshots) keeping every readable record.
+corrupt records that reading skipped. ``searchgym memory repair PATH`` checks every file of
+the store (the bank, trajectories, updates, LightSearcher's ``min_tool_calls.sqlite``: SQLite's
+integrity check, a damaged file rebuilt from what is readable with the original kept; HiExp's
+levels file) and keeps every readable record.
 """
 
 from __future__ import annotations
@@ -25,8 +26,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     show = actions.add_parser("show", help="print the current bank (and HiExp levels) of a store")
     show.add_argument("path", help="the store folder (ExperienceMemory(path=...))")
     show.add_argument("--history", action="store_true", help="print every bank version with its step")
-    repair = actions.add_parser("repair", help="rewrite corrupt store files, keeping every readable record")
-    repair.add_argument("path", help="the store folder")
+    repair = actions.add_parser(
+        "repair", help="check and repair every store file, keeping every readable record"
+    )
+    repair.add_argument(
+        "path", help="the store folder, or a minimum tool-call store file (reward_kwargs.store)"
+    )
 
 
 def _wrap(text: str, indent: str) -> str:
@@ -69,16 +74,15 @@ def _print_levels(hierarchy: Any) -> None:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from searchgym.envs.errors import DataFileError
     from searchgym.memory import HierarchicalExperience, MemoryStore, read_bank_history
 
     store = MemoryStore(args.path, create=False)
     present = store.kinds_present()
     if not present:
-        print(f"{store.root}: an empty store (no .jsonl files yet).")
+        print(f"{store.root}: an empty store (no store files yet).")
         return 0
     history = read_bank_history(store)
-    trajectories = len(store.log("trajectories").read(check=False)[0]) if "trajectories" in present else 0
+    trajectories = store.log("trajectories").count() if "trajectories" in present else 0
     print(f"Store {store.root}: {trajectories} trajectories, {len(history)} bank versions.")
     if args.history:
         for record in history:
@@ -96,45 +100,64 @@ def _show(args: argparse.Namespace) -> int:
             print(f"\nLast update (step {last['step']}) {last['outcome']}: {last['reason']}.")
     if "hiexp_levels" in present:
         print()
-        try:
-            hierarchy = HierarchicalExperience.load(store.path_of("hiexp_levels"))
-        except DataFileError as exc:
-            raise DataFileError(f"{exc} Or run `searchgym memory repair {store.root}`.") from None
-        _print_levels(hierarchy)
+        _print_levels(HierarchicalExperience.load(store.path_of("hiexp_levels")))
     _print_skipped(store, present)
     return 0
 
 
 def _print_skipped(store: Any, present: list[str]) -> None:
-    """The corrupt lines that reading skipped (each copied to its file's ``.rejected``)."""
-    skipped = [(store.log(k).path, line, why) for k in present for line, why in store.log(k).corrupt]
+    """The corrupt records (and HiExp lines) that reading skipped."""
+    from searchgym.memory.hiexp_store import read_records
+
+    skipped = [
+        (store.log(k).path, f"record {row}", why)
+        for k in present
+        if k != "hiexp_levels"
+        for row, why in store.log(k).corrupt
+    ]
+    if "hiexp_levels" in present:
+        file = store.root / "hiexp_levels.jsonl"
+        skipped += [(str(file), f"line {number}", why) for number, why in read_records(file)[1]]
     if not skipped:
         return
     print(
-        f"\nSkipped {len(skipped)} corrupt line(s); run `searchgym memory repair {store.root}` to remove them:"
+        f"\nSkipped {len(skipped)} corrupt record(s); run `searchgym memory repair {store.root}` to remove them:"
     )
-    for path, line, why in skipped[:20]:
-        print(f"  {path}, line {line}: {why}")
+    for path, where, why in skipped[:20]:
+        print(f"  {path}, {where}: {why}")
 
 
 def _repair(args: argparse.Namespace) -> int:
-    from searchgym.memory import MemoryStore
+    import os
 
-    store = MemoryStore(args.path, create=False)
-    reports = store.repair()
-    if not reports:
-        print(f"{store.root}: nothing to repair (no store files).")
+    from searchgym.memory import MemoryStore
+    from searchgym.memory.store import log_file
+
+    if os.path.isfile(args.path):
+        reports = [log_file(args.path).repair()]
+    else:
+        store = MemoryStore(args.path, create=False)
+        reports = store.repair()
+        if not reports:
+            print(f"{store.root}: nothing to repair (no store files).")
     for report in reports:
+        lines = report.path.endswith("hiexp_levels.jsonl")  # HiExp's file; the rest are SQLite logs
         if not report.changed:
             print(f"{report.path}: fine ({report.kept} records).")
             continue
-        print(
-            f"{report.path}: kept {report.kept} records, dropped {len(report.dropped)} corrupt lines"
-            f"{f' and a torn tail of {report.torn_bytes} bytes' if report.torn_bytes else ''}; "
-            f"the dropped text is in {report.rejected_path}."
-        )
+        if report.problems:
+            print(
+                f"{report.path}: damaged ({'; '.join(report.problems[:3])}); rebuilt with the {report.kept} "
+                f"readable records, the original kept as {report.original}."
+            )
+        if report.dropped:
+            where = f"{report.path}.corrupt" if lines else "its 'rejected' table"
+            print(
+                f"{report.path}: kept {report.kept} records, moved out {len(report.dropped)} corrupt ones "
+                f"(kept in {where})."
+            )
         for line, reason in report.dropped[:20]:
-            print(f"  line {line}: {reason}")
+            print(f"  {'line' if lines else 'record'} {line}: {reason}")
         if len(report.dropped) > 20:
             print(f"  ... and {len(report.dropped) - 20} more")
     return 0

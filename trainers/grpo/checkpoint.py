@@ -48,6 +48,7 @@ import torch
 
 from ...envs.errors import DataFileError, InvalidArgumentError
 from ...envs.rewards import REWARDS, MinToolCallStore, RewardScheme
+from ...memory.store import MemoryStore
 
 __all__ = [
     "TrainerState",
@@ -206,7 +207,7 @@ def save_checkpoint(
             reward = {"scheme": reward_scheme.name, "state": reward_scheme.state_dict()}
             (staging / _REWARD).write_text(json.dumps(reward) + "\n", encoding="utf-8")
         if memory_dir is not None and Path(memory_dir).is_dir():
-            shutil.copytree(memory_dir, staging / "memory")
+            MemoryStore(memory_dir).copy_to(staging / "memory")  # each log as one consistent state
         (staging / "config.yaml").write_text(config_yaml, encoding="utf-8")
         (staging / _STATE).write_text(json.dumps(asdict(state), indent=1) + "\n", encoding="utf-8")
         if target.exists():

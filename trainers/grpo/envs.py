@@ -69,7 +69,7 @@ def store_spec(config: TrainConfig, output_dir: str | os.PathLike[str]) -> Store
     mins = None
     if config.env.kwargs.get("reward", "f1") == "lightsearcher":
         store = dict(config.env.kwargs.get("reward_kwargs") or {}).get("store")
-        mins = str(store) if store is not None else str(Path(output_dir) / "min_tool_calls.jsonl")
+        mins = str(store) if store is not None else str(Path(output_dir) / "min_tool_calls.sqlite")
     return StoreSpec(
         memory_path=str(memory_dir) if memory_dir is not None else None,
         memory_kwargs=memory_kwargs(config.memory, config.seed) if memory_dir is not None else {},

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from ...envs.errors import DataFileError
-from ...memory.jsonl_format import write_atomically
+from ...envs.storage.atomic import write_atomically
 from .loss import pad_batch, pad_values, token_logprobs
 
 __all__ = ["PtxExample", "load_ptx_examples", "write_ptx_examples", "ptx_nll", "sample_ptx"]

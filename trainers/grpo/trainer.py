@@ -544,9 +544,16 @@ class GRPOTrainer:
         return self.state
 
     def close(self) -> None:
-        """Close the envs and the W&B run."""
+        """Close the envs, the stores' connections and the W&B run."""
         if getattr(self, "collector", None) is not None:
             self.collector.close()
+        for holder in (
+            getattr(self, "memory", None),
+            getattr(getattr(self, "reward_scheme", None), "store", None),
+        ):
+            close_store = getattr(holder, "close", None)
+            if callable(close_store):  # the last connection to a SQLite store removes its WAL files
+                close_store()
         if self.wandb is not None:
             self.wandb.finish()
             self.wandb = None

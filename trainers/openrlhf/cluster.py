@@ -203,8 +203,9 @@ def cluster_runtime_env(
         _check_retriever(config.agent)
     if name is not None and config.launch.env.get(STORE_ACTOR_VARIABLE, name).lower() in FILE_STORES:
         warnings.append(
-            f"searchgym: {STORE_ACTOR_VARIABLE}=file on a cluster: the memory and minimum tool-call files must "
-            "be on a file system every node shares (and where flock works), or records are lost."
+            f"searchgym: {STORE_ACTOR_VARIABLE}=file on a cluster: the memory and minimum tool-call stores are "
+            "SQLite files in WAL mode, which only processes on one machine can share (not across nodes, not "
+            "on NFS); drop that setting to let the store actor own them."
         )
     staging = staging or tempfile.mkdtemp(prefix="searchgym-ray-")
     runtime_env["py_modules"] = [stage_package(os.path.join(staging, "py_modules"))]

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ...envs.errors import InvalidArgumentError
-from ...memory.jsonl_format import write_atomically
+from ...envs.storage.atomic import write_atomically
 
 __all__ = ["STEP_FILE", "MemoryStepper", "publish_step", "read_published_step"]
 

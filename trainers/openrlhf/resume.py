@@ -2,17 +2,17 @@
 
 A LightSearcher run keeps state outside the model: the experience memory's store (its
 trajectories, bank versions and update log) and the reward's minimum tool-call store. Both
-are append-only logs, so the state at a training step is the length of each file at that
-step. When OpenRLHF saves checkpoint ``global_stepN`` (or ``best_global_stepN``), :func:`snapshot_stores` records
-those lengths (``step_N.json`` in each store's ``snapshots`` folder). When a run starts,
-:func:`prepare_stores` looks at the step OpenRLHF restored:
+are append-only SQLite logs, so the state at a training step is each log's last record id
+at that step. When OpenRLHF saves checkpoint ``global_stepN`` (or ``best_global_stepN``),
+:func:`snapshot_stores` records those ids (in each log's ``snapshots`` table, as the store
+actor does). When a run starts, :func:`prepare_stores` looks at the step OpenRLHF restored:
 
 - step 0 (a fresh run): every store must be empty. A store that holds an earlier run's
   records would hand this run its bank, its few-shot pool and its minima, and the memory's
   restored step count would make it skip updates, so the run is refused with the ways out;
 - step N (a resumed run): every store goes back to its snapshot of step N. What was
   written after it (by the rollouts of steps that the checkpoint does not hold) is cut off
-  and kept in ``snapshots/after_step_N-<time>/``, so nothing is lost.
+  and kept in ``<log file>.cut-N.jsonl``, so nothing is lost.
 
 The TSAS stage needs no snapshot: it is a function of OpenRLHF's ``global_step``, which
 the checkpoint restores. Any store that implements :class:`StepSnapshots` (for example a
@@ -22,20 +22,18 @@ store served by a Ray actor) takes part the same way.
 from __future__ import annotations
 
 import functools
-import json
 import os
-import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, Protocol
 
-from ...envs.errors import SearchGymError
-from ...memory.jsonl_format import write_atomically
+from ...envs.errors import DataFileError, SearchGymError
+from ...envs.rewards.min_tool_calls import MinToolCallStore
+from ...memory.store import MemoryStore
 from .cluster import store_client
 from .config import AgentConfig
 
 __all__ = [
-    "FileSnapshots",
+    "FileStoreSnapshots",
     "StepSnapshots",
     "StoreStateError",
     "prepare_stores",
@@ -45,8 +43,6 @@ __all__ = [
     "wrap_save_best_checkpoint",
     "wrap_save_logs_and_checkpoints",
 ]
-
-_MEMORY_FILES = ("trajectories", "bank", "updates", "min_tool_calls")
 
 
 class StoreStateError(SearchGymError):
@@ -72,71 +68,40 @@ class StepSnapshots(Protocol):
         ...
 
 
-class FileSnapshots:
-    """Append-only files taken back to a step by their lengths at that step.
+class FileStoreSnapshots:
+    """A store on this machine's disk (a memory folder or a minimum tool-call file) as a :class:`StepSnapshots`.
 
     Args:
-        name: What the files are, for messages.
-        files: The files (absent ones count as empty).
-        folder: Where the snapshots (``step_N.json``) and the cut-off tails go.
+        name: What the store is, for messages.
+        store: The store; its logs keep their snapshots themselves.
     """
 
-    def __init__(self, name: str, files: list[str], folder: str | os.PathLike[str]):
+    def __init__(self, name: str, store: MemoryStore | MinToolCallStore):
         self.name = name
-        self.files = [os.path.abspath(f) for f in files]
-        self.folder = Path(folder)
-
-    def _sizes(self) -> dict[str, int]:
-        return {f: os.path.getsize(f) for f in self.files if os.path.exists(f)}
-
-    def _manifest(self, step: int) -> Path:
-        return self.folder / f"step_{step}.json"
+        self.store = store
 
     def holds_data(self) -> bool:
-        return any(size > 0 for size in self._sizes().values())
+        return self.store.holds_data()
 
     def steps(self) -> list[int]:
         """The steps that have a snapshot, in order."""
-        if not self.folder.is_dir():
-            return []
-        found = (p.stem.removeprefix("step_") for p in self.folder.glob("step_*.json"))
-        return sorted(int(s) for s in found if s.isdigit())
+        return sorted(set(self.store.steps()))
 
     def snapshot(self, step: int) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        record = {"step": step, "time": time.time(), "sizes": self._sizes()}
-        write_atomically(self._manifest(step), (json.dumps(record, sort_keys=True) + "\n").encode("utf-8"))
+        self.store.snapshot(step)
 
     def restore(self, step: int) -> None:
         try:
-            sizes: dict[str, int] = json.loads(self._manifest(step).read_text(encoding="utf-8"))["sizes"]
-        except (OSError, ValueError, KeyError, TypeError):
-            have = ", ".join(map(str, self.steps())) or "none"
+            self.store.restore(step)
+        except DataFileError as exc:
             raise StoreStateError(
-                f"Resuming at step {step}, but {self.name} has no snapshot of that step in {self.folder} "
-                f"(snapshots: {have}). Resume from a checkpoint the same store was saved with, or start a "
-                "fresh run into an empty store."
+                f"Resuming at step {step}, but {self.name} has no snapshot of that step (snapshots: "
+                f"{', '.join(map(str, self.steps())) or 'none'}). Resume from a checkpoint the same store was "
+                f"saved with, or start a fresh run into an empty store. ({exc})"
             ) from None
-        now = self._sizes()
-        for path, size in sizes.items():
-            if now.get(path, 0) < size:
-                raise StoreStateError(
-                    f"{path} is shorter ({now.get(path, 0)} bytes) than at step {step} ({size} bytes): it was "
-                    f"replaced or cut since, so {self.name} cannot be restored to step {step}."
-                )
-        cut = [(p, sizes.get(p, 0)) for p in now if now[p] > sizes.get(p, 0)]
-        if not cut:
-            return
-        tails = self.folder / f"after_step_{step}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
-        tails.mkdir(parents=True, exist_ok=True)
-        for path, size in cut:
-            with open(path, "rb") as handle:
-                handle.seek(size)
-                (tails / os.path.basename(path)).write_bytes(handle.read())
-            os.truncate(path, size)
 
     def __repr__(self) -> str:
-        return f"FileSnapshots({self.name!r}, {self.files!r})"
+        return f"FileStoreSnapshots({self.name!r}, {self.store!r})"
 
 
 def run_stores(config: AgentConfig) -> list[StepSnapshots]:
@@ -150,19 +115,16 @@ def run_stores(config: AgentConfig) -> list[StepSnapshots]:
         return [client]
     stores: list[StepSnapshots] = []
     memory = config.memory
+    inside: str | None = None
     if memory is not None and memory.kind == "lightsearcher":
-        files = [os.path.join(memory.path, f"{kind}.jsonl") for kind in _MEMORY_FILES]
-        stores.append(
-            FileSnapshots(
-                f"the memory store agent.memory.path {memory.path}", files, Path(memory.path) / "snapshots"
-            )
-        )
+        folder = MemoryStore(memory.path)
+        inside = os.path.abspath(folder.path_of("min_tool_calls"))
+        stores.append(FileStoreSnapshots(f"the memory store agent.memory.path {memory.path}", folder))
     reward_kwargs = config.env_kwargs.get("reward_kwargs")
     store = reward_kwargs.get("store") if isinstance(reward_kwargs, dict) else None
-    in_memory = any(isinstance(s, FileSnapshots) and os.path.abspath(str(store)) in s.files for s in stores)
-    if isinstance(store, str) and not in_memory:
+    if isinstance(store, str) and os.path.abspath(store) != inside:
         name = f"the minimum tool-call store agent.env_kwargs.reward_kwargs.store {store}"
-        stores.append(FileSnapshots(name, [store], store + ".snapshots"))
+        stores.append(FileStoreSnapshots(name, MinToolCallStore(store)))
     return stores
 
 
