@@ -38,19 +38,25 @@ time; they are imported when a model is first used.
 
 from ..envs.storage.jsonl_format import SCHEMA_VERSION
 from ..envs.storage.jsonl_log import JsonlLog, RepairReport
-from .bank import ExperienceBank, Summarizer, SummarizerError, TrajectorySummary, summarise_trajectory
-from .bank_history import BankRecord, read_bank_history
-from .experience import ExperienceMemory, UpdateResult
-from .hierarchical import HierarchicalExperience
-from .hiexp_build import BuildReport
-from .hiexp_encode import MiniLMEncoder
-from .hiexp_record import CaseSummarizer, ExperienceRecord
-from .hiexp_summary import RuleCaseSummarizer
-from .lm_summarizers import OpenAISummarizer, TransformersSummarizer
-from .rule_summarizer import RuleBasedSummarizer
+from .hiexp.build import BuildReport
+from .hiexp.encode import MiniLMEncoder
+from .hiexp.hierarchical import HierarchicalExperience
+from .hiexp.record import CaseSummarizer, ExperienceRecord
+from .hiexp.summary import RuleCaseSummarizer
+from .lightsearcher.bank import (
+    ExperienceBank,
+    Summarizer,
+    SummarizerError,
+    TrajectorySummary,
+    summarise_trajectory,
+)
+from .lightsearcher.bank_history import BankRecord, read_bank_history
+from .lightsearcher.experience import ExperienceMemory, UpdateResult
+from .lightsearcher.lm_summarizers import OpenAISummarizer, TransformersSummarizer
+from .lightsearcher.rule_summarizer import RuleBasedSummarizer
+from .lightsearcher.summarizers import make_summarizer
 from .serialize import trajectory_from_dict, trajectory_to_dict
 from .store import KINDS, MemoryStore
-from .summarizers import make_summarizer
 from .wrapper import ExperienceWrapper, MemorySpan, render_example
 
 __all__ = [

@@ -46,8 +46,8 @@ from ..envs.rewards.min_tool_calls import check_min_record
 from ..envs.storage.jsonl_format import SCHEMA_VERSION, Validator
 from ..envs.storage.jsonl_log import JsonlLog, RepairReport
 from ..envs.storage.snapshots import LogSnapshots
-from .bank import ExperienceBank
-from .hiexp_store import record_from_json
+from .hiexp.levels_file import record_from_json
+from .lightsearcher.bank import ExperienceBank
 from .serialize import trajectory_from_dict
 
 __all__ = ["KINDS", "MemoryStore"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..envs.errors import InvalidArgumentError
+from ...envs.errors import InvalidArgumentError
 from .bank import ExperienceBank, TrajectorySummary
 
 __all__ = ["GroupStats", "group_stats", "RuleBasedSummarizer"]

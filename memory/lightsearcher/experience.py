@@ -26,9 +26,10 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..envs.errors import InvalidArgumentError
-from ..envs.records import Trajectory
-from ._checks import check_finite, check_int
+from ...envs.errors import InvalidArgumentError
+from ...envs.records import Trajectory
+from .._checks import check_finite, check_int
+from ..store import MemoryStore
 from .bank import (
     ExperienceBank,
     Summarizer,
@@ -38,7 +39,6 @@ from .bank import (
     summarizer_name,
 )
 from .bank_history import BankHistory, BankRecord
-from .store import MemoryStore
 from .summarizers import make_summarizer
 from .trajectory_feed import TrajectoryFeed
 
@@ -72,7 +72,7 @@ class ExperienceMemory:
             memory in this process (a pickled copy is a copy, not shared).
         update_every: Training steps between updates (paper: 5).
         summarizer: ``"rule"`` (default), ``"transformers:PATH"``, ``"openai:MODEL@URL"``
-            or a :class:`~searchgym.memory.bank.Summarizer`.
+            or a :class:`~searchgym.memory.lightsearcher.bank.Summarizer`.
         theta_r: Bad is reward < ``theta_r``; the few-shot pool is reward ≥ ``theta_r``
             (paper: 0.3).
         good_reward: Good is reward ≥ ``good_reward`` (paper: R = 1, its maximum).

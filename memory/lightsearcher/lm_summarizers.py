@@ -7,7 +7,7 @@
 
 Both ask for a revised bank with :func:`build_prompt` and read the reply with
 :func:`parse_bank`, which takes bullet points under the three headings and raises
-:class:`~searchgym.memory.bank.SummarizerError` when the reply has none, so that junk never
+:class:`~searchgym.memory.lightsearcher.bank.SummarizerError` when the reply has none, so that junk never
 replaces a bank.
 """
 
@@ -21,8 +21,8 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
-from ..envs.errors import InvalidArgumentError
-from ._checks import check_int
+from ...envs.errors import InvalidArgumentError
+from .._checks import check_int
 from .bank import ExperienceBank, SummarizerError, TrajectorySummary
 
 __all__ = ["TransformersSummarizer", "OpenAISummarizer", "build_prompt", "parse_bank"]
