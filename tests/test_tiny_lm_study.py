@@ -560,7 +560,7 @@ def test_memory_arms_warm_start_is_topped_up_behind_the_scripted_memory(tmp_path
         "topup_samples": 2,
     }
     plain = _smoke_config(tmp_path, sft=sft)  # no memory: no top-up behind it
-    config = plain.replace(memory={"kind": "experience"})
+    config = plain.replace(memory={"kind": "lightsearcher"})
     assert warm_start_folder(config).name.startswith("mem-")
     path = warm_start(config, progress=False)
     assert path == warm_start_folder(config)
@@ -651,7 +651,7 @@ def test_pipeline_smoke_warm_start_grpo_and_held_out_table(tmp_path, capsys):
     from searchgym.trainers.config import save_config
 
     config = _smoke_config(
-        tmp_path, memory={"kind": "experience", "update_every": 1}, algo={"lr": 1e-3, "ptx_coef": 0.1}
+        tmp_path, memory={"kind": "lightsearcher", "update_every": 1}, algo={"lr": 1e-3, "ptx_coef": 0.1}
     )
     path = tmp_path / "arm.yaml"
     save_config(config, path)
@@ -871,7 +871,7 @@ def test_a_runs_key_hashes_only_the_settings_that_differ_from_the_defaults(tmp_p
     assert config_key(config.replace(algo={**vars(config.algo), "ptx_coef": 0.0})) == config_key(config)
     assert config_key(config.replace(algo={**vars(config.algo), "kl_coef": 0.01})) != config_key(config)
     assert config_key(config.replace(seed=1)) != config_key(config)
-    assert config_key(config.replace(memory={"kind": "experience"})) != config_key(config)
+    assert config_key(config.replace(memory={"kind": "lightsearcher"})) != config_key(config)
     moved = config.replace(output_dir=str(tmp_path / "elsewhere"))
     assert config_key(moved) == config_key(config)  # where a run is, not how it runs
     assert config_key(moved, with_output_dir=True) != config_key(config, with_output_dir=True)

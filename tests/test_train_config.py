@@ -120,6 +120,46 @@ def test_unknown_keys_are_errors_with_a_suggestion():
         TrainConfig.from_dict({"model": {"tiny": {"layers": 2}}})
 
 
+def test_an_old_memory_kind_name_is_refused_with_the_new_name():
+    with pytest.raises(ConfigError) as info:
+        TrainConfig.from_dict({"memory": {"kind": "experience"}})
+    assert str(info.value) == (
+        "memory.kind: got 'experience'; allowed: one of 'none', 'lightsearcher', 'hiexp'. "
+        "Did you mean 'lightsearcher'? The kind 'experience' is called 'lightsearcher'."
+    )
+    assert TrainConfig.from_dict({"memory": {"kind": "lightsearcher"}}).memory.kind == "lightsearcher"
+
+
+@pytest.mark.parametrize(
+    "memory",
+    [
+        "{kind: lightsearcher, path: m, update_evry: 5}",  # unknown field
+        "{kind: lightsearch, path: m}",  # a misspelled kind
+        "{kind: experience, path: m}",  # the old name
+        "{kind: lightsearcher, path: m, update_every: 0}",  # out of range
+        "{kind: lightsearcher, path: m, few_shot: 'yes'}",  # wrong type
+        "{kind: hiexp}",  # a HiExp hierarchy needs its path
+    ],
+)
+def test_the_builtin_and_openrlhf_configs_word_a_bad_memory_section_alike(tmp_path, memory):
+    """One MemoryConfig: the same section gives the same message after the file and the field's section."""
+    from searchgym.trainers.openrlhf.config import load_run_config
+
+    builtin, openrlhf = tmp_path / "builtin.yaml", tmp_path / "openrlhf.yaml"
+    builtin.write_text(f"memory: {memory}\n")
+    openrlhf.write_text(f"agent:\n  env_id: SyntheticFacts-v0\n  memory: {memory}\n")
+    with pytest.raises(ConfigError) as built_in_error:
+        load_config(builtin)
+    with pytest.raises(ConfigError) as openrlhf_error:
+        load_run_config(openrlhf)
+    assert str(built_in_error.value).startswith(f"{builtin}: memory.")
+    assert str(openrlhf_error.value).startswith(f"{openrlhf}: agent.memory.")
+    assert (
+        str(built_in_error.value)[len(f"{builtin}: ") :]
+        == str(openrlhf_error.value)[len(f"{openrlhf}: agent.") :]
+    )
+
+
 def test_errors_from_a_file_name_the_file(tmp_path):
     path = tmp_path / "run.yaml"
     path.write_text("rollout:\n  group_size: 1\n")

@@ -142,7 +142,7 @@ def _build_memory(memory: MemoryConfig, store: Path | None, seed: int) -> Any:
     """The run's memory as the trainer's ``build_memory`` makes it (without importing torch)."""
     if memory.kind == "none":
         return None
-    if memory.kind == "experience":
+    if memory.kind == "lightsearcher":
         from ..memory import ExperienceMemory
 
         return ExperienceMemory(
@@ -167,7 +167,7 @@ def _check_memory(config: TrainConfig) -> Any:
     made in a temporary folder (the dry run creates nothing in ``output_dir``)."""
     memory = config.memory
     store = None
-    if memory.kind == "experience":
+    if memory.kind == "lightsearcher":
         store = Path(memory.path) if memory.path else Path(config.output_dir) / "memory"
         if not store.exists():
             _check_writable(store, "memory.path")

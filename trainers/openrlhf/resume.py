@@ -151,11 +151,10 @@ def run_stores(config: AgentConfig) -> list[StepSnapshots]:
     stores: list[StepSnapshots] = []
     memory = config.memory
     if memory is not None and memory.kind == "lightsearcher":
-        files = [os.path.join(memory.path, f"{kind}.jsonl") for kind in _MEMORY_FILES]
+        folder = str(memory.path)  # AgentConfig requires a path
+        files = [os.path.join(folder, f"{kind}.jsonl") for kind in _MEMORY_FILES]
         stores.append(
-            FileSnapshots(
-                f"the memory store agent.memory.path {memory.path}", files, Path(memory.path) / "snapshots"
-            )
+            FileSnapshots(f"the memory store agent.memory.path {folder}", files, Path(folder) / "snapshots")
         )
     reward_kwargs = config.env_kwargs.get("reward_kwargs")
     store = reward_kwargs.get("store") if isinstance(reward_kwargs, dict) else None

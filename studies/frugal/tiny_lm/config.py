@@ -89,7 +89,7 @@ class SFTConfig:
             ``topup_samples`` at the rollouts' temperature) is below it, train one more
             slice of the protocol stage's own examples, less its recall lessons
             (:mod:`tiny_lm.topup`). 0 (default) turns it off.
-        memory_recall_target: For runs with ``memory.kind: experience``, then top the warm
+        memory_recall_target: For runs with ``memory.kind: lightsearcher``, then top the warm
             start up again until the same recall, measured behind the warm start's scripted
             experience memory (the memory arms' prompt layout), reaches this level; each
             round trains ``memory_topup_share`` of the protocol stage's examples (less its
