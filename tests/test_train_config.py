@@ -64,7 +64,7 @@ def test_shipped_builtin_configs_load(path):
         ({"rollout": {"group_size": 1}}, "rollout.group_size: got 1; allowed: an int >= 2"),
         ({"rollout": {"group_size": "4"}}, "rollout.group_size: got '4'; allowed: an int"),
         ({"rollout": {"group_size": True}}, "rollout.group_size: got True; allowed: an int"),
-        ({"rollout": {"top_p": 1.5}}, "rollout.top_p: got 1.5; allowed: a finite number >= 1e-06 and <= 1"),
+        ({"rollout": {"top_p": 1.5}}, "rollout.top_p: got 1.5; allowed: a finite number in [1e-06, 1]"),
         ({"rollout": {"temperature": 0}}, "rollout.temperature: got 0.0; allowed: a finite number >= 1e-06"),
         (
             {"algo": {"advantage": "grpo"}},

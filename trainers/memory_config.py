@@ -6,10 +6,9 @@ The built-in trainer reads it as ``memory:`` of its config file, the OpenRLHF pl
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 
-from .config_base import ConfigError, check, check_finite, check_int
+from .config_base import ConfigError, check, check_choice, check_finite, check_int
 
 __all__ = ["MemoryConfig", "MEMORY_KINDS", "MEMORY_BACKENDS"]
 
@@ -20,19 +19,6 @@ MEMORY_BACKENDS = ("file", "ray")
 """Where the run's stores live (see :class:`MemoryConfig`)."""
 
 _RENAMED_KINDS = {"experience": "lightsearcher"}
-
-
-def _one_of(field: str, value: str, choices: tuple[str, ...], renamed: dict[str, str] | None = None) -> None:
-    """Raise :class:`ConfigError` unless ``value`` is in ``choices``, with "did you mean"."""
-    if value in choices:
-        return
-    new = (renamed or {}).get(value)
-    if new is not None:
-        hint = f"Did you mean {new!r}? The kind {value!r} is called {new!r}."
-    else:
-        close = difflib.get_close_matches(str(value), choices, n=1, cutoff=0.3)
-        hint = f"Did you mean {close[0]!r}?" if close else ""
-    raise ConfigError(field, value, "one of " + ", ".join(repr(c) for c in choices), hint)
 
 
 @dataclass
@@ -86,9 +72,17 @@ class MemoryConfig:
     ray_actor: str | None = None
 
     def __post_init__(self) -> None:
-        _one_of("kind", self.kind, MEMORY_KINDS, _RENAMED_KINDS)
-        _one_of("backend", self.backend, MEMORY_BACKENDS)
-        _one_of("example_per", self.example_per, ("rollout", "group"))
+        new = _RENAMED_KINDS.get(self.kind)
+        if new is not None:
+            raise ConfigError(
+                "kind",
+                self.kind,
+                "one of " + ", ".join(repr(k) for k in MEMORY_KINDS),
+                f"Did you mean {new!r}? The kind {self.kind!r} is called {new!r}.",
+            )
+        check_choice("kind", self.kind, MEMORY_KINDS)
+        check_choice("backend", self.backend, MEMORY_BACKENDS)
+        check_choice("example_per", self.example_per, ("rollout", "group"))
         if self.ray_num_cpus is not None:
             check_int("ray_num_cpus", self.ray_num_cpus)
         if self.ray_actor is not None:

@@ -15,7 +15,6 @@ Retrieval: :meth:`~HierarchicalExperience.strategies` returns the top-k records 
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -23,9 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
+from ...envs.checks import check_int, check_number
 from ...envs.errors import InvalidArgumentError
 from ...envs.records import Trajectory
-from .._checks import check_int
 from .build import BuildReport, build_levels, distill
 from .encode import DEFAULT_THRESHOLDS, Encoder, MiniLMEncoder, embed
 from .levels_file import hiexp_file, load_records, save_records
@@ -110,10 +109,7 @@ class HierarchicalExperience:
             progress: Show progress bars.
         """
         check_int("max_levels", max_levels, 1)
-        if not isinstance(success_threshold, (int, float)) or not math.isfinite(success_threshold):
-            raise InvalidArgumentError(
-                f"success_threshold must be a finite number, got {success_threshold!r}."
-            )
+        check_number("success_threshold", success_threshold)
         case_summarizer = make_case_summarizer(summarizer)
         trajectories = list(trajectories)
         start = time.perf_counter()

@@ -15,9 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Protocol, runtime_checkable
 
+from ...envs.checks import check_int
 from ...envs.errors import InvalidArgumentError
 from ...envs.records import Question, Trajectory
-from .._checks import check_int
 
 __all__ = ["ExperienceRecord", "CaseSummarizer", "MAX_TAGS", "MAX_WORDS"]
 

@@ -26,9 +26,9 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ...envs.checks import check_int, check_number
 from ...envs.errors import InvalidArgumentError
 from ...envs.records import Trajectory
-from .._checks import check_finite, check_int
 from ..store import MemoryStore
 from .bank import (
     ExperienceBank,
@@ -103,11 +103,11 @@ class ExperienceMemory:
         fsync: bool = False,
     ):
         self.update_every = check_int("update_every", update_every, 1)
-        self.theta_r = check_finite("theta_r", theta_r)
-        self.good_reward = check_finite("good_reward", good_reward)
+        self.theta_r = check_number("theta_r", theta_r)
+        self.good_reward = check_number("good_reward", good_reward)
         self.max_pool = check_int("max_pool", max_pool, 1, optional=True)
         if summarize_timeout is not None:
-            check_finite("summarize_timeout", summarize_timeout)
+            check_number("summarize_timeout", summarize_timeout)
         self.summarize_timeout = summarize_timeout
         self.summarizer = make_summarizer(summarizer)
         self.steps = 0
