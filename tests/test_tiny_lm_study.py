@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 import searchgym  # noqa: F401  (registers the envs)
-from searchgym.envs.errors import InvalidArgumentError
+from searchgym.envs.errors import InvalidArgumentError, SearchGymError
 from searchgym.envs.synthetic import RELATIONS, generate_world
 from searchgym.envs.synthetic_env import SyntheticFactsEnv, split_questions
 
@@ -942,7 +942,7 @@ def test_shipped_study_configs_load():
     study = load_study(root / "study.yaml")
     assert len(study["arms"]) == 9 and study["seeds"] == [0, 1, 2]
     arm = load_run_config(root / "lightsearcher.yaml")
-    assert arm.sft.enabled and arm.eval.enabled and arm.memory.kind == "experience"
+    assert arm.sft.enabled and arm.eval.enabled and arm.memory.kind == "lightsearcher"
     # the one-arm config is the study's lightsearcher arm, seed 0
     assert arm == StudyRunConfig.from_dict(
         merge(study["base"], {**study["arms"]["lightsearcher"], "seed": 0})
@@ -1182,6 +1182,19 @@ def test_searchgym_train_sends_a_warm_start_config_to_the_study_script(capsys):
 
     with pytest.raises(SystemExit, match="studies/frugal/tiny_lm/train.py"):
         main(["train", "--config", str(TINY_LM / "lightsearcher.yaml")])
+
+
+def test_the_study_config_holds_eval_and_the_dry_run_builds_the_eval_env(tmp_path):
+    from searchgym.trainers.dry_run import check_run
+
+    config = StudyRunConfig.from_dict({"output_dir": str(tmp_path / "run"), "eval": {"enabled": True}})
+    assert config.eval.env_kwargs == {"split": "eval"} and config.eval.temperature == 0.0
+    assert "the env and the eval env" in "\n".join(check_run(config))
+    bad = config.replace(eval={"enabled": True, "env_kwargs": {"split": "evall"}})
+    with pytest.raises(SearchGymError, match="eval.env_kwargs"):
+        check_run(bad)
+    with pytest.raises(ConfigError, match=r"^eval.max_questions: got -1; allowed: an int >= 0"):
+        StudyRunConfig.from_dict({"eval": {"max_questions": -1}})
 
 
 def test_searchgym_study_names_the_missing_runner_key(tmp_path):

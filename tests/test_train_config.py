@@ -160,6 +160,18 @@ def test_the_builtin_and_openrlhf_configs_word_a_bad_memory_section_alike(tmp_pa
     )
 
 
+def test_the_library_config_has_no_eval_section_and_sends_one_to_the_study(tmp_path, capsys):
+    with pytest.raises(ConfigError, match=r"^eval: .*allowed: the keys of TrainConfig: .*Unknown key\."):
+        TrainConfig.from_dict({"eval": {"enabled": True}})
+    path = tmp_path / "run.yaml"
+    path.write_text("steps: 2\neval: {enabled: true}\n")
+    with pytest.raises(
+        SystemExit,
+        match="evaluation after training \\(eval:\\) belongs to the tiny-LM study; run python studies/frugal/tiny_lm/train.py",
+    ):
+        main(["train", "--config", str(path), "--dry-run"])
+
+
 def test_errors_from_a_file_name_the_file(tmp_path):
     path = tmp_path / "run.yaml"
     path.write_text("rollout:\n  group_size: 1\n")

@@ -34,7 +34,6 @@ __all__ = [
     "MemoryConfig",
     "CheckpointConfig",
     "WandbConfig",
-    "EvalConfig",
     "TrainConfig",
     "load_config",
     "save_config",
@@ -335,27 +334,6 @@ class WandbConfig:
     dir: str | None = None
 
 
-@dataclass
-class EvalConfig:
-    """Evaluation after training, on held-out questions (``searchgym train`` prints the table).
-
-    Attributes:
-        enabled: Evaluate the trained policy when training ends.
-        env_kwargs: Changes to ``env.kwargs`` for the evaluation env (e.g. ``{split: eval}``).
-        max_questions: Evaluate at most this many questions (0: all of them).
-        temperature: Sampling temperature (0: greedy decoding).
-    """
-
-    enabled: bool = False
-    env_kwargs: dict[str, Any] = field(default_factory=lambda: {"split": "eval"})
-    max_questions: int = 0
-    temperature: float = 0.0
-
-    def __post_init__(self) -> None:
-        check_int("max_questions", self.max_questions, 0)
-        check_finite("temperature", self.temperature, low=0.0)
-
-
 _SECTIONS = {
     "env": EnvConfig,
     "model": ModelConfig,
@@ -364,7 +342,6 @@ _SECTIONS = {
     "memory": MemoryConfig,
     "checkpoint": CheckpointConfig,
     "wandb": WandbConfig,
-    "eval": EvalConfig,
 }
 
 
@@ -386,7 +363,6 @@ class TrainConfig:
         memory: See :class:`MemoryConfig`.
         checkpoint: See :class:`CheckpointConfig`.
         wandb: See :class:`WandbConfig`.
-        eval: See :class:`EvalConfig` (off by default).
     """
 
     backend: Literal["builtin"] = "builtin"
@@ -401,7 +377,6 @@ class TrainConfig:
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     wandb: WandbConfig = field(default_factory=WandbConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
 
     def __post_init__(self) -> None:
         for name, cls in _SECTIONS.items():
@@ -437,6 +412,11 @@ class TrainConfig:
     def writes_ptx_data(self) -> bool:
         """Whether the run writes ``algo.ptx_data`` itself before training (a subclass's warm start)."""
         return False
+
+    def extra_envs(self) -> dict[str, EnvConfig]:
+        """Other envs the run builds besides ``env`` (a subclass's evaluation env), by field
+        name; ``--dry-run`` builds each of them too."""
+        return {}
 
     def _check_ray_backend(self) -> None:
         reward = self.env.kwargs.get("reward", "f1")
@@ -532,7 +512,6 @@ def describe(config: TrainConfig, checks: list[str] | None = None) -> str:
         f"  update: {a.advantage} advantages, {a.resolved_loss_agg}, clip {a.clip_eps:g}, kl {a.kl_coef:g} (k3), "
         f"AdamW lr {a.lr:g} ({a.lr_schedule}), {a.ppo_epochs * a.mini_batches} optimizer step(s) per step"
         + (f", ptx {a.ptx_coef:g} on {a.ptx_data or 'the warm start recall lessons'}" if a.ptx_coef else ""),
-        f"  evaluation after training: {'on ' + str(config.eval.env_kwargs) if config.eval.enabled else 'off'}",
         f"  memory: {config.memory.kind}"
         + (" (stores in a Ray actor)" if config.memory.backend == "ray" else "")
         + f"; checkpoints every {config.checkpoint.every or config.steps} steps "

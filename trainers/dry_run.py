@@ -227,12 +227,13 @@ def check_run(config: TrainConfig) -> list[str]:
         raise DataFileError(f"algo.ptx_data: {config.algo.ptx_data!r} is not a file.")
     memory = _check_memory(config)
     _check_env(config.env, "env", memory, config.memory)
-    if config.eval.enabled:
-        kwargs = {**config.env.kwargs, **config.eval.env_kwargs}
-        _check_env(EnvConfig(id=config.env.id, kwargs=kwargs), "eval.env_kwargs")
+    extra = config.extra_envs()
+    for field, env in extra.items():
+        _check_env(env, field)
     lines.append(
-        "  checked: the env" + (" and the eval env" if config.eval.enabled else "") + ", data and corpus "
-        "files, model, memory store and output folder"
+        "  checked: the env"
+        + "".join(f" and the {field.split('.')[0]} env" for field in extra)
+        + ", data and corpus files, model, memory store and output folder"
     )
     lines.append(work_estimate(config))
     lines.append(
