@@ -72,6 +72,10 @@ def test_shipped_builtin_configs_load(path):
         ),
         ({"algo": {"lr": float("nan")}}, "algo.lr: got nan; allowed: a finite number >= 0"),
         ({"algo": {"tsas_variant": "eq3"}}, "algo.tsas_variant: got 'eq3'; allowed: one of 'eq4', 'eq2'"),
+        (
+            {"algo": {"advantage": "dr_grpoo"}},
+            "algo.advantage: got 'dr_grpoo'; allowed: one of 'group_norm', 'dr_grpo', 'tsas'. Did you mean 'dr_grpo'?",
+        ),
         ({"algo": {"loss_agg": "mean"}}, "algo.loss_agg: got 'mean'; allowed: one of 'auto', 'token_mean'"),
         (
             {"model": {"path": "m", "tiny": {}}},

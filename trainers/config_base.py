@@ -145,7 +145,8 @@ def _convert(field: str, value: Any, hint: Any) -> Any:
                 continue
         raise ConfigError(field, value, _describe(hint))
     if origin is Literal:
-        check(field, value, value in typing.get_args(hint), _describe(hint))
+        choices = typing.get_args(hint)
+        check(field, value, value in choices, _describe(hint), checks.close_match(value, choices))
         return value
     if hint is type(None):
         check(field, value, value is None, "null")
