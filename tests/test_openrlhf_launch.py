@@ -270,6 +270,23 @@ def test_tsas_needs_a_group_estimator_and_installs_the_hook(tmp_path):
     assert plan.runtime_env["worker_process_setup_hook"] == HOOK
 
 
+def test_the_agent_memory_is_the_builtin_memory_section(tmp_path, monkeypatch):
+    from searchgym.trainers.memory_config import MemoryConfig
+    from searchgym.trainers.openrlhf import env_pool
+
+    none = load_run_config(write(tmp_path, BASE.replace("agent:\n", "agent:\n  memory: {kind: none}\n")))
+    assert none.agent.memory is None
+    text = BASE.replace(
+        "agent:\n", "agent:\n  memory: {kind: lightsearcher, path: m, theta_r: 0.5, good_reward: 0.9}\n"
+    )
+    memory = load_run_config(write(tmp_path, text), basedir=str(tmp_path)).agent.memory
+    assert isinstance(memory, MemoryConfig) and memory.path == str(tmp_path / "m")
+    monkeypatch.setattr(env_pool, "_MEMORIES", {})
+    opened = env_pool.open_memory(memory)
+    assert (opened.theta_r, opened.good_reward) == (0.5, 0.9)  # the agent's memory gets them too
+    opened.close()
+
+
 def test_extends_merges_key_by_key(tmp_path):
     (tmp_path / "base.yaml").write_text(BASE)
     child = tmp_path / "child.yaml"
