@@ -232,6 +232,7 @@ def test_a_minimal_run_file_composes(tmp_path):
         ),
         ("backend: builtin\n" + BASE, r"backend: got 'builtin'; allowed: 'openrlhf'"),
         ("openrlhf: {}\n", r"agent: got None; allowed: an agent section"),
+        ("agent: {env_kwargs: {}}\n", r"run.yaml: agent.env_id: got None; allowed: a string \(required\)\.$"),
     ],
 )
 def test_bad_run_files_are_refused_with_the_file_and_dotted_field_named(tmp_path, text, match):

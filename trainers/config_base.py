@@ -213,6 +213,10 @@ def from_dict(cls: type[T], data: Mapping[str, Any] | None) -> T:
                 str(key), value, f"the keys of {cls.__name__}: {', '.join(fields)}", f"Unknown key.{hint}"
             )
         kwargs[key] = _convert(key, value, hints[key])
+    for name, f in fields.items():
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if required and name not in kwargs:
+            raise ConfigError(name, None, f"{_describe(hints[name])} (required)")
     try:
         return cls(**kwargs)
     except ConfigError:
