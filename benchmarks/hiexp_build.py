@@ -36,7 +36,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from searchgym.envs.records import Trajectory  # noqa: E402
 from searchgym.envs.synthetic_env import SyntheticFactsEnv  # noqa: E402
 from searchgym.memory import BuildReport, HierarchicalExperience, MiniLMEncoder  # noqa: E402
-from searchgym.memory.hiexp_encode import DEFAULT_THRESHOLDS, cluster  # noqa: E402
+from searchgym.memory.hiexp.encode import DEFAULT_THRESHOLDS, cluster  # noqa: E402
 from searchgym.policies import (  # noqa: E402
     DirectPolicy,
     NaiveRAGPolicy,

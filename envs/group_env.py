@@ -23,6 +23,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.utils import seeding
 
+from .checks import check_int
 from .errors import InvalidArgumentError, SearchGymError, did_you_mean
 from .records import Doc, Question
 from .registration import check_env_id
@@ -41,14 +42,6 @@ GROUP_SCHEMES: dict[str, dict[str, object]] = {
 
 _OPTION_KEYS = ("index", "question", "golden_answers", "id")
 _MAKE_WRAPPER_KWARGS = ("max_episode_steps", "autoreset", "apply_api_compatibility")
-
-
-def _check_group_size(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise InvalidArgumentError(
-            f"group_size must be a positive int (the number of rollouts per question, e.g. 5), got {value!r}."
-        )
-    return int(value)
 
 
 def _check_scheme(scheme: object, scheme_kwargs: object) -> tuple[str | None, dict[str, Any]]:
@@ -434,7 +427,7 @@ def group_parallel_env(
         UnknownNameError: An unknown env id or scheme name (the message lists close matches).
         SearchGymError: PettingZoo is not installed.
     """
-    size = _check_group_size(group_size)
+    size = check_int("group_size", group_size, 1, note=" (the number of rollouts per question, e.g. 5)")
     _check_scheme(group_scheme, scheme_kwargs)  # before building any sub-env
     cls = _env_class()
     return cls(_make_envs(env_id, size, env_kwargs), group_scheme=group_scheme, scheme_kwargs=scheme_kwargs)

@@ -8,6 +8,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from .checks import check_int, check_string
 from .errors import InvalidArgumentError, SearchGymError
 from .protocols import Protocol, make_protocol
 from .records import Action, Doc, Question, Trajectory, Turn
@@ -18,19 +19,10 @@ from .spaces import AnyText
 __all__ = ["SearchQAEnv", "check_retriever_kwargs", "question_from_options"]
 
 
-def _check_int(name: str, value: object, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidArgumentError(f"{name} must be an int, got {value!r} ({type(value).__name__}).")
-    if value < low:
-        raise InvalidArgumentError(f"{name} must be >= {low}, got {value}.")
-    return value
-
-
 def question_from_options(options: Mapping[str, Any]) -> Question:
     """Build a :class:`Question` from ``reset(options={"question", "golden_answers", "id"})``."""
     text, golds = options.get("question"), options.get("golden_answers")
-    if not isinstance(text, str) or not text.strip():
-        raise InvalidArgumentError(f"options['question'] must be a non-empty str, got {text!r}.")
+    text = check_string("options['question']", text)
     if isinstance(golds, str):
         golds = [golds]
     if not isinstance(golds, (list, tuple)) or not golds or not all(isinstance(g, str) for g in golds):
@@ -161,13 +153,11 @@ class SearchQAEnv(gym.Env[str, str]):
         self.retriever = retriever
         self.protocol = make_protocol(protocol)
         self.reward_scheme = make_reward(reward, **dict(reward_kwargs or {}))
-        self.topk = _check_int("topk", topk, 1)
-        self.max_turns = _check_int("max_turns", max_turns, 1)
-        self.max_searches = None if max_searches is None else _check_int("max_searches", max_searches, 0)
+        self.topk = check_int("topk", topk, 1)
+        self.max_turns = check_int("max_turns", max_turns, 1)
+        self.max_searches = check_int("max_searches", max_searches, 0, optional=True)
         self.render_mode = render_mode
-        if instructions is not None and (not isinstance(instructions, str) or not instructions.strip()):
-            raise InvalidArgumentError(f"instructions must be None or a non-empty str, got {instructions!r}.")
-        self.instructions = instructions
+        self.instructions = check_string("instructions", instructions, optional=True)
         self.observation_space = AnyText()
         self.action_space = AnyText()
         self.trajectory: Trajectory | None = None

@@ -33,6 +33,7 @@ import re
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from .checks import check_choice, check_int, check_probability
 from .errors import InvalidArgumentError, UnknownNameError, did_you_mean
 from .records import Doc, Question
 from .synthetic_names import MAX_COUNT, make_names
@@ -436,24 +437,6 @@ _cached_world = functools.lru_cache(maxsize=32)(_build_world)
 # Entry point
 
 
-def _check_int(name: str, value: object, low: int, high: int | None = None) -> int:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int)
-        or value < low
-        or (high is not None and value > high)
-    ):
-        bound = f"an int in [{low}, {high}]" if high is not None else f"an int >= {low}"
-        raise InvalidArgumentError(f"generate_world: {name} must be {bound}; got {value!r}.")
-    return value
-
-
-def _check_fraction(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
-        raise InvalidArgumentError(f"generate_world: {name} must be a number in [0, 1]; got {value!r}.")
-    return float(value)
-
-
 def generate_world(
     seed: int = 0,
     *,
@@ -506,9 +489,9 @@ def generate_world(
     Raises:
         InvalidArgumentError: An argument has the wrong type or is out of range.
     """
-    seed = _check_int("seed", seed, 0)
+    seed = check_int("generate_world: seed", seed, 0)
     counts = tuple(
-        _check_int(name, value, 1, MAX_COUNT)
+        check_int(f"generate_world: {name}", value, 1, MAX_COUNT)
         for name, value in (
             ("num_people", num_people),
             ("num_cities", num_cities),
@@ -521,13 +504,10 @@ def generate_world(
             f"generate_world: every country needs a capital city, so num_cities must be at least "
             f"num_countries; got num_cities={num_cities!r} and num_countries={num_countries!r}."
         )
-    known = _check_fraction("known_fraction", known_fraction)
-    two_hop = _check_fraction("two_hop_fraction", two_hop_fraction)
-    cap = None if num_questions is None else _check_int("num_questions", num_questions, 1)
-    if known_by not in KNOWN_BY:
-        raise InvalidArgumentError(
-            f"generate_world: known_by must be one of {', '.join(map(repr, KNOWN_BY))}; got {known_by!r}."
-        )
+    known = check_probability("generate_world: known_fraction", known_fraction)
+    two_hop = check_probability("generate_world: two_hop_fraction", two_hop_fraction)
+    cap = check_int("generate_world: num_questions", num_questions, 1, optional=True)
+    check_choice("generate_world: known_by", known_by, KNOWN_BY)
     if not isinstance(known_two_hop, bool):
         raise InvalidArgumentError(
             f"generate_world: known_two_hop must be True or False; got {known_two_hop!r}."

@@ -19,6 +19,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
+from .checks import check_int
 from .errors import InvalidArgumentError, SearchGymError
 from .records import Doc
 from .search_env import SearchQAEnv
@@ -27,12 +28,6 @@ __all__ = ["SearchQAVectorEnv", "benchmark_vector_env", "stack_infos", "syntheti
 
 _RESET_KEYS = ("reset_mask", "env_options")
 _NO_SEARCH: tuple[list[Doc], None] = ([], None)  # end_step copies the list, never mutates it
-
-
-def _check_num_envs(num_envs: object) -> int:
-    if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
-        raise InvalidArgumentError(f"num_envs must be a positive int, got {num_envs!r}.")
-    return int(num_envs)
 
 
 def _check_autoreset_mode(mode: object) -> AutoresetMode:
@@ -440,7 +435,7 @@ class SearchQAVectorEnv(VectorEnv):
 
 
 def _build(env_class: type[SearchQAEnv], num_envs: object, kwargs: dict[str, Any]) -> list[SearchQAEnv]:
-    count = _check_num_envs(num_envs)
+    count = check_int("num_envs", num_envs, 1)
     if "max_episode_steps" in kwargs:
         raise InvalidArgumentError(
             f"max_episode_steps={kwargs['max_episode_steps']!r} is not supported by the searchgym vector "

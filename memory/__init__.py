@@ -8,46 +8,35 @@
 - Summarisers (rule-based by default, local transformers, OpenAI-compatible HTTP) and the
   on-disk store (a folder of SQLite logs shared by many processes).
 
-Modules, by subject:
-
-==========================  ================================================================
-``bank``                    the experience bank, trajectory summaries, the summariser protocol
-``rule_summarizer``         the rule-based summariser (the default)
-``lm_summarizers``          the transformers and OpenAI-compatible summarisers, their prompt
-                            and reply reader
-``summarizers``             :func:`make_summarizer`: a summariser by name
-``bank_history``            the bank's versions, read from and written to a store
-``trajectory_feed``         stored trajectories: count, few-shot pool, update windows
-``experience``              :class:`ExperienceMemory`
-``store``                   :class:`MemoryStore`, the store folder, and its repair
-``serialize``               trajectories to and from JSON
-``hiexp_record``            HiExp's :class:`ExperienceRecord` and the case-summariser protocol
-``hiexp_summary``           HiExp's rule-based case summariser
-``hiexp_encode``            title encoder and Ward clustering
-``hiexp_build``             HiExp's construction (distillation, levels)
-``hiexp_store``             ``hiexp_levels.jsonl``: save, load, parse
-``hierarchical``            :class:`HierarchicalExperience`: the levels and their retrieval
-``wrapper``                 :class:`ExperienceWrapper`
-==========================  ================================================================
+The folder: ``lightsearcher/`` (the bank, its summarisers and history, the memory),
+``hiexp/`` (records, case summaries, encoding and clustering, the levels file, the
+hierarchy), and beside them what both use: ``store`` (the store folder), ``wrapper``
+(the env wrapper) and ``serialize`` (trajectories as JSON).
 
 Nothing here imports torch, transformers, scikit-learn or sentence-transformers at import
 time; they are imported when a model is first used.
 """
 
 from ..envs.storage import SCHEMA_VERSION, RepairReport, SqliteLog
-from .bank import ExperienceBank, Summarizer, SummarizerError, TrajectorySummary, summarise_trajectory
-from .bank_history import BankRecord, read_bank_history
-from .experience import ExperienceMemory, UpdateResult
-from .hierarchical import HierarchicalExperience
-from .hiexp_build import BuildReport
-from .hiexp_encode import MiniLMEncoder
-from .hiexp_record import CaseSummarizer, ExperienceRecord
-from .hiexp_summary import RuleCaseSummarizer
-from .lm_summarizers import OpenAISummarizer, TransformersSummarizer
-from .rule_summarizer import RuleBasedSummarizer
+from .hiexp.build import BuildReport
+from .hiexp.encode import MiniLMEncoder
+from .hiexp.hierarchical import HierarchicalExperience
+from .hiexp.record import CaseSummarizer, ExperienceRecord
+from .hiexp.summary import RuleCaseSummarizer
+from .lightsearcher.bank import (
+    ExperienceBank,
+    Summarizer,
+    SummarizerError,
+    TrajectorySummary,
+    summarise_trajectory,
+)
+from .lightsearcher.bank_history import BankRecord, read_bank_history
+from .lightsearcher.experience import ExperienceMemory, UpdateResult
+from .lightsearcher.lm_summarizers import OpenAISummarizer, TransformersSummarizer
+from .lightsearcher.rule_summarizer import RuleBasedSummarizer
+from .lightsearcher.summarizers import make_summarizer
 from .serialize import trajectory_from_dict, trajectory_to_dict
 from .store import KINDS, MemoryStore
-from .summarizers import make_summarizer
 from .wrapper import ExperienceWrapper, MemorySpan, render_example
 
 __all__ = [

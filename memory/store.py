@@ -44,8 +44,8 @@ from ..envs.errors import DataFileError, InvalidArgumentError, did_you_mean
 from ..envs.rewards.min_tool_calls import check_min_record
 from ..envs.storage.records import SCHEMA_VERSION, Validator
 from ..envs.storage.sqlite_log import RepairReport, SqliteLog
-from .bank import ExperienceBank
-from .hiexp_store import HIEXP_FILE, repair_file
+from .hiexp.levels_file import HIEXP_FILE, repair_file
+from .lightsearcher.bank import ExperienceBank
 from .serialize import trajectory_from_dict
 
 __all__ = ["KINDS", "LOGS", "MemoryStore", "log_file"]

@@ -37,11 +37,11 @@ from typing import Any, NamedTuple
 import gymnasium as gym
 import numpy as np
 
+from ..envs.checks import check_int, check_number
 from ..envs.errors import InvalidArgumentError, SearchGymError
 from ..envs.protocols import Protocol
 from ..envs.protocols.base import neutralise_tags
 from ..envs.records import Trajectory
-from ._checks import check_int
 
 __all__ = ["ExperienceWrapper", "MemorySpan", "MARKER_TAGS", "render_example"]
 
@@ -201,8 +201,7 @@ class ExperienceWrapper(gym.ObservationWrapper, gym.utils.RecordConstructorArgs)
                 raise InvalidArgumentError(f"{name} must be a bool, got {value!r}.")
         check_int("top_k", top_k, 1)
         check_int("seed", seed, 0, optional=True)
-        if isinstance(hint_threshold, bool) or not isinstance(hint_threshold, (int, float)):
-            raise InvalidArgumentError(f"hint_threshold must be a number, got {hint_threshold!r}.")
+        check_number("hint_threshold", hint_threshold)
         base: Any = env.unwrapped
         if not isinstance(getattr(base, "protocol", None), Protocol) or not hasattr(base, "trajectory"):
             raise InvalidArgumentError(

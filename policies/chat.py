@@ -27,6 +27,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
+from ..envs.checks import check_int
 from ..envs.errors import InvalidArgumentError, SearchGymError
 from ..envs.protocols import Protocol, make_protocol
 
@@ -191,9 +192,7 @@ class ContextTracker:
     """
 
     def __init__(self, capacity: int = 1024):
-        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
-            raise InvalidArgumentError(f"capacity must be an int >= 1, got {capacity!r}.")
-        self.capacity = capacity
+        self.capacity = check_int("capacity", capacity, 1)
         self._records: OrderedDict[str, tuple[str, ...]] = OrderedDict()
 
     def split(self, context: str) -> list[str]:

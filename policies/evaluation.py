@@ -11,6 +11,7 @@ import gymnasium as gym
 import numpy as np
 from tqdm.auto import tqdm
 
+from ..envs.checks import check_int
 from ..envs.errors import InvalidArgumentError
 from .base import Policy
 
@@ -149,10 +150,8 @@ def evaluate(
         batch_size: episodes run side by side.
         progress: show a progress bar.
     """
-    if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
-        raise InvalidArgumentError(f"episodes must be a positive int, got {episodes!r}.")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise InvalidArgumentError(f"batch_size must be a positive int, got {batch_size!r}.")
+    check_int("episodes", episodes, 1)
+    check_int("batch_size", batch_size, 1)
     envs = [make_env() for _ in range(min(batch_size, episodes))]
     questions = getattr(envs[0].unwrapped, "questions", None)
     if not questions:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..envs.checks import check_int, check_number
 from ..envs.errors import InvalidArgumentError, SearchGymError
 from ..envs.protocols import Protocol, make_protocol
 from .base import Policy
@@ -46,14 +47,6 @@ def cut_at_stop(text: str, stops: Sequence[str]) -> tuple[str, bool]:
     if not ends:
         return text, False
     return text[: min(ends)], True
-
-
-def _positive(name: str, value: object, *, integer: bool = False, zero: bool = False) -> Any:
-    kinds = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or value < 0 or (value == 0 and not zero):
-        what = "an int" if integer else "a number"
-        raise InvalidArgumentError(f"{name} must be {what} {'>= 0' if zero else '> 0'}, got {value!r}.")
-    return value
 
 
 class HFPolicy(Policy):
@@ -109,13 +102,11 @@ class HFPolicy(Policy):
         name: str | None = None,
     ):
         self.protocol = make_protocol(protocol)
-        self.max_new_tokens = _positive("max_new_tokens", max_new_tokens, integer=True)
-        self.temperature = float(_positive("temperature", temperature, zero=True))
-        self.top_p = float(_positive("top_p", top_p))
-        if self.top_p > 1:
-            raise InvalidArgumentError(f"top_p must be in (0, 1], got {top_p!r}.")
-        self.batch_size = _positive("batch_size", batch_size, integer=True)
-        self.seed = _positive("seed", seed, integer=True, zero=True)
+        self.max_new_tokens = check_int("max_new_tokens", max_new_tokens, 1)
+        self.temperature = check_number("temperature", temperature, 0)
+        self.top_p = check_number("top_p", top_p, high=1, above=0)
+        self.batch_size = check_int("batch_size", batch_size, 1)
+        self.seed = check_int("seed", seed, 0)
         if stop_strings is not None and (
             isinstance(stop_strings, str) or not all(isinstance(s, str) and s for s in stop_strings)
         ):
@@ -130,9 +121,7 @@ class HFPolicy(Policy):
         self.formatter = ChatFormatter(self.tokenizer, system=system, observation_role=observation_role)
         self.tracker = ContextTracker()
         window = max_context_tokens or getattr(self.model.config, "max_position_embeddings", None)
-        self.max_context_tokens = (
-            None if window is None else _positive("max_context_tokens", window, integer=True)
-        )
+        self.max_context_tokens = None if window is None else check_int("max_context_tokens", window, 1)
         self._eos_ids = _eos_ids(self.model, self.tokenizer)
         self._calls = 0
         self._warned = False

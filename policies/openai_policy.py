@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from ..envs.checks import check_int, check_number
 from ..envs.errors import InvalidArgumentError, SearchGymError
 from ..envs.protocols import Protocol, make_protocol
 from .base import Policy
@@ -57,21 +58,6 @@ def restore_stop(content: str, choice: Mapping[str, Any], stops: Sequence[str]) 
         if at > best_at and content.find(stop, at) < 0:
             best, best_at = stop, at
     return content + best
-
-
-def _number(name: str, value: object, low: float, *, integer: bool = False, inclusive: bool = True) -> Any:
-    kinds = (int,) if integer else (int, float)
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, kinds)
-        or value < low
-        or (value == low and not inclusive)
-    ):
-        what = "an int" if integer else "a number"
-        raise InvalidArgumentError(
-            f"{name} must be {what} {'>=' if inclusive else '>'} {low}, got {value!r}."
-        )
-    return value
 
 
 class OpenAIPolicy(Policy):
@@ -141,14 +127,14 @@ class OpenAIPolicy(Policy):
         self.model = model
         self.base_url = base_url.rstrip("/")
         self.protocol = make_protocol(protocol)
-        self.max_new_tokens = _number("max_new_tokens", max_new_tokens, 1, integer=True)
-        self.temperature = float(_number("temperature", temperature, 0))
-        self.top_p = float(_number("top_p", top_p, 0, inclusive=False))
-        self.seed = None if seed is None else _number("seed", seed, 0, integer=True)
-        self.timeout = float(_number("timeout", timeout, 0, inclusive=False))
-        self.retries = _number("retries", retries, 0, integer=True)
-        self.backoff = float(_number("backoff", backoff, 0))
-        self.max_concurrency = _number("max_concurrency", max_concurrency, 1, integer=True)
+        self.max_new_tokens = check_int("max_new_tokens", max_new_tokens, 1)
+        self.temperature = check_number("temperature", temperature, 0)
+        self.top_p = check_number("top_p", top_p, above=0)
+        self.seed = check_int("seed", seed, 0, optional=True)
+        self.timeout = check_number("timeout", timeout, above=0)
+        self.retries = check_int("retries", retries, 0)
+        self.backoff = check_number("backoff", backoff, 0)
+        self.max_concurrency = check_int("max_concurrency", max_concurrency, 1)
         if stop_strings is not None and (
             isinstance(stop_strings, str) or not all(isinstance(s, str) and s for s in stop_strings)
         ):

@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from ..envs.checks import check_int
 from ..envs.errors import InvalidArgumentError, SearchGymError
 from .cached_folder import build_once
 
@@ -93,12 +94,6 @@ def _cache_key(texts: list[str] | None, settings: dict[str, Any]) -> str:
     return digest.hexdigest()[:16]
 
 
-def _check_int(name: str, value: object, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise InvalidArgumentError(f"{name} must be an int >= {low}, got {value!r}.")
-    return value
-
-
 def build_tiny_lm(
     out_dir: str | os.PathLike[str],
     *,
@@ -132,12 +127,12 @@ def build_tiny_lm(
         InvalidArgumentError: for out-of-range sizes or empty ``texts``.
         SearchGymError: when torch, transformers or tokenizers are missing.
     """
-    vocab_size = _check_int("vocab_size", vocab_size, 300)
-    hidden_size = _check_int("hidden_size", hidden_size, 32)
+    vocab_size = check_int("vocab_size", vocab_size, 300)
+    hidden_size = check_int("hidden_size", hidden_size, 32)
     if hidden_size % 32:
         raise InvalidArgumentError(f"hidden_size must be a multiple of 32, got {hidden_size}.")
-    num_layers = _check_int("num_layers", num_layers, 1)
-    seed = _check_int("seed", seed, 0)
+    num_layers = check_int("num_layers", num_layers, 1)
+    seed = check_int("seed", seed, 0)
     text_list = None if texts is None else [str(t) for t in texts]
     if text_list is not None and not any(t.strip() for t in text_list):
         raise InvalidArgumentError("texts is empty: give some text to train the tokenizer on, or None.")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ..envs.checks import check_int, check_number
 from ..envs.errors import InvalidArgumentError, SearchGymError
 from ..envs.protocols import Protocol, make_protocol
 from .base import Policy
@@ -39,14 +40,6 @@ def import_vllm() -> Any:
             f"The vllm policy needs vLLM, which cannot be imported ({exc}). {INSTALL_HINT}"
         ) from exc
     return vllm
-
-
-def _positive(name: str, value: object, *, integer: bool = False, zero: bool = False) -> Any:
-    kinds = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or value < 0 or (value == 0 and not zero):
-        what = "an int" if integer else "a number"
-        raise InvalidArgumentError(f"{name} must be {what} {'>= 0' if zero else '> 0'}, got {value!r}.")
-    return value
 
 
 class VLLMPolicy(Policy):
@@ -101,9 +94,9 @@ class VLLMPolicy(Policy):
         if not isinstance(model_path, str) or not model_path:
             raise InvalidArgumentError(f"model_path must be a model folder or hub name, got {model_path!r}.")
         self.protocol = make_protocol(protocol)
-        self.max_new_tokens = _positive("max_new_tokens", max_new_tokens, integer=True)
-        self.temperature = float(_positive("temperature", temperature, zero=True))
-        self.top_p = float(_positive("top_p", top_p))
+        self.max_new_tokens = check_int("max_new_tokens", max_new_tokens, 1)
+        self.temperature = check_number("temperature", temperature, 0)
+        self.top_p = check_number("top_p", top_p, high=1, above=0)
         if stop_strings is not None and (
             isinstance(stop_strings, str) or not all(isinstance(s, str) and s for s in stop_strings)
         ):
@@ -118,9 +111,11 @@ class VLLMPolicy(Policy):
         self._vllm = vllm
         self.llm = vllm.LLM(
             model=model_path,
-            seed=_positive("seed", seed, integer=True, zero=True),
-            tensor_parallel_size=_positive("tensor_parallel_size", tensor_parallel_size, integer=True),
-            gpu_memory_utilization=float(_positive("gpu_memory_utilization", gpu_memory_utilization)),
+            seed=check_int("seed", seed, 0),
+            tensor_parallel_size=check_int("tensor_parallel_size", tensor_parallel_size, 1),
+            gpu_memory_utilization=check_number(
+                "gpu_memory_utilization", gpu_memory_utilization, high=1, above=0
+            ),
             max_model_len=max_model_len,
             dtype=dtype,
             **engine_kwargs,

@@ -143,8 +143,8 @@ def test_python_dash_m_searchgym_eval_runs_as_a_subprocess(tmp_path):
         (["eval", "--policy", "naiv_rag"], "Unknown policy 'naiv_rag'. Did you mean 'naive_rag'?"),
         (["eval", "--protocol", "search_r2"], "search_r2"),
         (["eval", "--env", "searchgym/HotpotQA-v0"], "reads local files: give --data-path and --corpus-path"),
-        (["eval", "--episodes", "0"], "episodes must be a positive int, got 0."),
-        (["eval", "--topk", "0"], "topk must be >= 1, got 0."),
+        (["eval", "--episodes", "0"], "episodes must be an int >= 1, got 0."),
+        (["eval", "--topk", "0"], "topk must be an int >= 1, got 0."),
     ],
 )
 def test_bad_input_exits_2_with_one_line_on_stderr(argv, expected, monkeypatch, capsys):

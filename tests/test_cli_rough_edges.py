@@ -223,9 +223,9 @@ def test_dry_run_estimates_the_time_from_an_earlier_runs_steps(tmp_path, capsys)
 
 
 def test_dry_run_builds_the_experience_memory_without_writing(tmp_path, capsys):
-    config = _config(tmp_path, memory={"kind": "experience"})
+    config = _config(tmp_path, memory={"kind": "lightsearcher"})
     assert main(["train", "--config", str(config), "--dry-run"]) == 0
-    assert "memory: experience" in capsys.readouterr().out
+    assert "memory: lightsearcher" in capsys.readouterr().out
     assert not (tmp_path / "run").exists()
 
 

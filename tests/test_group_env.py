@@ -395,7 +395,11 @@ def test_render_and_close():
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
-        ({"group_size": 0}, InvalidArgumentError, "group_size must be a positive int"),
+        (
+            {"group_size": 0},
+            InvalidArgumentError,
+            "group_size must be an int >= 1 \\(the number of rollouts per question",
+        ),
         ({"group_size": True}, InvalidArgumentError, "group_size"),
         ({"group_size": "5"}, InvalidArgumentError, "got '5'"),
         ({"group_scheme": "tsa"}, UnknownNameError, "Did you mean 'tsas'"),

@@ -206,7 +206,7 @@ def test_environment_and_memory_tokens_are_masked(tiny_root, tmp_path, memory_st
         tiny_root,
         tmp_path / "run",
         env={"id": ENV_ID, "kwargs": {"reward": "f1", "max_turns": 3}},
-        memory={"kind": "experience", "path": str(memory_store)},
+        memory={"kind": "lightsearcher", "path": str(memory_store)},
     )
     trainer = GRPOTrainer(config, progress=False)
     trainer.setup()
@@ -248,7 +248,7 @@ def test_a_group_shares_its_few_shot_example_when_asked(tiny_root, tmp_path, mem
             tiny_root,
             tmp_path / per,
             env={"id": ENV_ID, "kwargs": {"reward": "f1", "max_turns": 3}},
-            memory={"kind": "experience", "path": str(memory_store), "example_per": per},
+            memory={"kind": "lightsearcher", "path": str(memory_store), "example_per": per},
         )
         trainer = GRPOTrainer(config, progress=False)
         trainer.setup()
@@ -388,7 +388,7 @@ def resume_config(tiny_root: Path, out: Path, store: Path) -> TrainConfig:
             "warmup_steps": 1,
         },
         memory={
-            "kind": "experience",
+            "kind": "lightsearcher",
             "path": str(store),
             "update_every": 2,
             "good_reward": 0.5,

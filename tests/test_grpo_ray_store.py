@@ -62,7 +62,7 @@ def ray_config(tiny_root: Path, out: Path, steps: int) -> TrainConfig:
                 "max_context_tokens": 1024,
             },
             "algo": {"lr": 1e-3, "kl_coef": 0.0, "micro_batch_size": 6},
-            "memory": {"kind": "experience", "update_every": 1, "backend": "ray"},
+            "memory": {"kind": "lightsearcher", "update_every": 1, "backend": "ray"},
             "checkpoint": {"every": 1},
         }
     )
@@ -117,12 +117,12 @@ def test_the_dry_run_accepts_the_ray_backend_and_rejects_a_misspelt_one(tmp_path
     data = {
         "output_dir": str(tmp_path / "run"),
         "env": {"id": ENV_ID, "kwargs": {"reward": "lightsearcher"}},
-        "memory": {"kind": "experience", "backend": "ray", "ray_num_cpus": 2},
+        "memory": {"kind": "lightsearcher", "backend": "ray", "ray_num_cpus": 2},
     }
     path = tmp_path / "ray.yaml"
     path.write_text(yaml.safe_dump(data))
     assert main(["train", "--config", str(path), "--dry-run"]) == 0
-    assert "memory: experience (stores in a Ray actor)" in capsys.readouterr().out
+    assert "memory: lightsearcher (stores in a Ray actor)" in capsys.readouterr().out
 
     data["memory"]["backend"] = "rey"
     path.write_text(yaml.safe_dump(data))

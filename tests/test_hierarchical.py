@@ -16,12 +16,12 @@ from searchgym.envs.errors import DataFileError, InvalidArgumentError, UnknownNa
 from searchgym.envs.records import Trajectory
 from searchgym.envs.synthetic import RELATIONS
 from searchgym.envs.synthetic_env import SyntheticFactsEnv
-from searchgym.memory.hierarchical import HierarchicalExperience
-from searchgym.memory.hiexp_build import distill
-from searchgym.memory.hiexp_encode import DEFAULT_THRESHOLDS, MiniLMEncoder, cluster
-from searchgym.memory.hiexp_record import MAX_WORDS, ExperienceRecord
-from searchgym.memory.hiexp_store import HIEXP_FILE
-from searchgym.memory.hiexp_summary import (
+from searchgym.memory.hiexp.build import distill
+from searchgym.memory.hiexp.encode import DEFAULT_THRESHOLDS, MiniLMEncoder, cluster
+from searchgym.memory.hiexp.hierarchical import HierarchicalExperience
+from searchgym.memory.hiexp.levels_file import HIEXP_FILE
+from searchgym.memory.hiexp.record import MAX_WORDS, ExperienceRecord
+from searchgym.memory.hiexp.summary import (
     RuleCaseSummarizer,
     make_case_summarizer,
     question_pattern,
@@ -518,7 +518,7 @@ def test_a_failed_save_leaves_the_old_file_whole(stored, tmp_path, monkeypatch):
             raise OSError("disk full")
         return real_dumps(*args, **kwargs)
 
-    monkeypatch.setattr("searchgym.memory.hiexp_store.json.dumps", dumps_then_crash)
+    monkeypatch.setattr("searchgym.memory.hiexp.levels_file.json.dumps", dumps_then_crash)
     with pytest.raises(OSError, match="disk full"):
         hierarchy.save(tmp_path)
     assert file.read_bytes() == before

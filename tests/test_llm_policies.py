@@ -183,7 +183,7 @@ def test_hf_policy_bad_input(tiny, tmp_path):
         HFPolicy(str(tmp_path))
     with pytest.raises(InvalidArgumentError, match="tokenizer"):
         HFPolicy(model)
-    with pytest.raises(InvalidArgumentError, match="max_new_tokens must be an int > 0, got 0"):
+    with pytest.raises(InvalidArgumentError, match="max_new_tokens must be an int >= 1, got 0"):
         HFPolicy(model, tokenizer=tok, max_new_tokens=0)
     with pytest.raises(InvalidArgumentError, match="list of context strings"):
         HFPolicy(model, tokenizer=tok).act("a single string")
@@ -403,7 +403,7 @@ def test_restore_stop_cases():
 def test_openai_policy_bad_arguments():
     with pytest.raises(InvalidArgumentError, match="http"):
         OpenAIPolicy("m", "127.0.0.1:8000")
-    with pytest.raises(InvalidArgumentError, match="timeout must be a number > 0, got 0"):
+    with pytest.raises(InvalidArgumentError, match="timeout must be a finite number > 0, got 0"):
         OpenAIPolicy("m", "http://127.0.0.1:1/v1", timeout=0)
     with pytest.raises(InvalidArgumentError, match="on_error"):
         OpenAIPolicy("m", "http://127.0.0.1:1/v1", on_error="ignore")

@@ -13,6 +13,7 @@ import pytest
 
 from searchgym.envs.errors import InvalidArgumentError, SearchGymError, UnknownNameError
 from searchgym.envs.protocols import make_protocol
+from searchgym.trainers.config_base import ConfigError
 from searchgym.trainers.openrlhf import agent_file_path, compose, launch, load_run_config
 from searchgym.trainers.openrlhf.advantage_hook import HOOK
 from searchgym.trainers.openrlhf.flags import FlagError, check_flags, openrlhf_parser
@@ -187,38 +188,61 @@ def test_a_minimal_run_file_composes(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "text, error, match",
+    "text, match",
     [
-        (BASE + "extra: 1\n", UnknownNameError, "extra"),
-        (BASE.replace("env_kwargs:", "env_kwarg:"), UnknownNameError, "env_kwargs"),
-        (BASE + "launch: {adress: x}\n", UnknownNameError, "address"),
+        (BASE + "extra: 1\n", r"^\S+run.yaml: extra: got 1; allowed: the keys of RunConfig: "),
+        (
+            BASE.replace("env_kwargs:", "env_kwarg:"),
+            r"agent.env_kwarg: .* Unknown key. Did you mean 'env_kwargs'",
+        ),
+        (BASE + "launch: {adress: x}\n", r"launch.adress: .* Did you mean 'ray_address'\?"),
         (
             BASE.replace("env_id: searchgym/SyntheticFacts-v0", "env_id: SyntheticFact-v0"),
-            UnknownNameError,
-            "SyntheticFacts",
+            r"agent.env_id: got 'SyntheticFact-v0'; .* Did you mean 'searchgym/SyntheticFacts-v0'",
         ),
-        (
-            BASE + "  memory: {kind: lightsearch, path: m}\n".replace("  memory", "memory"),
-            UnknownNameError,
-            "key",
-        ),
+        (BASE + "memory: {kind: lightsearch, path: m}\n", r"memory: .* Unknown key\."),
         (
             BASE.replace("agent:\n", "agent:\n  memory: {kind: lightsearch, path: m}\n"),
-            UnknownNameError,
-            "lightsearcher",
+            r"agent.memory.kind: got 'lightsearch'; allowed: one of 'none', 'lightsearcher', 'hiexp'. "
+            r"Did you mean 'lightsearcher'\?",
+        ),
+        (
+            BASE.replace("agent:\n", "agent:\n  memory: {kind: experience, path: m}\n"),
+            r"agent.memory.kind: got 'experience'; .* The kind 'experience' is called 'lightsearcher'",
+        ),
+        (
+            BASE.replace("agent:\n", "agent:\n  memory: {kind: lightsearcher}\n"),
+            r"agent.memory.path: got None; allowed: the store folder every agent instance shares",
+        ),
+        (
+            BASE.replace("agent:\n", "agent:\n  memory: {kind: lightsearcher, path: m, backend: ray}\n"),
+            r"agent.memory.backend: got 'ray'; allowed: 'file' \(leave it out\). It applies to the built-in",
+        ),
+        (
+            BASE.replace("agent:\n", "agent:\n  memory: {kind: lightsearcher, path: m, top_k: two}\n"),
+            r"agent.memory.top_k: got 'two'; allowed: an int\.",
         ),
         (
             BASE.replace("agent:\n", "agent:\n  advantage: {scheme: tsas, warmup_steps: -1}\n"),
-            InvalidArgumentError,
-            "warmup_steps",
+            r"agent.advantage.warmup_steps: got -1; allowed: an int >= 0",
         ),
-        ("backend: builtin\n" + BASE, InvalidArgumentError, "backend"),
-        ("- a list\n", SearchGymError, "mapping"),
+        (
+            BASE + "launch: {env: {A: [1]}}\n",
+            r"launch.env.A: got \[1\]; allowed: a string or number",
+        ),
+        ("backend: builtin\n" + BASE, r"backend: got 'builtin'; allowed: 'openrlhf'"),
+        ("openrlhf: {}\n", r"agent: got None; allowed: an agent section"),
+        ("agent: {env_kwargs: {}}\n", r"run.yaml: agent.env_id: got None; allowed: a string \(required\)\.$"),
     ],
 )
-def test_bad_run_files_are_refused_with_the_key_named(tmp_path, text, error, match):
-    with pytest.raises(error, match=match):
+def test_bad_run_files_are_refused_with_the_file_and_dotted_field_named(tmp_path, text, match):
+    with pytest.raises(ConfigError, match=match):
         load_run_config(write(tmp_path, text))
+
+
+def test_a_run_file_that_is_not_a_mapping_is_refused(tmp_path):
+    with pytest.raises(SearchGymError, match="mapping"):
+        load_run_config(write(tmp_path, "- a list\n"))
 
 
 @needs_openrlhf
@@ -245,6 +269,23 @@ def test_tsas_needs_a_group_estimator_and_installs_the_hook(tmp_path):
         compose(load_run_config(write(tmp_path, text.replace("group_norm", "gae"))))
     plan = compose(load_run_config(write(tmp_path, text.replace("group_norm", "dr_grpo"))))
     assert plan.runtime_env["worker_process_setup_hook"] == HOOK
+
+
+def test_the_agent_memory_is_the_builtin_memory_section(tmp_path, monkeypatch):
+    from searchgym.trainers.memory_config import MemoryConfig
+    from searchgym.trainers.openrlhf import env_pool
+
+    none = load_run_config(write(tmp_path, BASE.replace("agent:\n", "agent:\n  memory: {kind: none}\n")))
+    assert none.agent.memory is None
+    text = BASE.replace(
+        "agent:\n", "agent:\n  memory: {kind: lightsearcher, path: m, theta_r: 0.5, good_reward: 0.9}\n"
+    )
+    memory = load_run_config(write(tmp_path, text), basedir=str(tmp_path)).agent.memory
+    assert isinstance(memory, MemoryConfig) and memory.path == str(tmp_path / "m")
+    monkeypatch.setattr(env_pool, "_MEMORIES", {})
+    opened = env_pool.open_memory(memory)
+    assert (opened.theta_r, opened.good_reward) == (0.5, 0.9)  # the agent's memory gets them too
+    opened.close()
 
 
 def test_extends_merges_key_by_key(tmp_path):

@@ -441,9 +441,9 @@ def test_evaluate_same_seed_same_order_other_seed_other_order():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"episodes": 0}, "episodes must be a positive int, got 0"),
-        ({"episodes": True}, "episodes must be a positive int, got True"),
-        ({"episodes": 3, "batch_size": 0}, "batch_size must be a positive int, got 0"),
+        ({"episodes": 0}, "episodes must be an int >= 1, got 0"),
+        ({"episodes": True}, "episodes must be an int >= 1, got True"),
+        ({"episodes": 3, "batch_size": 0}, "batch_size must be an int >= 1, got 0"),
     ],
 )
 def test_evaluate_refuses_bad_counts(kwargs, message):

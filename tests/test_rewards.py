@@ -676,7 +676,7 @@ def test_lightsearchers_state_round_trips_through_json_and_scores_the_same():
     ],
 )
 def test_a_bad_lightsearcher_state_is_refused(state):
-    with pytest.raises(InvalidArgumentError, match="LightSearcher state|non-negative int"):
+    with pytest.raises(InvalidArgumentError, match=r"LightSearcher state|must be an int >= 0"):
         LightSearcherReward().load_state_dict(state)
 
 

@@ -27,7 +27,7 @@ from searchgym.memory import (
     make_summarizer,
     summarise_trajectory,
 )
-from searchgym.memory.lm_summarizers import parse_bank
+from searchgym.memory.lightsearcher.lm_summarizers import parse_bank
 from searchgym.policies import make_policy
 
 # -- the bank --------------------------------------------------------------------------------------

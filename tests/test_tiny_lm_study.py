@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 import searchgym  # noqa: F401  (registers the envs)
-from searchgym.envs.errors import InvalidArgumentError
+from searchgym.envs.errors import InvalidArgumentError, SearchGymError
 from searchgym.envs.synthetic import RELATIONS, generate_world
 from searchgym.envs.synthetic_env import SyntheticFactsEnv, split_questions
 
@@ -560,7 +560,7 @@ def test_memory_arms_warm_start_is_topped_up_behind_the_scripted_memory(tmp_path
         "topup_samples": 2,
     }
     plain = _smoke_config(tmp_path, sft=sft)  # no memory: no top-up behind it
-    config = plain.replace(memory={"kind": "experience"})
+    config = plain.replace(memory={"kind": "lightsearcher"})
     assert warm_start_folder(config).name.startswith("mem-")
     path = warm_start(config, progress=False)
     assert path == warm_start_folder(config)
@@ -651,7 +651,7 @@ def test_pipeline_smoke_warm_start_grpo_and_held_out_table(tmp_path, capsys):
     from searchgym.trainers.config import save_config
 
     config = _smoke_config(
-        tmp_path, memory={"kind": "experience", "update_every": 1}, algo={"lr": 1e-3, "ptx_coef": 0.1}
+        tmp_path, memory={"kind": "lightsearcher", "update_every": 1}, algo={"lr": 1e-3, "ptx_coef": 0.1}
     )
     path = tmp_path / "arm.yaml"
     save_config(config, path)
@@ -871,7 +871,7 @@ def test_a_runs_key_hashes_only_the_settings_that_differ_from_the_defaults(tmp_p
     assert config_key(config.replace(algo={**vars(config.algo), "ptx_coef": 0.0})) == config_key(config)
     assert config_key(config.replace(algo={**vars(config.algo), "kl_coef": 0.01})) != config_key(config)
     assert config_key(config.replace(seed=1)) != config_key(config)
-    assert config_key(config.replace(memory={"kind": "experience"})) != config_key(config)
+    assert config_key(config.replace(memory={"kind": "lightsearcher"})) != config_key(config)
     moved = config.replace(output_dir=str(tmp_path / "elsewhere"))
     assert config_key(moved) == config_key(config)  # where a run is, not how it runs
     assert config_key(moved, with_output_dir=True) != config_key(config, with_output_dir=True)
@@ -942,7 +942,7 @@ def test_shipped_study_configs_load():
     study = load_study(root / "study.yaml")
     assert len(study["arms"]) == 9 and study["seeds"] == [0, 1, 2]
     arm = load_run_config(root / "lightsearcher.yaml")
-    assert arm.sft.enabled and arm.eval.enabled and arm.memory.kind == "experience"
+    assert arm.sft.enabled and arm.eval.enabled and arm.memory.kind == "lightsearcher"
     # the one-arm config is the study's lightsearcher arm, seed 0
     assert arm == StudyRunConfig.from_dict(
         merge(study["base"], {**study["arms"]["lightsearcher"], "seed": 0})
@@ -1182,6 +1182,19 @@ def test_searchgym_train_sends_a_warm_start_config_to_the_study_script(capsys):
 
     with pytest.raises(SystemExit, match="studies/frugal/tiny_lm/train.py"):
         main(["train", "--config", str(TINY_LM / "lightsearcher.yaml")])
+
+
+def test_the_study_config_holds_eval_and_the_dry_run_builds_the_eval_env(tmp_path):
+    from searchgym.trainers.dry_run import check_run
+
+    config = StudyRunConfig.from_dict({"output_dir": str(tmp_path / "run"), "eval": {"enabled": True}})
+    assert config.eval.env_kwargs == {"split": "eval"} and config.eval.temperature == 0.0
+    assert "the env and the eval env" in "\n".join(check_run(config))
+    bad = config.replace(eval={"enabled": True, "env_kwargs": {"split": "evall"}})
+    with pytest.raises(SearchGymError, match="eval.env_kwargs"):
+        check_run(bad)
+    with pytest.raises(ConfigError, match=r"^eval.max_questions: got -1; allowed: an int >= 0"):
+        StudyRunConfig.from_dict({"eval": {"max_questions": -1}})
 
 
 def test_searchgym_study_names_the_missing_runner_key(tmp_path):

@@ -64,7 +64,7 @@ def test_shipped_builtin_configs_load(path):
         ({"rollout": {"group_size": 1}}, "rollout.group_size: got 1; allowed: an int >= 2"),
         ({"rollout": {"group_size": "4"}}, "rollout.group_size: got '4'; allowed: an int"),
         ({"rollout": {"group_size": True}}, "rollout.group_size: got True; allowed: an int"),
-        ({"rollout": {"top_p": 1.5}}, "rollout.top_p: got 1.5; allowed: a finite number >= 1e-06 and <= 1"),
+        ({"rollout": {"top_p": 1.5}}, "rollout.top_p: got 1.5; allowed: a finite number in [1e-06, 1]"),
         ({"rollout": {"temperature": 0}}, "rollout.temperature: got 0.0; allowed: a finite number >= 1e-06"),
         (
             {"algo": {"advantage": "grpo"}},
@@ -72,6 +72,10 @@ def test_shipped_builtin_configs_load(path):
         ),
         ({"algo": {"lr": float("nan")}}, "algo.lr: got nan; allowed: a finite number >= 0"),
         ({"algo": {"tsas_variant": "eq3"}}, "algo.tsas_variant: got 'eq3'; allowed: one of 'eq4', 'eq2'"),
+        (
+            {"algo": {"advantage": "dr_grpoo"}},
+            "algo.advantage: got 'dr_grpoo'; allowed: one of 'group_norm', 'dr_grpo', 'tsas'. Did you mean 'dr_grpo'?",
+        ),
         ({"algo": {"loss_agg": "mean"}}, "algo.loss_agg: got 'mean'; allowed: one of 'auto', 'token_mean'"),
         (
             {"model": {"path": "m", "tiny": {}}},
@@ -118,6 +122,58 @@ def test_unknown_keys_are_errors_with_a_suggestion():
         TrainConfig.from_dict({"stepz": 3})
     with pytest.raises(ConfigError, match=r"^model\.tiny\.layers: got 2; .*Did you mean 'num_layers'\?"):
         TrainConfig.from_dict({"model": {"tiny": {"layers": 2}}})
+
+
+def test_an_old_memory_kind_name_is_refused_with_the_new_name():
+    with pytest.raises(ConfigError) as info:
+        TrainConfig.from_dict({"memory": {"kind": "experience"}})
+    assert str(info.value) == (
+        "memory.kind: got 'experience'; allowed: one of 'none', 'lightsearcher', 'hiexp'. "
+        "Did you mean 'lightsearcher'? The kind 'experience' is called 'lightsearcher'."
+    )
+    assert TrainConfig.from_dict({"memory": {"kind": "lightsearcher"}}).memory.kind == "lightsearcher"
+
+
+@pytest.mark.parametrize(
+    "memory",
+    [
+        "{kind: lightsearcher, path: m, update_evry: 5}",  # unknown field
+        "{kind: lightsearch, path: m}",  # a misspelled kind
+        "{kind: experience, path: m}",  # the old name
+        "{kind: lightsearcher, path: m, update_every: 0}",  # out of range
+        "{kind: lightsearcher, path: m, few_shot: 'yes'}",  # wrong type
+        "{kind: hiexp}",  # a HiExp hierarchy needs its path
+    ],
+)
+def test_the_builtin_and_openrlhf_configs_word_a_bad_memory_section_alike(tmp_path, memory):
+    """One MemoryConfig: the same section gives the same message after the file and the field's section."""
+    from searchgym.trainers.openrlhf.config import load_run_config
+
+    builtin, openrlhf = tmp_path / "builtin.yaml", tmp_path / "openrlhf.yaml"
+    builtin.write_text(f"memory: {memory}\n")
+    openrlhf.write_text(f"agent:\n  env_id: SyntheticFacts-v0\n  memory: {memory}\n")
+    with pytest.raises(ConfigError) as built_in_error:
+        load_config(builtin)
+    with pytest.raises(ConfigError) as openrlhf_error:
+        load_run_config(openrlhf)
+    assert str(built_in_error.value).startswith(f"{builtin}: memory.")
+    assert str(openrlhf_error.value).startswith(f"{openrlhf}: agent.memory.")
+    assert (
+        str(built_in_error.value)[len(f"{builtin}: ") :]
+        == str(openrlhf_error.value)[len(f"{openrlhf}: agent.") :]
+    )
+
+
+def test_the_library_config_has_no_eval_section_and_sends_one_to_the_study(tmp_path, capsys):
+    with pytest.raises(ConfigError, match=r"^eval: .*allowed: the keys of TrainConfig: .*Unknown key\."):
+        TrainConfig.from_dict({"eval": {"enabled": True}})
+    path = tmp_path / "run.yaml"
+    path.write_text("steps: 2\neval: {enabled: true}\n")
+    with pytest.raises(
+        SystemExit,
+        match="evaluation after training \\(eval:\\) belongs to the tiny-LM study; run python studies/frugal/tiny_lm/train.py",
+    ):
+        main(["train", "--config", str(path), "--dry-run"])
 
 
 def test_errors_from_a_file_name_the_file(tmp_path):

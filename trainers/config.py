@@ -16,13 +16,13 @@ and what is allowed. :func:`load_config` and :func:`save_config` round-trip exac
 
 from __future__ import annotations
 
-import difflib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from .config_base import ConfigError, check, check_finite, check_int, from_dict, load_yaml, save_yaml, to_dict
+from .memory_config import MEMORY_BACKENDS, MEMORY_KINDS, MemoryConfig
 
 __all__ = [
     "ConfigError",
@@ -34,7 +34,6 @@ __all__ = [
     "MemoryConfig",
     "CheckpointConfig",
     "WandbConfig",
-    "EvalConfig",
     "TrainConfig",
     "load_config",
     "save_config",
@@ -42,13 +41,11 @@ __all__ = [
     "ADVANTAGES",
     "LOSS_AGGREGATIONS",
     "MEMORY_BACKENDS",
+    "MEMORY_KINDS",
 ]
 
 ADVANTAGES = ("group_norm", "dr_grpo", "tsas")
 """The group-advantage estimators (see :mod:`searchgym.trainers.grpo.advantages`)."""
-
-MEMORY_BACKENDS = ("file", "ray")
-"""Where the run's stores live (see :class:`MemoryConfig`)."""
 
 LOSS_AGGREGATIONS = ("auto", "token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm")
 """How per-token losses become one number (see :mod:`searchgym.trainers.grpo.loss`)."""
@@ -292,84 +289,6 @@ class AlgoConfig:
 
 
 @dataclass
-class MemoryConfig:
-    """Experience memory in front of the policy (the memory wrapper), or none.
-
-    Attributes:
-        kind: ``none``, ``experience`` (LightSearcher's contrastive bank, updated during
-            training) or ``hiexp`` (a HiExp hierarchy built offline, read-only).
-        path: ``experience``: the store folder (default ``{output_dir}/memory``);
-            ``hiexp``: the folder or ``hiexp_levels.jsonl`` file to load (required).
-        update_every: Training steps between bank updates (LightSearcher: 5).
-        summarizer: ``rule``, ``transformers:PATH`` or ``openai:MODEL@URL``.
-        theta_r: Bad trajectories have reward below it; the few-shot pool at or above it (0.3).
-        good_reward: Good trajectories have reward at or above it (1.0).
-        use_experience: Put the experience text (and HiExp's hints) in the prompt.
-        few_shot: Put one earlier episode in the prompt as an example.
-        example_per: ``rollout`` (each rollout draws its own example) or ``group`` (the G
-            rollouts of a question in a GRPO step share one draw, so the group's baseline
-            compares answers to one prompt, as GRPO assumes).
-        top_k: HiExp strategy records in the prompt (5).
-        hint_threshold: HiExp hint cosine threshold (0.8).
-        backend: Where the experience memory and LightSearcher's minimum tool-call store
-            (``env.kwargs.reward_kwargs.store``) live: ``file`` (default: SQLite files
-            this machine's processes open) or ``ray`` (a named Ray actor owns them,
-            :mod:`searchgym.trainers.ray_store`; the trainer starts Ray when needed).
-        ray_num_cpus: ``backend: ray``: CPUs of the local Ray instance the trainer starts
-            (``null``: Ray's default, all of them); unused when Ray already runs.
-        ray_actor: ``backend: ray``: the store actor's name (``null``: one derived from
-            ``output_dir``, so a resumed run finds its actor).
-    """
-
-    kind: Literal["none", "experience", "hiexp"] = "none"
-    path: str | None = None
-    update_every: int = 5
-    summarizer: str = "rule"
-    theta_r: float = 0.3
-    good_reward: float = 1.0
-    use_experience: bool = True
-    few_shot: bool = True
-    example_per: Literal["rollout", "group"] = "rollout"
-    top_k: int = 5
-    hint_threshold: float = 0.8
-    backend: str = "file"
-    ray_num_cpus: int | None = None
-    ray_actor: str | None = None
-
-    def __post_init__(self) -> None:
-        close = difflib.get_close_matches(str(self.backend), MEMORY_BACKENDS, n=1, cutoff=0.3)
-        check(
-            "backend",
-            self.backend,
-            self.backend in MEMORY_BACKENDS,
-            "one of " + ", ".join(repr(b) for b in MEMORY_BACKENDS),
-            f"Did you mean {close[0]!r}?" if close else "",
-        )
-        if self.ray_num_cpus is not None:
-            check_int("ray_num_cpus", self.ray_num_cpus)
-        if self.ray_actor is not None:
-            check("ray_actor", self.ray_actor, bool(self.ray_actor.strip()), "a non-empty actor name or null")
-        check(
-            "kind",
-            self.kind,
-            self.kind in ("none", "experience", "hiexp"),
-            "one of 'none', 'experience', 'hiexp'",
-        )
-        if self.kind == "hiexp":
-            check(
-                "path", self.path, self.path is not None, "the HiExp store folder or hiexp_levels.jsonl file"
-            )
-        check_int("update_every", self.update_every)
-        check(
-            "example_per", self.example_per, self.example_per in ("rollout", "group"), "'rollout' or 'group'"
-        )
-        check_finite("theta_r", self.theta_r)
-        check_finite("good_reward", self.good_reward)
-        check_int("top_k", self.top_k)
-        check_finite("hint_threshold", self.hint_threshold, low=-1.0, high=1.0)
-
-
-@dataclass
 class CheckpointConfig:
     """Checkpoints: model, optimizer, scheduler, RNG states, step, reward and memory state.
 
@@ -415,27 +334,6 @@ class WandbConfig:
     dir: str | None = None
 
 
-@dataclass
-class EvalConfig:
-    """Evaluation after training, on held-out questions (``searchgym train`` prints the table).
-
-    Attributes:
-        enabled: Evaluate the trained policy when training ends.
-        env_kwargs: Changes to ``env.kwargs`` for the evaluation env (e.g. ``{split: eval}``).
-        max_questions: Evaluate at most this many questions (0: all of them).
-        temperature: Sampling temperature (0: greedy decoding).
-    """
-
-    enabled: bool = False
-    env_kwargs: dict[str, Any] = field(default_factory=lambda: {"split": "eval"})
-    max_questions: int = 0
-    temperature: float = 0.0
-
-    def __post_init__(self) -> None:
-        check_int("max_questions", self.max_questions, 0)
-        check_finite("temperature", self.temperature, low=0.0)
-
-
 _SECTIONS = {
     "env": EnvConfig,
     "model": ModelConfig,
@@ -444,7 +342,6 @@ _SECTIONS = {
     "memory": MemoryConfig,
     "checkpoint": CheckpointConfig,
     "wandb": WandbConfig,
-    "eval": EvalConfig,
 }
 
 
@@ -466,7 +363,6 @@ class TrainConfig:
         memory: See :class:`MemoryConfig`.
         checkpoint: See :class:`CheckpointConfig`.
         wandb: See :class:`WandbConfig`.
-        eval: See :class:`EvalConfig` (off by default).
     """
 
     backend: Literal["builtin"] = "builtin"
@@ -481,7 +377,6 @@ class TrainConfig:
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     wandb: WandbConfig = field(default_factory=WandbConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
 
     def __post_init__(self) -> None:
         for name, cls in _SECTIONS.items():
@@ -518,6 +413,11 @@ class TrainConfig:
         """Whether the run writes ``algo.ptx_data`` itself before training (a subclass's warm start)."""
         return False
 
+    def extra_envs(self) -> dict[str, EnvConfig]:
+        """Other envs the run builds besides ``env`` (a subclass's evaluation env), by field
+        name; ``--dry-run`` builds each of them too."""
+        return {}
+
     def _check_ray_backend(self) -> None:
         reward = self.env.kwargs.get("reward", "f1")
         if self.memory.kind == "hiexp":
@@ -532,7 +432,7 @@ class TrainConfig:
                 "memory.backend",
                 "ray",
                 "'file' when the run keeps no store",
-                "The actor serves memory.kind 'experience' and the lightsearcher reward's minimum store.",
+                "The actor serves memory.kind 'lightsearcher' and the lightsearcher reward's minimum store.",
             )
         store = dict(self.env.kwargs.get("reward_kwargs") or {}).get("store")
         if reward == "lightsearcher" and not (store is None or isinstance(store, (str, os.PathLike))):
@@ -612,7 +512,6 @@ def describe(config: TrainConfig, checks: list[str] | None = None) -> str:
         f"  update: {a.advantage} advantages, {a.resolved_loss_agg}, clip {a.clip_eps:g}, kl {a.kl_coef:g} (k3), "
         f"AdamW lr {a.lr:g} ({a.lr_schedule}), {a.ppo_epochs * a.mini_batches} optimizer step(s) per step"
         + (f", ptx {a.ptx_coef:g} on {a.ptx_data or 'the warm start recall lessons'}" if a.ptx_coef else ""),
-        f"  evaluation after training: {'on ' + str(config.eval.env_kwargs) if config.eval.enabled else 'off'}",
         f"  memory: {config.memory.kind}"
         + (" (stores in a Ray actor)" if config.memory.backend == "ray" else "")
         + f"; checkpoints every {config.checkpoint.every or config.steps} steps "

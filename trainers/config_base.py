@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import math
 import os
 import types
 import typing
@@ -20,6 +19,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar, Union
 
+from ..envs import checks
+from ..envs.checks import ArgumentError
 from ..envs.errors import InvalidArgumentError
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "check",
     "check_int",
     "check_finite",
+    "check_choice",
     "from_dict",
     "to_dict",
     "load_yaml",
@@ -68,23 +70,36 @@ def check(field: str, value: Any, ok: bool | Callable[[Any], bool], allowed: str
         raise ConfigError(field, value, allowed, hint)
 
 
-# -- type checking ---------------------------------------------------------------------------
+# -- value checks (searchgym.envs.checks, with config messages) --------------------------
+
+
+def _config_check(check_fn: Callable[..., Any], name: str, value: Any, hint: str, *args: Any) -> None:
+    try:
+        check_fn(name, value, *args)
+    except ArgumentError as exc:
+        raise ConfigError(name, value, exc.allowed, " ".join(h for h in (exc.hint, hint) if h)) from None
 
 
 def check_int(name: str, value: int, low: int = 1, note: str = "") -> None:
-    """Raise :class:`ConfigError` unless ``value >= low``."""
-    check(name, value, value >= low, f"an int >= {low}", note)
+    """Raise :class:`ConfigError` unless ``value >= low`` (:func:`~searchgym.envs.checks.check_int`)."""
+    _config_check(checks.check_int, name, value, note, low)
 
 
 def check_finite(
     name: str, value: float, low: float | None = None, high: float | None = None, note: str = ""
 ) -> None:
-    """Raise :class:`ConfigError` unless ``value`` is finite and within ``[low, high]``."""
-    ok = math.isfinite(value) and (low is None or value >= low) and (high is None or value <= high)
-    bounds = " and ".join(
-        b for b in (f">= {low:g}" if low is not None else "", f"<= {high:g}" if high is not None else "") if b
-    )
-    check(name, value, ok, f"a finite number{' ' + bounds if bounds else ''}", note)
+    """Raise :class:`ConfigError` unless ``value`` is finite and within ``[low, high]``
+    (:func:`~searchgym.envs.checks.check_number`)."""
+    _config_check(checks.check_number, name, value, note, low, high)
+
+
+def check_choice(name: str, value: Any, choices: tuple[Any, ...], note: str = "") -> None:
+    """Raise :class:`ConfigError` unless ``value`` is one of ``choices``, with "did you mean"
+    (:func:`~searchgym.envs.checks.check_choice`)."""
+    _config_check(checks.check_choice, name, value, note, choices)
+
+
+# -- type checking ---------------------------------------------------------------------------
 
 
 def _describe(hint: Any) -> str:
@@ -130,7 +145,8 @@ def _convert(field: str, value: Any, hint: Any) -> Any:
                 continue
         raise ConfigError(field, value, _describe(hint))
     if origin is Literal:
-        check(field, value, value in typing.get_args(hint), _describe(hint))
+        choices = typing.get_args(hint)
+        check(field, value, value in choices, _describe(hint), checks.close_match(value, choices))
         return value
     if hint is type(None):
         check(field, value, value is None, "null")
@@ -197,6 +213,10 @@ def from_dict(cls: type[T], data: Mapping[str, Any] | None) -> T:
                 str(key), value, f"the keys of {cls.__name__}: {', '.join(fields)}", f"Unknown key.{hint}"
             )
         kwargs[key] = _convert(key, value, hints[key])
+    for name, f in fields.items():
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if required and name not in kwargs:
+            raise ConfigError(name, None, f"{_describe(hints[name])} (required)")
     try:
         return cls(**kwargs)
     except ConfigError:

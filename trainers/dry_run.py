@@ -142,7 +142,7 @@ def _build_memory(memory: MemoryConfig, store: Path | None, seed: int) -> Any:
     """The run's memory as the trainer's ``build_memory`` makes it (without importing torch)."""
     if memory.kind == "none":
         return None
-    if memory.kind == "experience":
+    if memory.kind == "lightsearcher":
         from ..memory import ExperienceMemory
 
         return ExperienceMemory(
@@ -167,7 +167,7 @@ def _check_memory(config: TrainConfig) -> Any:
     made in a temporary folder (the dry run creates nothing in ``output_dir``)."""
     memory = config.memory
     store = None
-    if memory.kind == "experience":
+    if memory.kind == "lightsearcher":
         store = Path(memory.path) if memory.path else Path(config.output_dir) / "memory"
         if not store.exists():
             _check_writable(store, "memory.path")
@@ -227,12 +227,13 @@ def check_run(config: TrainConfig) -> list[str]:
         raise DataFileError(f"algo.ptx_data: {config.algo.ptx_data!r} is not a file.")
     memory = _check_memory(config)
     _check_env(config.env, "env", memory, config.memory)
-    if config.eval.enabled:
-        kwargs = {**config.env.kwargs, **config.eval.env_kwargs}
-        _check_env(EnvConfig(id=config.env.id, kwargs=kwargs), "eval.env_kwargs")
+    extra = config.extra_envs()
+    for field, env in extra.items():
+        _check_env(env, field)
     lines.append(
-        "  checked: the env" + (" and the eval env" if config.eval.enabled else "") + ", data and corpus "
-        "files, model, memory store and output folder"
+        "  checked: the env"
+        + "".join(f" and the {field.split('.')[0]} env" for field in extra)
+        + ", data and corpus files, model, memory store and output folder"
     )
     lines.append(work_estimate(config))
     lines.append(

@@ -43,8 +43,8 @@ import numpy as np
 from ..envs.errors import InvalidArgumentError, SearchGymError
 from ..envs.records import Trajectory
 from ..envs.rewards.min_tool_calls import MinToolCallStore
-from ..memory.bank import ExperienceBank
-from ..memory.experience import ExperienceMemory, UpdateResult
+from ..memory.lightsearcher.bank import ExperienceBank
+from ..memory.lightsearcher.experience import ExperienceMemory, UpdateResult
 from ..memory.serialize import trajectory_from_dict, trajectory_to_dict
 from ..memory.store import MemoryStore
 

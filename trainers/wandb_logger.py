@@ -44,7 +44,8 @@ def _import_wandb() -> Any:
     return wandb
 
 
-def _number(value: Any) -> float | None:
+def _loggable(value: Any) -> float | None:
+    """``value`` as a float W&B can chart (bools as 0/1), or None for anything else."""
     if isinstance(value, bool):
         return float(value)
     if isinstance(value, (int, float)) and math.isfinite(value):
@@ -130,7 +131,7 @@ class WandbLogger:
 
     def log(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
         """Log numeric ``metrics`` (non-finite and non-numeric values are left out)."""
-        clean = {k: v for k, v in ((k, _number(v)) for k, v in metrics.items()) if v is not None}
+        clean = {k: v for k, v in ((k, _loggable(v)) for k, v in metrics.items()) if v is not None}
         if clean:
             self.run.log(clean, step=step)
 
@@ -165,12 +166,12 @@ class WandbLogger:
                 )
         table = self._wandb.Table(columns=["policy", "split", "episodes", *EVAL_KEYS], data=rows)
         payload: dict[str, Any] = {
-            k: v for k, v in ((k, _number(v)) for k, v in metrics.items()) if v is not None
+            k: v for k, v in ((k, _loggable(v)) for k, v in metrics.items()) if v is not None
         }
         payload["eval/results"] = table
         self.run.log(payload, step=step)
         for key, value in metrics.items():
-            if _number(value) is not None:
+            if _loggable(value) is not None:
                 self.run.summary[key] = value
 
     def finish(self, exit_code: int = 0) -> None:

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import inspect
 
+from ..checks import check_number
 from ..errors import InvalidArgumentError, did_you_mean
-from .base import RewardScheme, check_number
+from .base import RewardScheme
 from .cost import CostReward
 from .lightsearcher import LightSearcherReward
 from .min_tool_calls import MinToolCalls, MinToolCallStore

@@ -2,27 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 from ..errors import InvalidArgumentError
 from ..records import Trajectory
 
-__all__ = ["RewardScheme", "check_number"]
-
-
-def check_number(name: str, value: object, low: float | None = None, high: float | None = None) -> float:
-    """Validate a finite numeric keyword argument, with a message that shows the value received."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidArgumentError(f"{name} must be a number, got {value!r} ({type(value).__name__}).")
-    if not math.isfinite(value):
-        raise InvalidArgumentError(f"{name} must be a finite number, got {value!r}.")
-    if low is not None and value < low:
-        raise InvalidArgumentError(f"{name} must be >= {low}, got {value!r}.")
-    if high is not None and value > high:
-        raise InvalidArgumentError(f"{name} must be <= {high}, got {value!r}.")
-    return float(value)
+__all__ = ["RewardScheme"]
 
 
 class RewardScheme(ABC):

@@ -11,9 +11,10 @@ import math
 import os
 from typing import Any
 
+from ..checks import check_int, check_number
 from ..errors import InvalidArgumentError
 from ..records import Trajectory
-from .base import RewardScheme, check_number
+from .base import RewardScheme
 from .min_tool_calls import MinToolCalls, MinToolCallStore
 
 __all__ = ["LightSearcherReward", "MinToolCallStore"]
@@ -112,7 +113,6 @@ class LightSearcherReward(RewardScheme):
                 f'A LightSearcher state is {{"min_tool_calls": {{question id: count}}}}, got {state!r:.200}.'
             )
         for qid, n in mins.items():
-            if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-                raise InvalidArgumentError(f"min_tool_calls[{qid!r}] must be a non-negative int, got {n!r}.")
+            check_int(f"min_tool_calls[{qid!r}]", n, 0)
         for qid, n in mins.items():
             self.store.update(qid, n)

@@ -10,9 +10,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from ..checks import check_int, check_number
 from ..errors import InvalidArgumentError
 from ..records import Trajectory
-from .base import RewardScheme, check_number
+from .base import RewardScheme
 from .outcome import check_format_penalty, check_outcome, outcome_score
 
 __all__ = ["OTCReward", "otc_ppo_tool_reward", "otc_grpo_tool_rewards"]
@@ -40,14 +41,6 @@ def _otc_grpo_tool_reward(m: int, n: int, c: float) -> float:
         return 1.0 if m == 0 else otc_ppo_tool_reward(m, c)
     f = 2 * n * m / (m + n)
     return math.sin(f * math.pi / (2 * n))
-
-
-def _check_count(name: str, index: int, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidArgumentError(
-            f"{name}[{index}] must be a non-negative int (a search count), got {value!r}."
-        )
-    return value
 
 
 def otc_grpo_tool_rewards(
@@ -90,7 +83,7 @@ def otc_grpo_tool_rewards(
             "searches and correct must be non-empty and of equal length (one entry per rollout), "
             f"got {len(searches)} and {len(correct)}."
         )
-    counts = [_check_count("searches", i, s) for i, s in enumerate(searches)]
+    counts = [check_int(f"searches[{i}]", s, 0, note=" (a search count)") for i, s in enumerate(searches)]
     for i, flag in enumerate(correct):
         if not isinstance(flag, bool):
             raise InvalidArgumentError(

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from ..checks import check_number
 from ..errors import InvalidArgumentError
 from ..metrics import exact_match, f1_score
 from ..records import Trajectory
-from .base import RewardScheme, check_number
+from .base import RewardScheme
 
 __all__ = [
     "ExactMatchReward",

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from ..checks import check_number
 from ..metrics import f1_score
 from ..records import Trajectory
-from .base import RewardScheme, check_number
+from .base import RewardScheme
 
 __all__ = ["SEMReward"]
 

@@ -10,8 +10,8 @@ import math
 from collections.abc import Sequence
 from typing import Literal
 
+from ..checks import check_int, check_number
 from ..errors import InvalidArgumentError
-from .base import check_number
 
 __all__ = ["TSAS_VARIANTS", "tsas_advantages", "tsas_stage"]
 
@@ -27,21 +27,14 @@ def _sigmoid(x: float) -> float:
 
 
 def _check_values(name: str, values: Sequence[float], non_negative: bool) -> list[float]:
-    out = []
-    for i, value in enumerate(values):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise InvalidArgumentError(f"{name}[{i}] must be a finite number, got {value!r}.")
-        if non_negative and value < 0:
-            raise InvalidArgumentError(f"{name}[{i}] must be >= 0 (it is a count), got {value!r}.")
-        out.append(float(value))
-    return out
+    low, note = (0.0, " (it is a count)") if non_negative else (None, "")
+    return [check_number(f"{name}[{i}]", value, low, note=note) for i, value in enumerate(values)]
 
 
 def tsas_stage(step: int, warmup_steps: int = 150) -> int:
     """The stage for training step ``step``: 1 while ``step < warmup_steps`` (M1), else 2."""
-    for name, value in (("step", step), ("warmup_steps", warmup_steps)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise InvalidArgumentError(f"{name} must be a non-negative int, got {value!r}.")
+    check_int("step", step, 0)
+    check_int("warmup_steps", warmup_steps, 0)
     return 1 if step < warmup_steps else 2
 
 

@@ -107,7 +107,7 @@ def _show(args: argparse.Namespace) -> int:
 
 def _print_skipped(store: Any, present: list[str]) -> None:
     """The corrupt records (and HiExp lines) that reading skipped."""
-    from searchgym.memory.hiexp_store import read_records
+    from searchgym.memory.hiexp.levels_file import read_records
 
     skipped = [
         (store.log(k).path, f"record {row}", why)

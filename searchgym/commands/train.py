@@ -65,11 +65,12 @@ def run(args: argparse.Namespace) -> int:
     from searchgym.commands.extras import require
     from searchgym.trainers.config import describe, load_config
 
-    if _has_section(args.config, "sft"):
-        raise SystemExit(
-            f"{args.config}: a warm start (sft:) belongs to the tiny-LM study; run "
-            f"python studies/frugal/tiny_lm/train.py --config {args.config}"
-        )
+    for section, what in (("sft", "a warm start (sft:)"), ("eval", "evaluation after training (eval:)")):
+        if _has_section(args.config, section):
+            raise SystemExit(
+                f"{args.config}: {what} belongs to the tiny-LM study; run "
+                f"python studies/frugal/tiny_lm/train.py --config {args.config}"
+            )
     config = load_config(args.config)
     require("torch", "transformers", "tokenizers")
     if args.dry_run:
@@ -89,11 +90,6 @@ def run(args: argparse.Namespace) -> int:
         handler.setFormatter(logging.Formatter("%(message)s"))
         progress.addHandler(handler)
     progress.setLevel(logging.INFO)
-    if config.eval.enabled:
-        raise SystemExit(
-            f"{args.config}: eval belongs to the tiny-LM study; run "
-            f"python studies/frugal/tiny_lm/train.py --config {args.config}"
-        )
     from searchgym.trainers.grpo import train
 
     state = train(config, progress=not args.no_progress)

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from ...envs.checks import check_number
 from ...envs.errors import InvalidArgumentError
 from ...envs.rewards import tsas_advantages, tsas_stage
 
@@ -51,12 +52,7 @@ class GroupFigures:
 def _checked(rewards: Sequence[float]) -> list[float]:
     if len(rewards) < 1:
         raise InvalidArgumentError("A group needs at least one reward, got none.")
-    out = []
-    for i, r in enumerate(rewards):
-        if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r):
-            raise InvalidArgumentError(f"rewards[{i}] must be a finite number, got {r!r}.")
-        out.append(float(r))
-    return out
+    return [check_number(f"rewards[{i}]", r) for i, r in enumerate(rewards)]
 
 
 def dr_grpo(rewards: Sequence[float]) -> list[float]:

@@ -79,7 +79,7 @@ def store_spec(config: TrainConfig, output_dir: str | os.PathLike[str]) -> Store
 
 def memory_store_dir(memory: MemoryConfig, output_dir: str | os.PathLike[str]) -> Path | None:
     """The experience store folder of a run (``memory.path`` or ``{output_dir}/memory``), else None."""
-    if memory.kind != "experience":
+    if memory.kind != "lightsearcher":
         return None
     return Path(memory.path) if memory.path else Path(output_dir) / "memory"
 
@@ -91,7 +91,7 @@ def build_memory(
     HiExp hierarchy, or None."""
     if memory.kind == "none":
         return None
-    if memory.kind == "experience":
+    if memory.kind == "lightsearcher":
         if store is not None:
             return RemoteMemory(store)
         from ...memory import ExperienceMemory

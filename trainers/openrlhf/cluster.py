@@ -77,7 +77,12 @@ def store_spec(config: AgentConfig) -> Any:
         memory_path=None if memory is None else memory.path,
         memory_kwargs={}
         if memory is None
-        else {"update_every": memory.update_every, "summarizer": memory.summarizer},
+        else {
+            "update_every": memory.update_every,
+            "summarizer": memory.summarizer,
+            "theta_r": memory.theta_r,
+            "good_reward": memory.good_reward,
+        },
         min_tool_calls_path=mins,
     )
 

@@ -29,11 +29,13 @@ from __future__ import annotations
 import copy
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from ...envs.errors import DataFileError, InvalidArgumentError, did_you_mean
+from ...envs.errors import DataFileError, InvalidArgumentError, UnknownNameError
+from ..config_base import ConfigError, check, check_finite, check_int, from_dict
+from ..memory_config import MemoryConfig
 
 __all__ = [
     "AGENT_CONFIG_VARIABLE",
@@ -59,46 +61,6 @@ _MAX_EXTENDS = 8
 _PATH_KEYS = ("data_path", "corpus_path", "index_dir")
 
 
-def _check_keys(where: str, data: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
-    for key in data:
-        if key not in allowed:
-            raise did_you_mean(f"key in {where}", key, allowed)
-
-
-def _mapping(where: str, value: object) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise InvalidArgumentError(f"{where} must be a mapping, got {value!r:.120} ({type(value).__name__}).")
-    return dict(value)
-
-
-def _str(where: str, value: object, *, optional: bool = False) -> str | None:
-    if value is None and optional:
-        return None
-    if not isinstance(value, str) or not value.strip():
-        raise InvalidArgumentError(f"{where} must be a non-empty string, got {value!r:.120}.")
-    return value
-
-
-def _int(where: str, value: object, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise InvalidArgumentError(f"{where} must be an int >= {low}, got {value!r:.120}.")
-    return value
-
-
-def _number(where: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidArgumentError(f"{where} must be a number, got {value!r:.120}.")
-    return float(value)
-
-
-def _bool(where: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise InvalidArgumentError(f"{where} must be true or false, got {value!r:.120}.")
-    return value
-
-
 def _resolve(path: str, basedir: str | None) -> str:
     expanded = os.path.expanduser(path)
     if os.path.isabs(expanded) or "://" in expanded:
@@ -107,59 +69,22 @@ def _resolve(path: str, basedir: str | None) -> str:
     return os.path.normpath(os.path.join(base, expanded))
 
 
-@dataclass(frozen=True)
-class MemoryConfig:
-    """Experience memory inside the agent instances (``agent.memory``).
-
-    Attributes:
-        kind: ``lightsearcher`` (:class:`~searchgym.memory.ExperienceMemory`, updated every
-            ``update_every`` OpenRLHF training steps) or ``hiexp`` (a
-            :class:`~searchgym.memory.HierarchicalExperience` built offline and saved at
-            ``path``).
-        path: The store folder every agent instance and the trainer share.
-        update_every: LightSearcher: training steps between bank updates (paper: 5).
-        summarizer: LightSearcher: ``rule``, ``transformers:PATH`` or ``openai:MODEL@URL``.
-        use_experience: Put the experience (or HiExp's strategies and hints) in the prompt.
-        few_shot: Put one earlier episode in the prompt as an example.
-        top_k: HiExp: strategy records in the prompt (HiExp: 5).
-        hint_threshold: HiExp: cosine threshold of the hints after a search (HiExp: 0.8).
-    """
-
-    kind: str
-    path: str
-    update_every: int = 5
-    summarizer: str = "rule"
-    use_experience: bool = True
-    few_shot: bool = True
-    top_k: int = 5
-    hint_threshold: float = 0.8
-
-    KINDS = ("lightsearcher", "hiexp")
-
-    @classmethod
-    def from_dict(cls, data: object, basedir: str | None = None) -> MemoryConfig:
-        where = "agent.memory"
-        d = _mapping(where, data)
-        _check_keys(where, d, tuple(cls.__dataclass_fields__))
-        for key in ("kind", "path"):
-            if key not in d:
-                raise InvalidArgumentError(f"{where}.{key} is required (got keys {sorted(d)}).")
-        kind = d["kind"]
-        if kind not in cls.KINDS:
-            raise did_you_mean(f"{where}.kind", kind, cls.KINDS)
-        return cls(
-            kind=kind,
-            path=_resolve(str(_str(f"{where}.path", d["path"])), basedir),
-            update_every=_int(f"{where}.update_every", d.get("update_every", 5), 1),
-            summarizer=str(_str(f"{where}.summarizer", d.get("summarizer", "rule"))),
-            use_experience=_bool(f"{where}.use_experience", d.get("use_experience", True)),
-            few_shot=_bool(f"{where}.few_shot", d.get("few_shot", True)),
-            top_k=_int(f"{where}.top_k", d.get("top_k", 5), 1),
-            hint_threshold=_number(f"{where}.hint_threshold", d.get("hint_threshold", 0.8)),
+def _check_agent_memory(memory: MemoryConfig) -> None:
+    """What an OpenRLHF run needs of the shared :class:`MemoryConfig` beyond its own checks."""
+    check("path", memory.path, memory.path is not None, "the store folder every agent instance shares")
+    built_in_only = {"backend": "file", "ray_num_cpus": None, "ray_actor": None, "example_per": "rollout"}
+    for name, default in built_in_only.items():
+        check(
+            name,
+            getattr(memory, name),
+            getattr(memory, name) == default,
+            f"{default!r} (leave it out)",
+            "It applies to the built-in trainer; an OpenRLHF run puts its stores in a Ray actor itself "
+            "and draws each rollout's example on its own.",
         )
 
 
-@dataclass(frozen=True)
+@dataclass
 class AdvantageConfig:
     """A group-advantage scheme applied inside OpenRLHF's trainer actor (``agent.advantage``).
 
@@ -171,28 +96,16 @@ class AdvantageConfig:
         alpha: Weight of the reasoning term in stage 1 (paper: 0.01).
     """
 
-    scheme: str = "tsas"
+    scheme: Literal["tsas"] = "tsas"
     warmup_steps: int = 150
     alpha: float = 0.01
 
-    SCHEMES = ("tsas",)
-
-    @classmethod
-    def from_dict(cls, data: object) -> AdvantageConfig:
-        where = "agent.advantage"
-        d = _mapping(where, data)
-        _check_keys(where, d, tuple(cls.__dataclass_fields__))
-        scheme = d.get("scheme", "tsas")
-        if scheme not in cls.SCHEMES:
-            raise did_you_mean(f"{where}.scheme", scheme, cls.SCHEMES)
-        return cls(
-            scheme=scheme,
-            warmup_steps=_int(f"{where}.warmup_steps", d.get("warmup_steps", 150), 0),
-            alpha=_number(f"{where}.alpha", d.get("alpha", 0.01)),
-        )
+    def __post_init__(self) -> None:
+        check_int("warmup_steps", self.warmup_steps, 0)
+        check_finite("alpha", self.alpha)
 
 
-@dataclass(frozen=True)
+@dataclass
 class AgentConfig:
     """What the agent instances build: the env, and optionally memory and an advantage scheme.
 
@@ -201,7 +114,9 @@ class AgentConfig:
             The questions come from each training row's ``label``; the env's own data file
             is only read by its constructor.
         env_kwargs: Keyword arguments of ``gym.make`` (protocol, reward, retriever, ...).
-        memory: Experience memory, or ``None``.
+        memory: Experience memory (:class:`~searchgym.trainers.memory_config.MemoryConfig`,
+            the built-in trainer's ``memory`` section; ``path`` is required), or ``None``
+            (``kind: none`` reads as ``None``).
         advantage: A group-advantage scheme for the trainer actor, or ``None``.
         tokenizer: A tokenizer path for the chat template, used only when the agent runs
             outside :class:`~searchgym.trainers.openrlhf.agent.SearchGymAgentExecutor`
@@ -216,35 +131,50 @@ class AgentConfig:
     tokenizer: str | None = None
     max_pool: int = 4096
 
-    @classmethod
-    def from_dict(cls, data: object, basedir: str | None = None) -> AgentConfig:
+    def __post_init__(self) -> None:
         from ...envs import check_env_id
 
-        where = "agent"
-        d = _mapping(where, data)
-        _check_keys(where, d, tuple(cls.__dataclass_fields__))
-        if "env_id" not in d:
-            raise InvalidArgumentError(
-                f"{where}.env_id is required, e.g. 'searchgym/HotpotQA-v0' (got keys {sorted(d)})."
-            )
-        env_id = check_env_id(d["env_id"])
-        env_kwargs = copy.deepcopy(_mapping(f"{where}.env_kwargs", d.get("env_kwargs")))
+        try:
+            self.env_id = check_env_id(self.env_id)
+        except (UnknownNameError, InvalidArgumentError) as exc:
+            raise ConfigError("env_id", self.env_id, "a registered searchgym env id", str(exc)) from None
+        if self.memory is not None and self.memory.kind == "none":
+            self.memory = None
+        if self.memory is not None:
+            try:
+                _check_agent_memory(self.memory)
+            except ConfigError as exc:
+                raise exc.within("memory") from None
+        if self.tokenizer is not None:
+            check("tokenizer", self.tokenizer, bool(self.tokenizer.strip()), "a tokenizer path or null")
+        check_int("max_pool", self.max_pool)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None, basedir: str | None = None) -> AgentConfig:
+        """Build and check the agent section from plain data, its relative paths resolved.
+
+        Raises:
+            ConfigError: naming the dotted field (``agent.memory.kind``), the value and what
+                is allowed.
+        """
+        try:
+            return from_dict(cls, data).resolved(basedir)
+        except ConfigError as exc:
+            raise exc.within("agent") from None
+
+    def resolved(self, basedir: str | None = None) -> AgentConfig:
+        """A copy whose relative file options are resolved against ``basedir`` (see the module docstring)."""
+        env_kwargs = copy.deepcopy(self.env_kwargs)
         for key in _PATH_KEYS:
             if isinstance(env_kwargs.get(key), str):
                 env_kwargs[key] = _resolve(env_kwargs[key], basedir)
         reward_kwargs = env_kwargs.get("reward_kwargs")
         if isinstance(reward_kwargs, dict) and isinstance(reward_kwargs.get("store"), str):
             reward_kwargs["store"] = _resolve(reward_kwargs["store"], basedir)
-        memory = d.get("memory")
-        advantage = d.get("advantage")
-        return cls(
-            env_id=env_id,
-            env_kwargs=env_kwargs,
-            memory=None if memory is None else MemoryConfig.from_dict(memory, basedir),
-            advantage=None if advantage is None else AdvantageConfig.from_dict(advantage),
-            tokenizer=_str(f"{where}.tokenizer", d.get("tokenizer"), optional=True),
-            max_pool=_int(f"{where}.max_pool", d.get("max_pool", 4096), 1),
-        )
+        memory = self.memory
+        if memory is not None and memory.path is not None:
+            memory = replace(memory, path=_resolve(memory.path, basedir))
+        return replace(self, env_kwargs=env_kwargs, memory=memory)
 
     @property
     def protocol(self) -> str:
@@ -253,7 +183,7 @@ class AgentConfig:
         return protocol if isinstance(protocol, str) else getattr(protocol, "name", str(protocol))
 
 
-@dataclass(frozen=True)
+@dataclass
 class LaunchOptions:
     """How ``launch`` starts the run (``launch`` section).
 
@@ -270,38 +200,37 @@ class LaunchOptions:
 
     ray_address: str | None = None
     python: str | None = None
-    env: dict[str, str] = field(default_factory=dict)
+    env: dict[str, Any] = field(default_factory=dict)
 
-    @classmethod
-    def from_dict(cls, data: object) -> LaunchOptions:
-        where = "launch"
-        d = _mapping(where, data)
-        _check_keys(where, d, tuple(cls.__dataclass_fields__))
-        env = _mapping(f"{where}.env", d.get("env"))
-        for key, value in env.items():
-            if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-                raise InvalidArgumentError(
-                    f"{where}.env.{key} must be a string or number, got {value!r:.80}."
-                )
-        return cls(
-            ray_address=_str(f"{where}.ray_address", d.get("ray_address"), optional=True),
-            python=_str(f"{where}.python", d.get("python"), optional=True),
-            env={str(k): str(v) for k, v in env.items()},
-        )
+    def __post_init__(self) -> None:
+        for name in ("ray_address", "python"):
+            value = getattr(self, name)
+            if value is not None:
+                check(name, value, bool(value.strip()), "a non-empty string or null")
+        for key, value in self.env.items():
+            ok = isinstance(value, (str, int, float)) and not isinstance(value, bool)
+            check(f"env.{key}", value, ok, "a string or number")
+        self.env = {str(k): str(v) for k, v in self.env.items()}
 
 
-@dataclass(frozen=True)
+@dataclass
 class RunConfig:
-    """A whole OpenRLHF run file: the agent, the launch options and the OpenRLHF flags."""
+    """A whole OpenRLHF run file: the agent, the launch options and the OpenRLHF flags.
 
-    path: str
-    """The file read (absolute)."""
+    Attributes:
+        backend: Always ``openrlhf`` here; lets ``searchgym train`` pick the backend.
+        agent: See :class:`AgentConfig`.
+        launch: See :class:`LaunchOptions`.
+        openrlhf: The ``openrlhf`` section as written: nested keys, turned into dotted
+            flags by ``flags``.
+        path: The file read (absolute); set by :func:`load_run_config`, not a key of the file.
+    """
+
     agent: AgentConfig
-    launch: LaunchOptions
-    openrlhf: dict[str, Any]
-    """The ``openrlhf`` section as written: nested keys, turned into dotted flags by ``flags``."""
-
-    TOP_KEYS = ("backend", "extends", "agent", "launch", "openrlhf")
+    backend: Literal["openrlhf"] = "openrlhf"
+    launch: LaunchOptions = field(default_factory=LaunchOptions)
+    openrlhf: dict[str, Any] = field(default_factory=dict)
+    path: str = field(default="", init=False)
 
 
 def read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -359,10 +288,19 @@ def _merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def load_agent_config(path: str | os.PathLike[str], basedir: str | None = None) -> AgentConfig:
-    """The agent section of ``path`` (or the whole file when it has no ``agent`` key)."""
+    """The agent section of ``path`` (or the whole file when it has no ``agent`` key).
+
+    Raises:
+        DataFileError: the file cannot be read.
+        ConfigError: an unknown key (with "did you mean"), or a value of the wrong type or
+            range; the message names the file and the dotted field.
+    """
     data = read_yaml(path)
     section = data["agent"] if "agent" in data else data
-    return AgentConfig.from_dict(section, basedir)
+    try:
+        return AgentConfig.from_dict(section, basedir)
+    except ConfigError as exc:
+        raise exc.within(source=str(path)) from None
 
 
 def agent_config_from_env() -> AgentConfig:
@@ -387,23 +325,22 @@ def load_run_config(path: str | os.PathLike[str], basedir: str | None = None) ->
 
     Raises:
         DataFileError: the file cannot be read.
-        UnknownNameError: an unknown key (with close matches).
-        InvalidArgumentError: a value of the wrong type or range (the message names the key).
+        ConfigError: an unknown key (with "did you mean"), a missing ``agent`` section, or a
+            value of the wrong type or range; the message names the file and the dotted field.
     """
     data = read_yaml(path)
-    _check_keys("the run config", data, RunConfig.TOP_KEYS)
-    backend = data.get("backend", "openrlhf")
-    if backend != "openrlhf":
-        raise InvalidArgumentError(
-            f"backend must be 'openrlhf' in an OpenRLHF run config, got {backend!r}; use the built-in "
-            "trainer's config format for backend 'builtin'."
+    try:
+        check(
+            "backend",
+            data.get("backend", "openrlhf"),
+            data.get("backend", "openrlhf") == "openrlhf",
+            "'openrlhf'",
+            "A built-in trainer config goes to searchgym train --backend builtin.",
         )
-    if "agent" not in data:
-        raise InvalidArgumentError(f"{path}: the run config needs an 'agent' section (env_id, env_kwargs).")
-    openrlhf = _mapping("openrlhf", data.get("openrlhf"))
-    return RunConfig(
-        path=str(Path(path).expanduser().resolve()),
-        agent=AgentConfig.from_dict(data["agent"], basedir),
-        launch=LaunchOptions.from_dict(data.get("launch")),
-        openrlhf=openrlhf,
-    )
+        check("agent", None, "agent" in data, "an agent section (env_id, env_kwargs)")
+        config = from_dict(RunConfig, data)
+    except ConfigError as exc:
+        raise exc.within(source=str(path)) from None
+    config = replace(config, agent=config.agent.resolved(basedir))
+    config.path = str(Path(path).expanduser().resolve())
+    return config

@@ -35,7 +35,14 @@ def open_memory(config: MemoryConfig, agent: AgentConfig | None = None) -> Any:
     in the store. With ``agent`` and ``$SEARCHGYM_STORE_ACTOR`` set, a LightSearcher memory
     is the Ray store actor's (:class:`~searchgym.trainers.ray_store.RemoteMemory`).
     """
-    key = (config.kind, config.path, config.update_every, config.summarizer)
+    key = (
+        config.kind,
+        config.path,
+        config.update_every,
+        config.summarizer,
+        config.theta_r,
+        config.good_reward,
+    )
     with _LOCK:
         memory = _MEMORIES.get(key)
         if memory is None:
@@ -48,10 +55,14 @@ def open_memory(config: MemoryConfig, agent: AgentConfig | None = None) -> Any:
                 memory = RemoteMemory(client)
             elif config.kind == "lightsearcher":
                 memory = ExperienceMemory(
-                    config.path, update_every=config.update_every, summarizer=config.summarizer
+                    config.path,
+                    update_every=config.update_every,
+                    summarizer=config.summarizer,
+                    theta_r=config.theta_r,
+                    good_reward=config.good_reward,
                 )
             else:
-                memory = HierarchicalExperience.load(config.path)
+                memory = HierarchicalExperience.load(str(config.path))
             _MEMORIES[key] = memory
         return memory
 

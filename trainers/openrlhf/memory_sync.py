@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ...envs.errors import InvalidArgumentError
+from ...envs.checks import check_int
 from ...envs.storage.atomic import write_atomically
 
 __all__ = ["STEP_FILE", "MemoryStepper", "publish_step", "read_published_step"]
@@ -45,8 +45,7 @@ STEP_FILE = "openrlhf_step.json"
 
 def publish_step(store: str | os.PathLike[str], step: int) -> Path:
     """Write ``step`` to the store's :data:`STEP_FILE` atomically; returns the file."""
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise InvalidArgumentError(f"step must be a non-negative int, got {step!r}.")
+    check_int("step", step, 0)
     path = Path(store) / STEP_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     data = json.dumps({"step": step, "time": time.time(), "pid": os.getpid()}) + "\n"

@@ -117,7 +117,7 @@ def run_stores(config: AgentConfig) -> list[StepSnapshots]:
     memory = config.memory
     inside: str | None = None
     if memory is not None and memory.kind == "lightsearcher":
-        folder = MemoryStore(memory.path)
+        folder = MemoryStore(str(memory.path))  # AgentConfig requires a path
         inside = os.path.abspath(folder.path_of("min_tool_calls"))
         stores.append(FileStoreSnapshots(f"the memory store agent.memory.path {memory.path}", folder))
     reward_kwargs = config.env_kwargs.get("reward_kwargs")

@@ -8,10 +8,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from searchgym.trainers.config import TrainConfig
+from searchgym.trainers.config import EnvConfig, TrainConfig
 from searchgym.trainers.config_base import ConfigError, check, check_finite, check_int, from_dict, load_yaml
 
-__all__ = ["SFTConfig", "StudyRunConfig", "load_run_config"]
+__all__ = ["SFTConfig", "EvalConfig", "StudyRunConfig", "load_run_config"]
 
 
 @dataclass
@@ -89,7 +89,7 @@ class SFTConfig:
             ``topup_samples`` at the rollouts' temperature) is below it, train one more
             slice of the protocol stage's own examples, less its recall lessons
             (:mod:`tiny_lm.topup`). 0 (default) turns it off.
-        memory_recall_target: For runs with ``memory.kind: experience``, then top the warm
+        memory_recall_target: For runs with ``memory.kind: lightsearcher``, then top the warm
             start up again until the same recall, measured behind the warm start's scripted
             experience memory (the memory arms' prompt layout), reaches this level; each
             round trains ``memory_topup_share`` of the protocol stage's examples (less its
@@ -183,24 +183,58 @@ class SFTConfig:
 
 
 @dataclass
+class EvalConfig:
+    """Evaluation after training, on held-out questions (the study's ``train.py`` prints the table).
+
+    Attributes:
+        enabled: Evaluate the trained policy when training ends.
+        env_kwargs: Changes to ``env.kwargs`` for the evaluation env (e.g. ``{split: eval}``).
+        max_questions: Evaluate at most this many questions (0: all of them).
+        temperature: Sampling temperature (0: greedy decoding).
+    """
+
+    enabled: bool = False
+    env_kwargs: dict[str, Any] = field(default_factory=lambda: {"split": "eval"})
+    max_questions: int = 0
+    temperature: float = 0.0
+
+    def __post_init__(self) -> None:
+        check_int("max_questions", self.max_questions, 0)
+        check_finite("temperature", self.temperature, low=0.0)
+
+
+@dataclass
 class StudyRunConfig(TrainConfig):
-    """One run of the study: a :class:`TrainConfig` with a supervised warm start.
+    """One run of the study: a :class:`TrainConfig` with a supervised warm start and an
+    evaluation after training.
 
     Attributes:
         sft: See :class:`SFTConfig` (off by default).
+        eval: See :class:`EvalConfig` (off by default).
     """
 
     sft: SFTConfig = field(default_factory=SFTConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
 
     def __post_init__(self) -> None:
-        if isinstance(self.sft, Mapping):
-            try:
-                self.sft = from_dict(SFTConfig, self.sft)
-            except ConfigError as exc:
-                raise exc.within("sft") from None
-        elif not isinstance(self.sft, SFTConfig):
-            raise ConfigError("sft", self.sft, "a mapping of SFTConfig fields")
+        for name, cls in (("sft", SFTConfig), ("eval", EvalConfig)):
+            value = getattr(self, name)
+            if isinstance(value, Mapping):
+                try:
+                    setattr(self, name, from_dict(cls, value))
+                except ConfigError as exc:
+                    raise exc.within(name) from None
+            elif not isinstance(value, cls):
+                raise ConfigError(name, value, f"a mapping of {cls.__name__} fields")
         super().__post_init__()
+
+    def extra_envs(self) -> dict[str, EnvConfig]:
+        """With ``eval.enabled``, the evaluation env (``env.kwargs`` updated by ``eval.env_kwargs``)."""
+        if not self.eval.enabled:
+            return {}
+        return {
+            "eval.env_kwargs": EnvConfig(id=self.env.id, kwargs={**self.env.kwargs, **self.eval.env_kwargs})
+        }
 
     def writes_ptx_data(self) -> bool:
         """With ``sft.enabled`` and no ``algo.ptx_data``, the run replays its warm start's recall lessons."""

@@ -52,4 +52,4 @@ def warm_start_folder(config: StudyRunConfig) -> Path:
 
 
 def _tops_up_behind_memory(config: StudyRunConfig) -> bool:
-    return bool(config.sft.memory_recall_target) and config.memory.kind == "experience"
+    return bool(config.sft.memory_recall_target) and config.memory.kind == "lightsearcher"

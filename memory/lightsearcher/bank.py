@@ -4,8 +4,8 @@ summariser interface.
 A summariser reads compact summaries of Good and Bad trajectories (PAPERS.md §1: each with
 its F1, its reward and an explanation of that reward) and writes an :class:`ExperienceBank`:
 guidance in three groups (success strategies, pitfalls to avoid, reasoning guidelines).
-The backends are in :mod:`~searchgym.memory.rule_summarizer` (the default) and
-:mod:`~searchgym.memory.lm_summarizers`; :func:`~searchgym.memory.summarizers.make_summarizer`
+The backends are in :mod:`~searchgym.memory.lightsearcher.rule_summarizer` (the default) and
+:mod:`~searchgym.memory.lightsearcher.lm_summarizers`; :func:`~searchgym.memory.lightsearcher.summarizers.make_summarizer`
 picks one by name.
 """
 
@@ -15,10 +15,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
-from ..envs.errors import InvalidArgumentError, SearchGymError
-from ..envs.metrics import normalize_answer
-from ..envs.records import Trajectory
-from ._checks import check_int
+from ...envs.checks import check_int
+from ...envs.errors import InvalidArgumentError, SearchGymError
+from ...envs.metrics import normalize_answer
+from ...envs.records import Trajectory
 
 __all__ = [
     "ExperienceBank",

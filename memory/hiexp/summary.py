@@ -16,10 +16,10 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..envs.errors import InvalidArgumentError, did_you_mean
-from ..envs.metrics import normalize_answer
-from ..envs.records import Question, Trajectory
-from .hiexp_record import MAX_TAGS, MAX_WORDS, CaseSummarizer, ExperienceRecord
+from ...envs.errors import InvalidArgumentError, did_you_mean
+from ...envs.metrics import normalize_answer
+from ...envs.records import Question, Trajectory
+from .record import MAX_TAGS, MAX_WORDS, CaseSummarizer, ExperienceRecord
 
 __all__ = [
     "RuleCaseSummarizer",

@@ -2,10 +2,10 @@
 
 :class:`HierarchicalExperience` holds the records of every level.
 :meth:`~HierarchicalExperience.build` constructs them offline from K rollouts per question
-(:mod:`~searchgym.memory.hiexp_build`, with the encoder and clustering of
-:mod:`~searchgym.memory.hiexp_encode`); :meth:`~HierarchicalExperience.save` and
+(:mod:`~searchgym.memory.hiexp.build`, with the encoder and clustering of
+:mod:`~searchgym.memory.hiexp.encode`); :meth:`~HierarchicalExperience.save` and
 :meth:`~HierarchicalExperience.load` keep them in a store folder
-(:mod:`~searchgym.memory.hiexp_store`).
+(:mod:`~searchgym.memory.hiexp.levels_file`).
 
 Retrieval: :meth:`~HierarchicalExperience.strategies` returns the top-k records of level 2
 (or 3) by cosine similarity of the question to their titles, for the prompt at reset;
@@ -15,7 +15,6 @@ Retrieval: :meth:`~HierarchicalExperience.strategies` returns the top-k records 
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -23,14 +22,14 @@ from pathlib import Path
 
 import numpy as np
 
-from ..envs.errors import InvalidArgumentError
-from ..envs.records import Trajectory
-from ._checks import check_int
-from .hiexp_build import BuildReport, build_levels, distill
-from .hiexp_encode import DEFAULT_THRESHOLDS, Encoder, MiniLMEncoder, embed
-from .hiexp_record import CaseSummarizer, ExperienceRecord
-from .hiexp_store import hiexp_file, load_records, save_records
-from .hiexp_summary import make_case_summarizer
+from ...envs.checks import check_int, check_number
+from ...envs.errors import InvalidArgumentError
+from ...envs.records import Trajectory
+from .build import BuildReport, build_levels, distill
+from .encode import DEFAULT_THRESHOLDS, Encoder, MiniLMEncoder, embed
+from .levels_file import hiexp_file, load_records, save_records
+from .record import CaseSummarizer, ExperienceRecord
+from .summary import make_case_summarizer
 
 __all__ = ["HierarchicalExperience"]
 
@@ -96,7 +95,7 @@ class HierarchicalExperience:
             trajectories: Finished :class:`~searchgym.envs.records.Trajectory` records with
                 ``reward`` set (the env sets it when the episode ends).
             summarizer: ``"rule"`` or any object with ``contrast`` and ``merge``
-                (:class:`~searchgym.memory.hiexp_record.CaseSummarizer`). A ``merge`` that
+                (:class:`~searchgym.memory.hiexp.record.CaseSummarizer`). A ``merge`` that
                 raises falls back to the rule-based merge, with a log line.
             encoder: ``list[str] -> np.ndarray`` for titles; default all-MiniLM-L6-v2.
             thresholds: Ward distance τ_l for levels 2, 3, …; the last one repeats for
@@ -110,10 +109,7 @@ class HierarchicalExperience:
             progress: Show progress bars.
         """
         check_int("max_levels", max_levels, 1)
-        if not isinstance(success_threshold, (int, float)) or not math.isfinite(success_threshold):
-            raise InvalidArgumentError(
-                f"success_threshold must be a finite number, got {success_threshold!r}."
-            )
+        check_number("success_threshold", success_threshold)
         case_summarizer = make_case_summarizer(summarizer)
         trajectories = list(trajectories)
         start = time.perf_counter()
@@ -149,8 +145,8 @@ class HierarchicalExperience:
         """Levels 2 … ``max_levels`` over given level-1 records (step 2 of :meth:`build`).
 
         Arguments as in :meth:`build`; ``cases`` are level-1 records, e.g. written by hand
-        or distilled earlier with :func:`~searchgym.memory.hiexp_build.distill`. See
-        :func:`~searchgym.memory.hiexp_build.build_levels`.
+        or distilled earlier with :func:`~searchgym.memory.hiexp.build.distill`. See
+        :func:`~searchgym.memory.hiexp.build.build_levels`.
         """
         encoder = encoder if encoder is not None else MiniLMEncoder()
         records, vectors, report = build_levels(

@@ -4,7 +4,7 @@
 A level-1 record contrasts the successful and failed rollouts of one question; a record of
 level l > 1 generalises a cluster of level l-1 records. Both are written by a *case
 summariser*: any object with the two methods of :class:`CaseSummarizer`. The default is
-:class:`~searchgym.memory.hiexp_summary.RuleCaseSummarizer`; an LLM backend implements the
+:class:`~searchgym.memory.hiexp.summary.RuleCaseSummarizer`; an LLM backend implements the
 same two methods.
 """
 
@@ -15,9 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Protocol, runtime_checkable
 
-from ..envs.errors import InvalidArgumentError
-from ..envs.records import Question, Trajectory
-from ._checks import check_int
+from ...envs.checks import check_int
+from ...envs.errors import InvalidArgumentError
+from ...envs.records import Question, Trajectory
 
 __all__ = ["ExperienceRecord", "CaseSummarizer", "MAX_TAGS", "MAX_WORDS"]
 
@@ -64,7 +64,7 @@ class ExperienceRecord:
         level: 1 for a case record (one question), l > 1 for a record generalising a
             cluster of level l-1 records.
         type: Category of the experience (the rule-based summariser's are
-            :data:`~searchgym.memory.hiexp_summary.EXPERIENCE_TYPES`).
+            :data:`~searchgym.memory.hiexp.summary.EXPERIENCE_TYPES`).
         title: One sentence; the retrieval key that questions and queries are compared to.
         tags: Fewer than five keywords.
         description: The content given to the policy, at most 100 words.

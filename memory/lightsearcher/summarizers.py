@@ -1,19 +1,19 @@
 """Choosing a summariser by name.
 
 Three backends write LightSearcher's experience bank through the
-:class:`~searchgym.memory.bank.Summarizer` protocol:
+:class:`~searchgym.memory.lightsearcher.bank.Summarizer` protocol:
 
-- ``"rule"``: :class:`~searchgym.memory.rule_summarizer.RuleBasedSummarizer` (the default),
+- ``"rule"``: :class:`~searchgym.memory.lightsearcher.rule_summarizer.RuleBasedSummarizer` (the default),
   offline and deterministic, writing only contrasts it measured.
-- ``"transformers:PATH"``: :class:`~searchgym.memory.lm_summarizers.TransformersSummarizer`,
+- ``"transformers:PATH"``: :class:`~searchgym.memory.lightsearcher.lm_summarizers.TransformersSummarizer`,
   a local causal language model.
-- ``"openai:MODEL@URL"``: :class:`~searchgym.memory.lm_summarizers.OpenAISummarizer`, an
+- ``"openai:MODEL@URL"``: :class:`~searchgym.memory.lightsearcher.lm_summarizers.OpenAISummarizer`, an
   OpenAI-compatible chat-completions server.
 """
 
 from __future__ import annotations
 
-from ..envs.errors import InvalidArgumentError, UnknownNameError
+from ...envs.errors import InvalidArgumentError, UnknownNameError
 from .bank import Summarizer
 from .lm_summarizers import OpenAISummarizer, TransformersSummarizer
 from .rule_summarizer import RuleBasedSummarizer
@@ -28,7 +28,7 @@ def make_summarizer(spec: str | Summarizer) -> Summarizer:
 
     An object with a ``summarize`` method is returned as it is; its ``name`` attribute,
     or else its class name, is what the bank history records
-    (:func:`~searchgym.memory.bank.summarizer_name`).
+    (:func:`~searchgym.memory.lightsearcher.bank.summarizer_name`).
 
     Raises:
         UnknownNameError: an unknown name (with the accepted forms).

@@ -12,9 +12,9 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..envs.errors import DataFileError, InvalidArgumentError
+from ...envs.errors import DataFileError, InvalidArgumentError
+from ..store import MemoryStore
 from .bank import ExperienceBank
-from .store import MemoryStore
 
 __all__ = ["BankRecord", "BankHistory", "read_bank_history"]
 

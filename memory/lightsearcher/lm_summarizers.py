@@ -7,7 +7,7 @@
 
 Both ask for a revised bank with :func:`build_prompt` and read the reply with
 :func:`parse_bank`, which takes bullet points under the three headings and raises
-:class:`~searchgym.memory.bank.SummarizerError` when the reply has none, so that junk never
+:class:`~searchgym.memory.lightsearcher.bank.SummarizerError` when the reply has none, so that junk never
 replaces a bank.
 """
 
@@ -21,8 +21,8 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
-from ..envs.errors import InvalidArgumentError
-from ._checks import check_int
+from ...envs.checks import check_int, check_number, check_string
+from ...envs.errors import InvalidArgumentError
 from .bank import ExperienceBank, SummarizerError, TrajectorySummary
 
 __all__ = ["TransformersSummarizer", "OpenAISummarizer", "build_prompt", "parse_bank"]
@@ -276,10 +276,8 @@ class OpenAISummarizer(_ChatSummarizer):
             raise InvalidArgumentError(
                 f"base_url must be an http(s) URL such as http://127.0.0.1:8000/v1, got {base_url!r}."
             )
-        if not isinstance(model, str) or not model:
-            raise InvalidArgumentError(f"model must be a non-empty string, got {model!r}.")
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-            raise InvalidArgumentError(f"timeout must be a number of seconds > 0, got {timeout!r}.")
+        check_string("model", model)
+        check_number("timeout", timeout, above=0, note=" (seconds)")
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.timeout = float(timeout)

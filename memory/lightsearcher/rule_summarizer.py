@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..envs.errors import InvalidArgumentError
+from ...envs.checks import check_number
+from ...envs.errors import InvalidArgumentError
 from .bank import ExperienceBank, TrajectorySummary
 
 __all__ = ["GroupStats", "group_stats", "RuleBasedSummarizer"]
@@ -95,8 +96,7 @@ class RuleBasedSummarizer:
 
     def __init__(self, search_gap: float = 0.25, share_gap: float = 0.10, words_gap: float = 1.0):
         for key, value in (("search_gap", search_gap), ("share_gap", share_gap), ("words_gap", words_gap)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise InvalidArgumentError(f"{key} must be a number > 0, got {value!r}.")
+            check_number(key, value, above=0)
         self.search_gap, self.share_gap, self.words_gap = (
             float(search_gap),
             float(share_gap),

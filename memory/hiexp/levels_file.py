@@ -1,6 +1,6 @@
 """HiExp's storage: ``hiexp_levels.jsonl`` in a store folder (PAPERS.md section 4).
 
-One JSON object per line, each an :class:`~searchgym.memory.hiexp_record.ExperienceRecord`
+One JSON object per line, each an :class:`~searchgym.memory.hiexp.record.ExperienceRecord`
 with its ``level`` and ``"schema": 1``, lowest level first. :func:`save_records` writes
 the whole file to a temporary file and renames it over the old one, so a crash leaves either
 the old file or the new one. The file is one of the kinds of a
@@ -17,10 +17,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..envs.errors import DataFileError, InvalidArgumentError
-from ..envs.storage.atomic import write_atomically
-from ..envs.storage.records import SCHEMA_VERSION
-from .hiexp_record import ExperienceRecord
+from ...envs.errors import DataFileError, InvalidArgumentError
+from ...envs.storage.atomic import write_atomically
+from ...envs.storage.records import SCHEMA_VERSION
+from .record import ExperienceRecord
 
 __all__ = [
     "HIEXP_FILE",

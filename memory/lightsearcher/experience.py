@@ -26,9 +26,10 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..envs.errors import InvalidArgumentError
-from ..envs.records import Trajectory
-from ._checks import check_finite, check_int
+from ...envs.checks import check_int, check_number
+from ...envs.errors import InvalidArgumentError
+from ...envs.records import Trajectory
+from ..store import MemoryStore
 from .bank import (
     ExperienceBank,
     Summarizer,
@@ -38,7 +39,6 @@ from .bank import (
     summarizer_name,
 )
 from .bank_history import BankHistory, BankRecord
-from .store import MemoryStore
 from .summarizers import make_summarizer
 from .trajectory_feed import TrajectoryFeed
 
@@ -72,7 +72,7 @@ class ExperienceMemory:
             memory in this process (a pickled copy is a copy, not shared).
         update_every: Training steps between updates (paper: 5).
         summarizer: ``"rule"`` (default), ``"transformers:PATH"``, ``"openai:MODEL@URL"``
-            or a :class:`~searchgym.memory.bank.Summarizer`.
+            or a :class:`~searchgym.memory.lightsearcher.bank.Summarizer`.
         theta_r: Bad is reward < ``theta_r``; the few-shot pool is reward ≥ ``theta_r``
             (paper: 0.3).
         good_reward: Good is reward ≥ ``good_reward`` (paper: R = 1, its maximum).
@@ -103,11 +103,11 @@ class ExperienceMemory:
         fsync: bool = False,
     ):
         self.update_every = check_int("update_every", update_every, 1)
-        self.theta_r = check_finite("theta_r", theta_r)
-        self.good_reward = check_finite("good_reward", good_reward)
+        self.theta_r = check_number("theta_r", theta_r)
+        self.good_reward = check_number("good_reward", good_reward)
         self.max_pool = check_int("max_pool", max_pool, 1, optional=True)
         if summarize_timeout is not None:
-            check_finite("summarize_timeout", summarize_timeout)
+            check_number("summarize_timeout", summarize_timeout)
         self.summarize_timeout = summarize_timeout
         self.summarizer = make_summarizer(summarizer)
         self.steps = 0

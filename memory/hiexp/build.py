@@ -23,12 +23,12 @@ from dataclasses import dataclass, field
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..envs.errors import InvalidArgumentError
-from ..envs.records import Trajectory
-from ._checks import check_int
-from .hiexp_encode import DEFAULT_THRESHOLDS, Encoder, check_thresholds, cluster, embed
-from .hiexp_record import CaseSummarizer, ExperienceRecord
-from .hiexp_summary import RuleCaseSummarizer, make_case_summarizer
+from ...envs.checks import check_int
+from ...envs.errors import InvalidArgumentError
+from ...envs.records import Trajectory
+from .encode import DEFAULT_THRESHOLDS, Encoder, check_thresholds, cluster, embed
+from .record import CaseSummarizer, ExperienceRecord
+from .summary import RuleCaseSummarizer, make_case_summarizer
 
 __all__ = ["BuildReport", "distill", "build_levels"]
 

@@ -1,0 +1,16 @@
+"""HiExp's hierarchical experience (PAPERS.md section 4)."""
+
+from .build import BuildReport
+from .encode import MiniLMEncoder
+from .hierarchical import HierarchicalExperience
+from .record import CaseSummarizer, ExperienceRecord
+from .summary import RuleCaseSummarizer
+
+__all__ = [
+    "HierarchicalExperience",
+    "ExperienceRecord",
+    "BuildReport",
+    "MiniLMEncoder",
+    "CaseSummarizer",
+    "RuleCaseSummarizer",
+]
