@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import json
 import sys
@@ -920,6 +921,55 @@ def test_a_runs_key_names_its_warm_start(tmp_path):
     assert warm_start_folder(other) != warm_start_folder(config)
     off = config.replace(sft={**vars(config.sft), "enabled": False})
     assert run_key(off) == config_key(off)
+
+
+def _with_env(config, **kwargs):
+    return config.replace(env={"id": config.env.id, "kwargs": {**config.env.kwargs, **kwargs}})
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda c: _with_env(c, split_by="fact"),
+        lambda c: _with_env(c, world_kwargs={**SMALL_WORLD, "known_two_hop": False}),
+        lambda c: _with_env(c, world_seed=8),
+        lambda c: c.replace(seed=1),
+        lambda c: c.replace(model={**vars(c.model), "cpu_threads": 2}),
+        lambda c: c.replace(model={**vars(c.model), "tiny": {**vars(c.model.tiny), "hidden_size": 64}}),
+        lambda c: c.replace(sft={**vars(c.sft), "fact_repeats": 2.0}),
+        lambda c: c.replace(sft={**vars(c.sft), "reading_worlds": 3}),
+        lambda c: c.replace(sft={**vars(c.sft), "recall_target": 0.6}),
+    ],
+    ids=[
+        "split_by",
+        "known_two_hop",
+        "world_seed",
+        "seed",
+        "threads",
+        "model_width",
+        "fact_repeats",
+        "reading_worlds",
+        "recall_target",
+    ],
+)
+def test_a_changed_setting_names_another_warm_start(tmp_path, change):
+    from tiny_lm.warm_start import warm_start_folder
+
+    config = _smoke_config(tmp_path, sft={"enabled": True, "reading_worlds": 2, "recall_target": 0.5})
+    same = StudyRunConfig.from_dict(json.loads(json.dumps(config.to_dict())))  # rebuilt from its dict
+    assert warm_start_folder(same) == warm_start_folder(config)
+    assert warm_start_folder(change(config)) != warm_start_folder(config)
+
+
+@pytest.mark.parametrize("library", ["torch", "transformers"])
+def test_another_library_version_names_another_warm_start(tmp_path, monkeypatch, library):
+    from tiny_lm.warm_start import warm_start_folder
+
+    config = _smoke_config(tmp_path, sft={"enabled": True})
+    before = warm_start_folder(config)
+    module = importlib.import_module(library)
+    monkeypatch.setattr(module, "__version__", "99.1.0")
+    assert warm_start_folder(config) != before
 
 
 def test_study_file_errors_name_the_arm(tmp_path):
