@@ -15,20 +15,37 @@ This module imports torch and transformers.
 
 The env receives the decoded action without special tokens, cut right after the stop
 string, exactly as :class:`searchgym.policies.hf.HFPolicy` cuts it at evaluation time.
+
+**One encoded prompt per group.** The rollouts of a GRPO group share their prompt (with
+experience memory, a prompt of several hundred tokens). Given each context's prompt length
+(``prefix_lengths``), :func:`sample_actions` encodes each distinct prompt of a batch once,
+copies its key/value cache to the rows that share it, and encodes only the rest of each
+context: the same tokens at the same positions under the same masks, so the logits agree
+with encoding every row whole up to floating-point rounding (tested: same tokens, same
+log-probabilities to 1e-5).
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
+from transformers import DynamicCache, GenerationConfig, StoppingCriteria, StoppingCriteriaList
 
 from ...policies.hf import cut_at_stop
 
-__all__ = ["Sampled", "ActionStop", "SamplingSettings", "sample_actions", "finish_action", "eos_token_ids"]
+__all__ = [
+    "Sampled",
+    "ActionStop",
+    "SamplingSettings",
+    "sample_actions",
+    "generate_batch",
+    "finish_action",
+    "eos_token_ids",
+]
 
 
 @dataclass(frozen=True)
@@ -39,11 +56,14 @@ class SamplingSettings:
         temperature: Softmax temperature (1.0 samples the policy itself; 0 decodes greedily).
         top_p: Nucleus threshold (1.0 = off).
         batch_size: Contexts per ``generate`` call.
+        share_prefix: Encode a prompt that several contexts of a batch share once (see the
+            module docstring); off encodes every context whole.
     """
 
     temperature: float = 1.0
     top_p: float = 1.0
     batch_size: int = 64
+    share_prefix: bool = True
 
 
 @dataclass(frozen=True)
@@ -154,6 +174,8 @@ def sample_actions(
     budgets: Sequence[int],
     stops: Sequence[str],
     settings: SamplingSettings,
+    *,
+    prefix_lengths: Sequence[int] | None = None,
 ) -> list[Sampled]:
     """Sample one action per context (token ids), each within its budget of new tokens.
 
@@ -168,46 +190,141 @@ def sample_actions(
         contexts: Token ids of each context.
         budgets: Most new tokens per context (>= 1 each).
         stops: Stop strings.
-        settings: Temperature, top-p and batch size.
+        settings: Temperature, top-p, batch size and prefix sharing.
+        prefix_lengths: Per context, how many leading tokens (its prompt) other contexts
+            may share; contexts of a batch whose prefixes are the same tokens encode them
+            once (with ``settings.share_prefix``). None encodes every context whole.
 
     Returns:
         One :class:`Sampled` per context, in order.
     """
-    eos = eos_token_ids(model, tokenizer)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos[0] if eos else 0)
-    device = next(model.parameters()).device
     out: list[Sampled] = []
     was_training = model.training
     model.eval()
     try:
         for first in range(0, len(contexts), settings.batch_size):
-            rows = [list(c) for c in contexts[first : first + settings.batch_size]]
-            row_budgets = [int(b) for b in budgets[first : first + settings.batch_size]]
-            width = max(len(r) for r in rows)
-            input_ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=device)
-            attention = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=device)
-            stop = ActionStop(tokenizer, stops, eos, width, row_budgets)
-            greedy = settings.temperature == 0
-            config = GenerationConfig(
-                do_sample=not greedy,
-                temperature=None if greedy else settings.temperature,
-                top_p=None if greedy else settings.top_p,
-                top_k=None if greedy else 0,
-                max_new_tokens=max(row_budgets),
-                pad_token_id=pad,
-                eos_token_id=eos or None,
+            batch = slice(first, first + settings.batch_size)
+            rows = [list(c) for c in contexts[batch]]
+            row_budgets = [int(b) for b in budgets[batch]]
+            shared = (
+                list(prefix_lengths[batch]) if prefix_lengths is not None and settings.share_prefix else None
             )
-            with torch.inference_mode():
-                sequences = model.generate(
-                    input_ids=input_ids,
-                    attention_mask=attention,
-                    generation_config=config,
-                    stopping_criteria=StoppingCriteriaList([stop]),
-                )
-            new = sequences[:, width:].tolist()
+            new, stop = generate_batch(model, tokenizer, rows, row_budgets, stops, settings, shared)
             for row, ids in enumerate(new):
                 kept = stop.kept[row] if stop.kept[row] is not None else min(len(ids), row_budgets[row])
                 out.append(finish_action(tokenizer, ids[:kept], stops, stop.finish[row]))
     finally:
         model.train(was_training)
     return out
+
+
+def generate_batch(
+    model: Any,
+    tokenizer: Any,
+    rows: Sequence[Sequence[int]],
+    budgets: Sequence[int],
+    stops: Sequence[str],
+    settings: SamplingSettings,
+    prefix_lengths: Sequence[int] | None = None,
+    **generate_kwargs: Any,
+) -> tuple[list[list[int]], ActionStop]:
+    """One ``generate`` call on ``rows``: the new tokens of each row and the stop criterion
+    (its ``kept`` and ``finish``). ``generate_kwargs`` go to ``generate`` (a test reads the
+    logits with them); the rest as :func:`sample_actions`."""
+    eos = eos_token_ids(model, tokenizer)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos[0] if eos else 0)
+    device = next(model.parameters()).device
+    groups = _shared_prefixes(rows, prefix_lengths) if prefix_lengths is not None else None
+    if groups is None:
+        width = max(len(r) for r in rows)
+        input_ids = torch.tensor([[pad] * (width - len(r)) + list(r) for r in rows], device=device)
+        attention = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=device)
+        cache: dict[str, Any] = {}
+    else:
+        input_ids, attention, cache = _with_prefix_cache(model, rows, groups, pad, device)
+        width = input_ids.shape[1]
+    stop = ActionStop(tokenizer, stops, eos, width, budgets)
+    greedy = settings.temperature == 0
+    config = GenerationConfig(
+        do_sample=not greedy,
+        temperature=None if greedy else settings.temperature,
+        top_p=None if greedy else settings.top_p,
+        top_k=None if greedy else 0,
+        max_new_tokens=max(budgets),
+        pad_token_id=pad,
+        eos_token_id=eos or None,
+    )
+    with torch.inference_mode():
+        output = model.generate(
+            input_ids=input_ids,
+            attention_mask=attention,
+            generation_config=config,
+            stopping_criteria=StoppingCriteriaList([stop]),
+            **cache,
+            **generate_kwargs,
+        )
+    sequences = output if isinstance(output, torch.Tensor) else output.sequences
+    if generate_kwargs:
+        stop.output = output  # type: ignore[attr-defined]
+    return sequences[:, width:].tolist(), stop
+
+
+def _shared_prefixes(
+    rows: Sequence[Sequence[int]], prefix_lengths: Sequence[int]
+) -> tuple[list[tuple[int, ...]], list[int]] | None:
+    """The distinct prefixes to encode once, each without its last token (the next
+    ``generate`` call must feed at least one token per row), and each row's prefix; None
+    when no two rows share one or a row has no prefix to cache."""
+    prefixes: dict[tuple[int, ...], int] = {}
+    index = []
+    for row, length in zip(rows, prefix_lengths, strict=True):
+        if not 2 <= length <= len(row):
+            return None
+        index.append(prefixes.setdefault(tuple(row[: length - 1]), len(prefixes)))
+    if len(prefixes) == len(rows):
+        return None
+    return list(prefixes), index
+
+
+def _with_prefix_cache(
+    model: Any,
+    rows: Sequence[Sequence[int]],
+    groups: tuple[list[tuple[int, ...]], list[int]],
+    pad: int,
+    device: torch.device,
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
+    """Encode each distinct prefix once and lay the batch out as ``generate`` continues it:
+    ``[pads][prefix][pads][rest of the row]``, masks 0 on the pads; the cache holds the
+    prefix part, copied to every row that shares it. Positions come from the mask (the
+    pads do not count), so each token sits where it sits in the row encoded whole."""
+    prefixes, index = groups
+    prefix_width = max(len(p) for p in prefixes)
+    rests = [list(row[len(prefixes[g]) :]) for row, g in zip(rows, index, strict=True)]
+    rest_width = max(len(r) for r in rests)
+    prefix_ids = torch.tensor([[pad] * (prefix_width - len(p)) + list(p) for p in prefixes], device=device)
+    prefix_mask = torch.tensor(
+        [[0] * (prefix_width - len(p)) + [1] * len(p) for p in prefixes], device=device
+    )
+    positions = (prefix_mask.cumsum(-1) - 1).clamp(min=0)
+    cache = DynamicCache(config=model.config)
+    name = _cache_argument(model)
+    with torch.inference_mode():
+        model(
+            input_ids=prefix_ids,
+            attention_mask=prefix_mask,
+            position_ids=positions,
+            use_cache=True,
+            **{name: cache},
+        )
+    cache.batch_select_indices(torch.tensor(index, device=device))
+    rest_ids = torch.tensor([[pad] * (rest_width - len(r)) + r for r in rests], device=device)
+    rest_mask = torch.tensor([[0] * (rest_width - len(r)) + [1] * len(r) for r in rests], device=device)
+    input_ids = torch.cat([prefix_ids[index], rest_ids], dim=1)
+    attention = torch.cat([prefix_mask[index], rest_mask], dim=1)
+    return input_ids, attention, {name: cache}
+
+
+def _cache_argument(model: Any) -> str:
+    """The name ``model.forward`` takes its key/value cache by: ``cache`` (transformers >= 5.2x)
+    or ``past_key_values`` (earlier)."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"

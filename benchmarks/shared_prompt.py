@@ -1,0 +1,171 @@
+"""Rollout time of a memory arm's GRPO step with each group's prompt encoded once, against
+every rollout encoding its own prompt.
+
+The built-in trainer's rollouts (``trainers/grpo/generation.py``) encode the prompt that a
+group's rollouts share once per ``generate`` call and copy its key/value cache to the
+group's rows (``SamplingSettings.share_prefix``, on by default). This script collects the
+same step both ways, interleaved, on one torch thread: the tiny model (128x4, as the
+tiny-LM study), SyntheticFacts, Search-R1's protocol, an experience memory whose bank
+was written from scripted episodes, 8 questions x G = 8, up to 3 turns of 48 tokens. Both
+ways give the same episodes token for token (``tests/test_grpo.py``); it checks that here
+too. It reports the median seconds per step's rollouts, their ratio, and one update's
+time (unchanged by the sharing) for the share of the whole step::
+
+    OMP_NUM_THREADS=1 python benchmarks/shared_prompt.py --out benchmarks/results/shared_prompt.json
+
+``example_per: group`` shares the whole prompt (instructions, experience, example,
+question); ``example_per: rollout`` (the default) shares the instructions and experience,
+before each rollout's own example.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import write_report  # noqa: E402
+
+ENV_ID = "searchgym/SyntheticFacts-v0"
+
+
+def experience_store(path: Path) -> Path:
+    """An experience store whose bank is written from scripted right (oracle) and wrong
+    (direct) episodes on unknown questions, as the trainer's tests build one."""
+    import gymnasium as gym
+
+    from searchgym.memory import ExperienceMemory
+    from searchgym.policies import DirectPolicy, OracleSyntheticPolicy, synthetic_knowledge
+
+    memory = ExperienceMemory(path)
+    env = gym.make(ENV_ID, reward="f1")
+    world = env.unwrapped.world
+    unknown = [i for i, q in enumerate(env.unwrapped.questions) if not q.known][:8]
+    for policy in (OracleSyntheticPolicy(world), DirectPolicy(knowledge=synthetic_knowledge(world))):
+        for index in unknown:
+            context, _ = env.reset(options={"index": index})
+            while True:
+                action = policy.act([context])[0]
+                obs, _, terminated, truncated, _ = env.step(action)
+                context += action + obs
+                if terminated or truncated:
+                    break
+            memory.add(env.unwrapped.trajectory)
+    memory.update()
+    return path
+
+
+def measure(example_per: str, args: argparse.Namespace, root: Path, store: Path) -> dict[str, Any]:
+    from searchgym.trainers.config import TrainConfig
+    from searchgym.trainers.grpo import GRPOTrainer
+    from searchgym.trainers.grpo.generation import SamplingSettings
+    from searchgym.trainers.grpo.trainer import step_seed
+
+    config = TrainConfig.from_dict(
+        {
+            "output_dir": str(root / f"run-{example_per}"),
+            "seed": 0,
+            "env": {"id": ENV_ID, "kwargs": {"protocol": "search_r1", "reward": "f1", "max_turns": 3}},
+            "model": {
+                "tiny": {"dir": str(root / "tiny"), "hidden_size": 128, "num_layers": 4},
+                "cpu_threads": 1,
+            },
+            "rollout": {
+                "group_size": args.group_size,
+                "questions_per_step": args.questions,
+                "max_new_tokens": args.max_new_tokens,
+                "max_context_tokens": 1024,
+                "generation_batch_size": 64,
+            },
+            "memory": {"kind": "experience", "path": str(store), "example_per": example_per},
+            "algo": {"kl_coef": 0.001, "lr": 1e-4, "micro_batch_size": 16},
+            "checkpoint": {"every": 0},
+        }
+    )
+    trainer = GRPOTrainer(config, progress=False)
+    trainer.setup()
+    collector = trainer.collector
+    questions = list(range(args.questions))
+    seconds: dict[bool, list[float]] = {True: [], False: []}
+    episodes: dict[bool, Any] = {}
+    for rep in range(args.warmup + args.reps):
+        for share in (True, False) if rep % 2 == 0 else (False, True):  # interleaved, order alternating
+            collector.sampling = SamplingSettings(1.0, 1.0, 64, share_prefix=share)
+            start = time.perf_counter()
+            episodes[share] = collector.collect(questions, args.group_size, step_seed(0, 0))
+            if rep >= args.warmup:
+                seconds[share].append(time.perf_counter() - start)
+    same = [(e.token_ids, e.reward) for e in episodes[True]] == [
+        (e.token_ids, e.reward) for e in episodes[False]
+    ]
+    start = time.perf_counter()
+    trainer.update(episodes[True], trainer.advantages(episodes[True], 0), 0)
+    update_s = time.perf_counter() - start
+    trainer.close()
+    eps = episodes[True]
+    on, off = statistics.median(seconds[True]), statistics.median(seconds[False])
+    return {
+        "example_per": example_per,
+        "prompt_tokens_mean": statistics.mean(e.prompt_tokens for e in eps),
+        "tokens_per_episode_mean": statistics.mean(len(e.token_ids) for e in eps),
+        "turns_mean": statistics.mean(len(e.actions()) for e in eps),
+        "rollout_s_shared": seconds[True],
+        "rollout_s_whole": seconds[False],
+        "rollout_s_shared_median": on,
+        "rollout_s_whole_median": off,
+        "rollout_speedup": off / on,
+        "update_s": update_s,
+        "step_speedup": (off + update_s) / (on + update_s),
+        "same_episodes": same,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--reps", type=int, default=3, help="timed steps per way (default: %(default)s)")
+    parser.add_argument(
+        "--warmup", type=int, default=1, help="untimed steps per way first (default: %(default)s)"
+    )
+    parser.add_argument("--questions", type=int, default=8, help="questions per step (default: %(default)s)")
+    parser.add_argument("--group-size", type=int, default=8, help="G (default: %(default)s)")
+    parser.add_argument(
+        "--max-new-tokens", type=int, default=48, help="tokens per turn (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--example-per", nargs="+", default=["group", "rollout"], choices=["group", "rollout"]
+    )
+    parser.add_argument("--out", type=Path, help="write the figures as JSON")
+    args = parser.parse_args()
+    logging.disable(logging.INFO)
+    import torch
+
+    torch.set_num_threads(1)
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        store = experience_store(Path(tmp) / "store")
+        for per in args.example_per:
+            result = measure(per, args, Path(tmp), store)
+            results.append(result)
+            print(
+                f"example_per {per}: prompt {result['prompt_tokens_mean']:.0f} tokens, "
+                f"{result['tokens_per_episode_mean']:.0f} per episode; rollouts "
+                f"{result['rollout_s_whole_median']:.2f} s -> {result['rollout_s_shared_median']:.2f} s "
+                f"(x{result['rollout_speedup']:.2f}), whole step x{result['step_speedup']:.2f}; "
+                f"same episodes: {result['same_episodes']}"
+            )
+    settings = {k: v for k, v in vars(args).items() if k != "out"}
+    write_report(
+        args.out, {"torch_threads": torch.get_num_threads(), "settings": settings, "results": results}
+    )
+
+
+if __name__ == "__main__":
+    main()
