@@ -318,6 +318,35 @@ def test_a_shared_prompt_encoded_once_gives_the_same_tokens_and_logits(
     )
 
 
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_update_logprobs_and_gradients_are_the_same_with_a_shared_prompt(tiny_root, tmp_path, temperature):
+    from searchgym.trainers.grpo.loss import pad_batch, token_logprobs
+    from searchgym.trainers.grpo.prefix import sequence_logprobs
+
+    trainer = GRPOTrainer(make_config(tiny_root, tmp_path / "run"), progress=False)
+    trainer.setup()
+    model, tok = trainer.model, trainer.tokenizer
+    trainer.close()
+    rows, prefixes = _shared_prompt_batch(tok)
+    rows[5] = rows[5][:-1]  # rows of one group end at different lengths
+    ids, attention = pad_batch(rows, tok.pad_token_id)
+    inside = attention[:, 1:]  # entries past a row's end are not used
+    weights = torch.rand(inside.shape, generator=torch.Generator().manual_seed(0)) * inside
+    results = []
+    for shared in (None, prefixes):
+        model.zero_grad()
+        lp = sequence_logprobs(model, rows, tok.pad_token_id, torch.device("cpu"), temperature, shared)
+        (lp * weights).sum().backward()
+        results.append((lp.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
+    (whole, whole_grads), (shared_lp, shared_grads) = results
+    with torch.no_grad():
+        reference = token_logprobs(model, ids, attention, temperature)
+    torch.testing.assert_close(whole * inside, reference * inside)  # no sharing: the plain computation
+    torch.testing.assert_close(shared_lp * inside, whole * inside, atol=1e-5, rtol=1e-5)
+    for name, grad in whole_grads.items():
+        torch.testing.assert_close(shared_grads[name], grad, atol=1e-4, rtol=1e-3)
+
+
 def test_group_prefix_lengths_are_the_groups_common_prompt():
     from searchgym.trainers.grpo.rollout import Episode, group_prefix_lengths
 

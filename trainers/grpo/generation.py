@@ -27,15 +27,15 @@ log-probabilities to 1e-5).
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from transformers import DynamicCache, GenerationConfig, StoppingCriteria, StoppingCriteriaList
+from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
 
 from ...policies.hf import cut_at_stop
+from .prefix import cache_argument, encode_prefixes, shared_prefixes
 
 __all__ = [
     "Sampled",
@@ -234,14 +234,24 @@ def generate_batch(
     eos = eos_token_ids(model, tokenizer)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos[0] if eos else 0)
     device = next(model.parameters()).device
-    groups = _shared_prefixes(rows, prefix_lengths) if prefix_lengths is not None else None
+    groups = shared_prefixes(rows, prefix_lengths) if prefix_lengths is not None else None
     if groups is None:
         width = max(len(r) for r in rows)
         input_ids = torch.tensor([[pad] * (width - len(r)) + list(r) for r in rows], device=device)
         attention = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=device)
         cache: dict[str, Any] = {}
     else:
-        input_ids, attention, cache = _with_prefix_cache(model, rows, groups, pad, device)
+        with torch.inference_mode():
+            prefix_ids, prefix_mask, prefix_cache, _ = encode_prefixes(model, groups, pad, device)
+        # [pads][prefix][pads][rest of the row]: positions come from the mask, so every token
+        # sits where it sits in the row encoded whole
+        rests = [list(row[len(groups[0][g]) :]) for row, g in zip(rows, groups[1], strict=True)]
+        rest_width = max(len(r) for r in rests)
+        rest_ids = torch.tensor([[pad] * (rest_width - len(r)) + r for r in rests], device=device)
+        rest_mask = torch.tensor([[0] * (rest_width - len(r)) + [1] * len(r) for r in rests], device=device)
+        input_ids = torch.cat([prefix_ids, rest_ids], dim=1)
+        attention = torch.cat([prefix_mask, rest_mask], dim=1)
+        cache = {cache_argument(model): prefix_cache}
         width = input_ids.shape[1]
     stop = ActionStop(tokenizer, stops, eos, width, budgets)
     greedy = settings.temperature == 0
@@ -267,64 +277,3 @@ def generate_batch(
     if generate_kwargs:
         stop.output = output  # type: ignore[attr-defined]
     return sequences[:, width:].tolist(), stop
-
-
-def _shared_prefixes(
-    rows: Sequence[Sequence[int]], prefix_lengths: Sequence[int]
-) -> tuple[list[tuple[int, ...]], list[int]] | None:
-    """The distinct prefixes to encode once, each without its last token (the next
-    ``generate`` call must feed at least one token per row), and each row's prefix; None
-    when no two rows share one or a row has no prefix to cache."""
-    prefixes: dict[tuple[int, ...], int] = {}
-    index = []
-    for row, length in zip(rows, prefix_lengths, strict=True):
-        if not 2 <= length <= len(row):
-            return None
-        index.append(prefixes.setdefault(tuple(row[: length - 1]), len(prefixes)))
-    if len(prefixes) == len(rows):
-        return None
-    return list(prefixes), index
-
-
-def _with_prefix_cache(
-    model: Any,
-    rows: Sequence[Sequence[int]],
-    groups: tuple[list[tuple[int, ...]], list[int]],
-    pad: int,
-    device: torch.device,
-) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
-    """Encode each distinct prefix once and lay the batch out as ``generate`` continues it:
-    ``[pads][prefix][pads][rest of the row]``, masks 0 on the pads; the cache holds the
-    prefix part, copied to every row that shares it. Positions come from the mask (the
-    pads do not count), so each token sits where it sits in the row encoded whole."""
-    prefixes, index = groups
-    prefix_width = max(len(p) for p in prefixes)
-    rests = [list(row[len(prefixes[g]) :]) for row, g in zip(rows, index, strict=True)]
-    rest_width = max(len(r) for r in rests)
-    prefix_ids = torch.tensor([[pad] * (prefix_width - len(p)) + list(p) for p in prefixes], device=device)
-    prefix_mask = torch.tensor(
-        [[0] * (prefix_width - len(p)) + [1] * len(p) for p in prefixes], device=device
-    )
-    positions = (prefix_mask.cumsum(-1) - 1).clamp(min=0)
-    cache = DynamicCache(config=model.config)
-    name = _cache_argument(model)
-    with torch.inference_mode():
-        model(
-            input_ids=prefix_ids,
-            attention_mask=prefix_mask,
-            position_ids=positions,
-            use_cache=True,
-            **{name: cache},
-        )
-    cache.batch_select_indices(torch.tensor(index, device=device))
-    rest_ids = torch.tensor([[pad] * (rest_width - len(r)) + r for r in rests], device=device)
-    rest_mask = torch.tensor([[0] * (rest_width - len(r)) + [1] * len(r) for r in rests], device=device)
-    input_ids = torch.cat([prefix_ids[index], rest_ids], dim=1)
-    attention = torch.cat([prefix_mask[index], rest_mask], dim=1)
-    return input_ids, attention, {name: cache}
-
-
-def _cache_argument(model: Any) -> str:
-    """The name ``model.forward`` takes its key/value cache by: ``cache`` (transformers >= 5.2x)
-    or ``past_key_values`` (earlier)."""
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
