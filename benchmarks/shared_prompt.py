@@ -1,15 +1,15 @@
-"""Rollout time of a memory arm's GRPO step with each group's prompt encoded once, against
-every rollout encoding its own prompt.
+"""Time of a memory arm's GRPO step with each group's prompt encoded once, against every
+rollout encoding its own prompt.
 
-The built-in trainer's rollouts (``trainers/grpo/generation.py``) encode the prompt that a
-group's rollouts share once per ``generate`` call and copy its key/value cache to the
-group's rows (``SamplingSettings.share_prefix``, on by default). This script collects the
-same step both ways, interleaved, on one torch thread: the tiny model (128x4, as the
+The built-in trainer (``trainers/grpo/prefix.py``) encodes the prompt that a group's
+rollouts share once per ``generate`` call and per micro-batch of the update, and copies its
+key/value cache to the group's rows (``SamplingSettings.share_prefix``, on by default). This
+script runs the same steps both ways, interleaved, on one torch thread: the tiny model (128x4, as the
 tiny-LM study), SyntheticFacts, Search-R1's protocol, an experience memory whose bank
 was written from scripted episodes, 8 questions x G = 8, up to 3 turns of 48 tokens. Both
 ways give the same episodes token for token (``tests/test_grpo.py``); it checks that here
-too. It reports the median seconds per step's rollouts, their ratio, and one update's
-time (unchanged by the sharing) for the share of the whole step::
+too. It reports the median seconds of the rollouts, the update and the whole step, and
+their ratios::
 
     OMP_NUM_THREADS=1 python benchmarks/shared_prompt.py --out benchmarks/results/shared_prompt.json
 
@@ -92,37 +92,48 @@ def measure(example_per: str, args: argparse.Namespace, root: Path, store: Path)
     trainer.setup()
     collector = trainer.collector
     questions = list(range(args.questions))
-    seconds: dict[bool, list[float]] = {True: [], False: []}
+    rollout_s: dict[bool, list[float]] = {True: [], False: []}
+    update_s: dict[bool, list[float]] = {True: [], False: []}
     episodes: dict[bool, Any] = {}
+    same = []
     for rep in range(args.warmup + args.reps):
-        for share in (True, False) if rep % 2 == 0 else (False, True):  # interleaved, order alternating
+        order = (True, False) if rep % 2 == 0 else (False, True)  # interleaved, order alternating
+        for share in order:  # both ways sample from the same weights
             collector.sampling = SamplingSettings(1.0, 1.0, 64, share_prefix=share)
             start = time.perf_counter()
-            episodes[share] = collector.collect(questions, args.group_size, step_seed(0, 0))
+            episodes[share] = collector.collect(questions, args.group_size, step_seed(0, rep))
             if rep >= args.warmup:
-                seconds[share].append(time.perf_counter() - start)
-    same = [(e.token_ids, e.reward) for e in episodes[True]] == [
-        (e.token_ids, e.reward) for e in episodes[False]
-    ]
-    start = time.perf_counter()
-    trainer.update(episodes[True], trainer.advantages(episodes[True], 0), 0)
-    update_s = time.perf_counter() - start
+                rollout_s[share].append(time.perf_counter() - start)
+        same.append([e.token_ids for e in episodes[True]] == [e.token_ids for e in episodes[False]])
+        for share in order:  # each update steps the model, the same work both ways
+            collector.sampling = SamplingSettings(1.0, 1.0, 64, share_prefix=share)
+            start = time.perf_counter()
+            trainer.update(episodes[share], trainer.advantages(episodes[share], 0), 0)
+            if rep >= args.warmup:
+                update_s[share].append(time.perf_counter() - start)
     trainer.close()
     eps = episodes[True]
-    on, off = statistics.median(seconds[True]), statistics.median(seconds[False])
+    step = {k: [r + u for r, u in zip(rollout_s[k], update_s[k], strict=True)] for k in (True, False)}
+    med = statistics.median
     return {
         "example_per": example_per,
         "prompt_tokens_mean": statistics.mean(e.prompt_tokens for e in eps),
         "tokens_per_episode_mean": statistics.mean(len(e.token_ids) for e in eps),
         "turns_mean": statistics.mean(len(e.actions()) for e in eps),
-        "rollout_s_shared": seconds[True],
-        "rollout_s_whole": seconds[False],
-        "rollout_s_shared_median": on,
-        "rollout_s_whole_median": off,
-        "rollout_speedup": off / on,
-        "update_s": update_s,
-        "step_speedup": (off + update_s) / (on + update_s),
-        "same_episodes": same,
+        "rollout_s_shared": rollout_s[True],
+        "rollout_s_whole": rollout_s[False],
+        "update_s_shared": update_s[True],
+        "update_s_whole": update_s[False],
+        "rollout_s_shared_median": med(rollout_s[True]),
+        "rollout_s_whole_median": med(rollout_s[False]),
+        "update_s_shared_median": med(update_s[True]),
+        "update_s_whole_median": med(update_s[False]),
+        "step_s_shared_median": med(step[True]),
+        "step_s_whole_median": med(step[False]),
+        "rollout_speedup": med(rollout_s[False]) / med(rollout_s[True]),
+        "update_speedup": med(update_s[False]) / med(update_s[True]),
+        "step_speedup": med(step[False]) / med(step[True]),
+        "same_episodes_every_step": all(same),
     }
 
 
@@ -158,8 +169,9 @@ def main() -> None:
                 f"example_per {per}: prompt {result['prompt_tokens_mean']:.0f} tokens, "
                 f"{result['tokens_per_episode_mean']:.0f} per episode; rollouts "
                 f"{result['rollout_s_whole_median']:.2f} s -> {result['rollout_s_shared_median']:.2f} s "
-                f"(x{result['rollout_speedup']:.2f}), whole step x{result['step_speedup']:.2f}; "
-                f"same episodes: {result['same_episodes']}"
+                f"(x{result['rollout_speedup']:.2f}), update {result['update_s_whole_median']:.2f} s -> "
+                f"{result['update_s_shared_median']:.2f} s (x{result['update_speedup']:.2f}), whole step "
+                f"x{result['step_speedup']:.2f}; same episodes: {result['same_episodes_every_step']}"
             )
     settings = {k: v for k, v in vars(args).items() if k != "out"}
     write_report(
