@@ -12,6 +12,7 @@ too. It reports the median seconds of the rollouts, the update and the whole ste
 their ratios::
 
     OMP_NUM_THREADS=1 python benchmarks/shared_prompt.py --out benchmarks/results/shared_prompt.json
+    python benchmarks/shared_prompt.py --render   # docs/training.md's table from that file
 
 ``example_per: group`` shares the whole prompt (instructions, experience, example,
 question); ``example_per: rollout`` (the default) shares the instructions and experience,
@@ -21,7 +22,9 @@ before each rollout's own example.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import re
 import statistics
 import sys
 import tempfile
@@ -137,6 +140,45 @@ def measure(example_per: str, args: argparse.Namespace, root: Path, store: Path)
     }
 
 
+RESULT = Path(__file__).resolve().parent / "results" / "shared_prompt.json"
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "training.md"
+TABLE = "shared_prompt"
+
+
+def render(report: dict[str, Any]) -> str:
+    """The Markdown table of a report: medians per way, and the ratios."""
+    lines = [
+        "| `example_per` | prompt tokens | rollouts: whole → shared | update: whole → shared | step: whole → shared | same episodes |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in report["results"]:
+        lines.append(
+            f"| {r['example_per']} | {r['prompt_tokens_mean']:.0f} of {r['tokens_per_episode_mean']:.0f} | "
+            f"{r['rollout_s_whole_median']:.1f} s → {r['rollout_s_shared_median']:.1f} s (×{r['rollout_speedup']:.2f}) | "
+            f"{r['update_s_whole_median']:.1f} s → {r['update_s_shared_median']:.1f} s (×{r['update_speedup']:.2f}) | "
+            f"{r['step_s_whole_median']:.1f} s → {r['step_s_shared_median']:.1f} s (×{r['step_speedup']:.2f}) | "
+            f"{'yes' if r['same_episodes_every_step'] else 'no'} |"
+        )
+    settings = report["settings"]
+    lines.append(
+        f"\nMedians of {settings['reps']} interleaved steps after {settings['warmup']} warm-up, "
+        f"{settings['questions']} questions × G = {settings['group_size']}, {report['torch_threads']} torch thread, "
+        f"{report['cpus']} CPUs shared with other work (ratios, not seconds, carry over). "
+        "Reproduce: `OMP_NUM_THREADS=1 python benchmarks/shared_prompt.py --out "
+        "benchmarks/results/shared_prompt.json && python benchmarks/shared_prompt.py --render`."
+    )
+    return "\n".join(lines)
+
+
+def write_page(page: Path, section: str) -> None:
+    """Replace the section between ``<!-- table:shared_prompt -->`` and its end marker."""
+    text = page.read_text(encoding="utf-8")
+    pattern = re.compile(rf"(<!-- table:{TABLE} -->\n).*?(\n<!-- end table:{TABLE} -->)", re.S)
+    if not pattern.search(text):
+        raise SystemExit(f"{page} has no <!-- table:{TABLE} --> markers.")
+    page.write_text(pattern.sub(lambda m: m.group(1) + section + m.group(2), text), encoding="utf-8")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -154,7 +196,13 @@ def main() -> None:
         "--example-per", nargs="+", default=["group", "rollout"], choices=["group", "rollout"]
     )
     parser.add_argument("--out", type=Path, help="write the figures as JSON")
+    parser.add_argument(
+        "--render", action="store_true", help=f"only write {PAGE.name}'s table from {RESULT.name}"
+    )
     args = parser.parse_args()
+    if args.render:
+        write_page(PAGE, render(json.loads(RESULT.read_text(encoding="utf-8"))))
+        return
     logging.disable(logging.INFO)
     import torch
 
@@ -173,7 +221,7 @@ def main() -> None:
                 f"{result['update_s_shared_median']:.2f} s (x{result['update_speedup']:.2f}), whole step "
                 f"x{result['step_speedup']:.2f}; same episodes: {result['same_episodes_every_step']}"
             )
-    settings = {k: v for k, v in vars(args).items() if k != "out"}
+    settings = {k: v for k, v in vars(args).items() if k not in ("out", "render")}
     write_report(
         args.out, {"torch_threads": torch.get_num_threads(), "settings": settings, "results": results}
     )

@@ -300,11 +300,11 @@ def test_a_shared_prompt_encoded_once_gives_the_same_tokens_and_logits(
     runs = []
     for shared in (None, prefixes):
         torch.manual_seed(0)
-        new, stop = generate_batch(
+        new, _, output = generate_batch(
             model, tok, rows, [10] * len(rows), ["</answer>"], settings, shared,
             output_logits=True, return_dict_in_generate=True,
         )  # fmt: skip
-        runs.append((new, torch.stack(stop.output.logits, dim=1)))
+        runs.append((new, torch.stack(output.logits, dim=1)))
     (whole, whole_logits), (shared_ids, shared_logits) = runs
     assert shared_ids == whole
     torch.testing.assert_close(shared_logits, whole_logits, atol=1e-4, rtol=1e-4)

@@ -209,7 +209,7 @@ def sample_actions(
             shared = (
                 list(prefix_lengths[batch]) if prefix_lengths is not None and settings.share_prefix else None
             )
-            new, stop = generate_batch(model, tokenizer, rows, row_budgets, stops, settings, shared)
+            new, stop, _ = generate_batch(model, tokenizer, rows, row_budgets, stops, settings, shared)
             for row, ids in enumerate(new):
                 kept = stop.kept[row] if stop.kept[row] is not None else min(len(ids), row_budgets[row])
                 out.append(finish_action(tokenizer, ids[:kept], stops, stop.finish[row]))
@@ -227,10 +227,10 @@ def generate_batch(
     settings: SamplingSettings,
     prefix_lengths: Sequence[int] | None = None,
     **generate_kwargs: Any,
-) -> tuple[list[list[int]], ActionStop]:
-    """One ``generate`` call on ``rows``: the new tokens of each row and the stop criterion
-    (its ``kept`` and ``finish``). ``generate_kwargs`` go to ``generate`` (a test reads the
-    logits with them); the rest as :func:`sample_actions`."""
+) -> tuple[list[list[int]], ActionStop, Any]:
+    """One ``generate`` call on ``rows``: the new tokens of each row, the stop criterion
+    (its ``kept`` and ``finish``) and ``generate``'s own output. ``generate_kwargs`` go to
+    ``generate`` (a test reads the logits with them); the rest as :func:`sample_actions`."""
     eos = eos_token_ids(model, tokenizer)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos[0] if eos else 0)
     device = next(model.parameters()).device
@@ -274,6 +274,4 @@ def generate_batch(
             **generate_kwargs,
         )
     sequences = output if isinstance(output, torch.Tensor) else output.sequences
-    if generate_kwargs:
-        stop.output = output  # type: ignore[attr-defined]
-    return sequences[:, width:].tolist(), stop
+    return sequences[:, width:].tolist(), stop, output
