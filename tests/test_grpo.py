@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import math
 import shutil
 from pathlib import Path
@@ -25,6 +27,7 @@ from searchgym.trainers.grpo.envs import question_schedule  # noqa: E402
 from searchgym.trainers.grpo.generation import SamplingSettings, eos_token_ids  # noqa: E402
 
 ENV_ID = "searchgym/SyntheticFacts-v0"
+REPO = Path(__file__).resolve().parents[1]
 
 
 class CharReward(RewardScheme):
@@ -702,3 +705,13 @@ def test_bad_ptx_data_is_named(tiny_root, tmp_path):
     )
     with pytest.raises(DataFileError, match="no examples"):
         trainer.setup()
+
+
+def test_the_shared_prompt_table_is_generated_from_its_committed_result():
+    spec = importlib.util.spec_from_file_location("shared_prompt", REPO / "benchmarks" / "shared_prompt.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    report = json.loads(module.RESULT.read_text(encoding="utf-8"))
+    assert all(r["same_episodes_every_step"] for r in report["results"])
+    page = module.PAGE.read_text(encoding="utf-8")
+    assert f"<!-- table:{module.TABLE} -->\n{module.render(report)}\n" in page

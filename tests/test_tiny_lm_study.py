@@ -1241,3 +1241,32 @@ def test_searchgym_study_names_the_missing_runner_key(tmp_path):
     path.write_text(yaml.safe_dump({"seeds": [0], "arms": {"a": {}}}))
     with pytest.raises(SystemExit, match="runner"):
         main(["study", "--config", str(path)])
+
+
+def test_the_integration_checks_docs_table_is_generated_from_its_committed_result():
+    """docs/tiny_lm_study.md's integration table is what integration_report.py writes from
+    the committed integration.json, and the run's config is the committed one."""
+    from tiny_lm import integration_report
+    from tiny_lm.study import load_study
+
+    result = json.loads(integration_report.RESULT.read_text(encoding="utf-8"))
+    page = integration_report.PAGE.read_text(encoding="utf-8")
+    assert f"<!-- table:{integration_report.NAME} -->\n{integration_report.render(result)}\n" in page
+    study = load_study(TINY_LM / "integration.yaml")
+    assert set(result["arms"]) == set(study["arms"]) == {"f1", "lightsearcher_no_memory", "otc"}
+    kwargs = study["base"]["env"]["kwargs"]
+    assert kwargs["split_by"] == "fact" and kwargs["world_kwargs"]["known_two_hop"] is False
+    assert result["timing"]["torch_threads"] == 1
+
+
+def test_integration_report_writes_only_between_its_markers(tmp_path):
+    from tiny_lm import integration_report
+
+    page = tmp_path / "page.md"
+    name = integration_report.NAME
+    page.write_text(f"before\n<!-- table:{name} -->\nold\n<!-- end table:{name} -->\nafter\n")
+    integration_report.write_page(page, "new table")
+    assert page.read_text() == f"before\n<!-- table:{name} -->\nnew table\n<!-- end table:{name} -->\nafter\n"
+    page.write_text("no markers\n")
+    with pytest.raises(SystemExit, match="markers"):
+        integration_report.write_page(page, "new table")

@@ -9,6 +9,7 @@ One training step:
 4. update the policy with PPO's clipped objective and a k3 KL to the frozen reference
    (AdamW; ``ppo_epochs × mini_batches`` optimizer steps; micro-batches accumulate),
    plus, with ``algo.ptx_coef``, a language-model loss on replayed examples (:mod:`.ptx`);
+   sampling and the update encode the prompt a group shares once (:mod:`.prefix`);
 5. count a step of the experience memory (``memory.step()``, which updates the bank every
    ``update_every`` steps);
 6. log the figures, and save a checkpoint when one is due.
