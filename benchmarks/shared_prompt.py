@@ -173,10 +173,10 @@ def render(report: dict[str, Any]) -> str:
 def write_page(page: Path, section: str) -> None:
     """Replace the section between ``<!-- table:shared_prompt -->`` and its end marker."""
     text = page.read_text(encoding="utf-8")
-    pattern = re.compile(rf"(<!-- table:{TABLE} -->\n).*?(\n<!-- end table:{TABLE} -->)", re.S)
+    pattern = re.compile(rf"(<!-- table:{TABLE} -->\n)(?:.*?\n)?(<!-- end table:{TABLE} -->)", re.S)
     if not pattern.search(text):
         raise SystemExit(f"{page} has no <!-- table:{TABLE} --> markers.")
-    page.write_text(pattern.sub(lambda m: m.group(1) + section + m.group(2), text), encoding="utf-8")
+    page.write_text(pattern.sub(lambda m: m.group(1) + section + "\n" + m.group(2), text), encoding="utf-8")
 
 
 def main() -> None:

@@ -106,10 +106,10 @@ def _direction(cells: Mapping[str, Any], base: Mapping[str, Any]) -> str:
 def write_page(page: Path, section: str) -> None:
     """Replace the generated section of ``page``."""
     text = page.read_text(encoding="utf-8")
-    pattern = re.compile(rf"(<!-- table:{NAME} -->\n).*?(\n<!-- end table:{NAME} -->)", re.S)
+    pattern = re.compile(rf"(<!-- table:{NAME} -->\n)(?:.*?\n)?(<!-- end table:{NAME} -->)", re.S)
     if not pattern.search(text):
         raise SystemExit(f"{page} has no <!-- table:{NAME} --> ... <!-- end table:{NAME} --> markers.")
-    page.write_text(pattern.sub(lambda m: m.group(1) + section + m.group(2), text), encoding="utf-8")
+    page.write_text(pattern.sub(lambda m: m.group(1) + section + "\n" + m.group(2), text), encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:
