@@ -961,6 +961,20 @@ def test_a_changed_setting_names_another_warm_start(tmp_path, change):
     assert warm_start_folder(change(config)) != warm_start_folder(config)
 
 
+def test_the_warm_start_runs_on_the_threads_its_key_holds(tmp_path):
+    from tiny_lm.warm_start import warm_start
+
+    config = _smoke_config(tmp_path)
+    config = config.replace(model={**vars(config.model), "cpu_threads": 1})
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        path = warm_start(config, progress=False)
+    finally:
+        torch.set_num_threads(threads)
+    assert json.loads((path / "searchgym_sft.json").read_text())["build"]["torch_threads"] == 1
+
+
 @pytest.mark.parametrize("library", ["torch", "transformers"])
 def test_another_library_version_names_another_warm_start(tmp_path, monkeypatch, library):
     from tiny_lm.warm_start import warm_start_folder
