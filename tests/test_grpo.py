@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import math
 import shutil
 from pathlib import Path
@@ -25,6 +27,7 @@ from searchgym.trainers.grpo.envs import question_schedule  # noqa: E402
 from searchgym.trainers.grpo.generation import SamplingSettings, eos_token_ids  # noqa: E402
 
 ENV_ID = "searchgym/SyntheticFacts-v0"
+REPO = Path(__file__).resolve().parents[1]
 
 
 class CharReward(RewardScheme):
@@ -259,6 +262,140 @@ def test_a_group_shares_its_few_shot_example_when_asked(tiny_root, tmp_path, mem
     assert any(len(group) > 1 for group in prompts["rollout"])
     examples = {text.split("<example>")[1] for group in prompts["group"] for text in group}
     assert len(examples) > 1  # each group draws its own
+
+
+def _shared_prompt_batch(tok):
+    """Three prompts of different lengths, four rows each with its own continuation."""
+    rows, prefixes = [], []
+    for g in range(3):
+        prompt = tok(f"Question {g}: where was person {g} born? " * (g + 2), add_special_tokens=False)
+        for k in range(4):
+            rest = tok(" <search> place" * k, add_special_tokens=False)["input_ids"]
+            rows.append(prompt["input_ids"] + rest)
+            prefixes.append(len(prompt["input_ids"]))
+    return rows, prefixes
+
+
+@pytest.mark.parametrize(
+    ("model_name", "temperature"),
+    [("tiny", 1.0), ("tiny", 0.0), pytest.param("smollm2", 1.0, marks=pytest.mark.slow)],
+)
+def test_a_shared_prompt_encoded_once_gives_the_same_tokens_and_logits(
+    tiny_root, tmp_path, request, temperature, model_name
+):
+    from searchgym.trainers.grpo.generation import generate_batch
+
+    if model_name == "tiny":
+        trainer = GRPOTrainer(make_config(tiny_root, tmp_path / "run"), progress=False)
+        trainer.setup()
+        model, tok = trainer.model, trainer.tokenizer
+        trainer.close()
+    else:
+        from transformers import AutoModelForCausalLM
+
+        from searchgym.policies.tiny import load_tokenizer
+
+        folder = request.getfixturevalue("smollm2_dir")
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+        tok = load_tokenizer(folder)
+    rows, prefixes = _shared_prompt_batch(tok)
+    settings = SamplingSettings(temperature=temperature)
+    runs = []
+    for shared in (None, prefixes):
+        torch.manual_seed(0)
+        new, _, output = generate_batch(
+            model, tok, rows, [10] * len(rows), ["</answer>"], settings, shared,
+            output_logits=True, return_dict_in_generate=True,
+        )  # fmt: skip
+        runs.append((new, torch.stack(output.logits, dim=1)))
+    (whole, whole_logits), (shared_ids, shared_logits) = runs
+    assert shared_ids == whole
+    torch.testing.assert_close(shared_logits, whole_logits, atol=1e-4, rtol=1e-4)
+    # the log-probabilities of the sampled tokens agree too
+    picked = torch.tensor(whole).unsqueeze(-1)
+    torch.testing.assert_close(
+        shared_logits.log_softmax(-1).gather(-1, picked),
+        whole_logits.log_softmax(-1).gather(-1, picked),
+        atol=1e-5,
+        rtol=1e-5,
+    )
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_update_logprobs_and_gradients_are_the_same_with_a_shared_prompt(tiny_root, tmp_path, temperature):
+    from searchgym.trainers.grpo.loss import pad_batch, token_logprobs
+    from searchgym.trainers.grpo.prefix import sequence_logprobs
+
+    trainer = GRPOTrainer(make_config(tiny_root, tmp_path / "run"), progress=False)
+    trainer.setup()
+    model, tok = trainer.model, trainer.tokenizer
+    trainer.close()
+    rows, prefixes = _shared_prompt_batch(tok)
+    rows[5] = rows[5][:-1]  # rows of one group end at different lengths
+    ids, attention = pad_batch(rows, tok.pad_token_id)
+    inside = attention[:, 1:]  # entries past a row's end are not used
+    weights = torch.rand(inside.shape, generator=torch.Generator().manual_seed(0)) * inside
+    results = []
+    for shared in (None, prefixes):
+        model.zero_grad()
+        lp = sequence_logprobs(model, rows, tok.pad_token_id, torch.device("cpu"), temperature, shared)
+        (lp * weights).sum().backward()
+        results.append((lp.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
+    (whole, whole_grads), (shared_lp, shared_grads) = results
+    with torch.no_grad():
+        reference = token_logprobs(model, ids, attention, temperature)
+    torch.testing.assert_close(whole * inside, reference * inside)  # no sharing: the plain computation
+    torch.testing.assert_close(shared_lp * inside, whole * inside, atol=1e-5, rtol=1e-5)
+    for name, grad in whole_grads.items():
+        torch.testing.assert_close(shared_grads[name], grad, atol=1e-4, rtol=1e-3)
+
+
+def test_group_prefix_lengths_are_the_groups_common_prompt():
+    from searchgym.trainers.grpo.rollout import Episode, group_prefix_lengths
+
+    def episode(group, prompt, rest=(99,)):
+        ep = Episode(question_index=0, group=group)
+        ep._append("prompt", prompt, "", ())
+        ep._append("action", rest, "", ())
+        return ep
+
+    episodes = [
+        episode(0, [1, 2, 3, 4]),
+        episode(0, [1, 2, 3, 4], rest=(5, 6)),  # the same prompt: all 4 tokens shared
+        episode(1, [1, 2, 7, 8, 9]),
+        episode(1, [1, 2, 7, 5]),  # differs at the fourth token: 3 shared
+        episode(1, [1, 2, 7, 8]),
+        episode(2, [4, 4]),  # alone in its group: its whole prompt
+    ]
+    assert group_prefix_lengths(episodes) == [4, 4, 3, 3, 3, 2]
+
+
+@pytest.mark.parametrize("per", ["group", "rollout"])
+def test_rollouts_are_the_same_with_and_without_the_shared_prompt(tiny_root, tmp_path, memory_store, per):
+    """A memory arm's step, collected with each group's prompt encoded once and with every
+    rollout encoding its own: the same episodes, token for token."""
+    collected = []
+    for share in (True, False):
+        config = make_config(
+            tiny_root,
+            tmp_path / f"{per}-{share}",
+            env={"id": ENV_ID, "kwargs": {"reward": "f1", "max_turns": 3}},
+            memory={"kind": "experience", "path": str(memory_store), "example_per": per},
+            rollout={
+                "group_size": 4,
+                "questions_per_step": 3,
+                "max_new_tokens": 12,
+                "max_context_tokens": 1024,
+            },
+        )
+        trainer = GRPOTrainer(config, progress=False)
+        trainer.setup()
+        trainer.collector.sampling = SamplingSettings(share_prefix=share)
+        episodes = trainer.collector.collect([3, 7, 9], 4, seed=11)
+        trainer.close()
+        collected.append([(ep.token_ids, ep.action_mask, ep.reward) for ep in episodes])
+    assert collected[0] == collected[1]
+    assert any(len(ids) > 100 for ids, _, _ in collected[0])  # prompts with the memory's blocks
 
 
 def scripted_sampler(tokenizer, eos: bool):
@@ -568,3 +705,13 @@ def test_bad_ptx_data_is_named(tiny_root, tmp_path):
     )
     with pytest.raises(DataFileError, match="no examples"):
         trainer.setup()
+
+
+def test_the_shared_prompt_table_is_generated_from_its_committed_result():
+    spec = importlib.util.spec_from_file_location("shared_prompt", REPO / "benchmarks" / "shared_prompt.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    report = json.loads(module.RESULT.read_text(encoding="utf-8"))
+    assert all(r["same_episodes_every_step"] for r in report["results"])
+    page = module.PAGE.read_text(encoding="utf-8")
+    assert f"<!-- table:{module.TABLE} -->\n{module.render(report)}\n" in page

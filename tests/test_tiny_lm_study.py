@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import json
 import sys
@@ -922,6 +923,69 @@ def test_a_runs_key_names_its_warm_start(tmp_path):
     assert run_key(off) == config_key(off)
 
 
+def _with_env(config, **kwargs):
+    return config.replace(env={"id": config.env.id, "kwargs": {**config.env.kwargs, **kwargs}})
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda c: _with_env(c, split_by="fact"),
+        lambda c: _with_env(c, world_kwargs={**SMALL_WORLD, "known_two_hop": False}),
+        lambda c: _with_env(c, world_seed=8),
+        lambda c: c.replace(seed=1),
+        lambda c: c.replace(model={**vars(c.model), "cpu_threads": 2}),
+        lambda c: c.replace(model={**vars(c.model), "tiny": {**vars(c.model.tiny), "hidden_size": 64}}),
+        lambda c: c.replace(sft={**vars(c.sft), "fact_repeats": 2.0}),
+        lambda c: c.replace(sft={**vars(c.sft), "reading_worlds": 3}),
+        lambda c: c.replace(sft={**vars(c.sft), "recall_target": 0.6}),
+    ],
+    ids=[
+        "split_by",
+        "known_two_hop",
+        "world_seed",
+        "seed",
+        "threads",
+        "model_width",
+        "fact_repeats",
+        "reading_worlds",
+        "recall_target",
+    ],
+)
+def test_a_changed_setting_names_another_warm_start(tmp_path, change):
+    from tiny_lm.warm_start import warm_start_folder
+
+    config = _smoke_config(tmp_path, sft={"enabled": True, "reading_worlds": 2, "recall_target": 0.5})
+    same = StudyRunConfig.from_dict(json.loads(json.dumps(config.to_dict())))  # rebuilt from its dict
+    assert warm_start_folder(same) == warm_start_folder(config)
+    assert warm_start_folder(change(config)) != warm_start_folder(config)
+
+
+def test_the_warm_start_runs_on_the_threads_its_key_holds(tmp_path):
+    from tiny_lm.warm_start import warm_start
+
+    config = _smoke_config(tmp_path)
+    config = config.replace(model={**vars(config.model), "cpu_threads": 1})
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        path = warm_start(config, progress=False)
+    finally:
+        torch.set_num_threads(threads)
+    assert json.loads((path / "searchgym_sft.json").read_text())["build"]["torch_threads"] == 1
+
+
+@pytest.mark.parametrize("library", ["torch", "transformers"])
+def test_another_library_version_names_another_warm_start(tmp_path, monkeypatch, library):
+    from tiny_lm.warm_start import warm_start_folder
+
+    config = _smoke_config(tmp_path, sft={"enabled": True})
+    before = warm_start_folder(config)
+    module = importlib.import_module(library)
+    monkeypatch.setattr(module, "__version__", "99.1.0")
+    assert warm_start_folder(config) != before
+
+
 def test_study_file_errors_name_the_arm(tmp_path):
     from tiny_lm.study import load_study
 
@@ -1204,3 +1268,32 @@ def test_searchgym_study_names_the_missing_runner_key(tmp_path):
     path.write_text(yaml.safe_dump({"seeds": [0], "arms": {"a": {}}}))
     with pytest.raises(SystemExit, match="runner"):
         main(["study", "--config", str(path)])
+
+
+def test_the_integration_checks_docs_table_is_generated_from_its_committed_result():
+    """docs/tiny_lm_study.md's integration table is what integration_report.py writes from
+    the committed integration.json, and the run's config is the committed one."""
+    from tiny_lm import integration_report
+    from tiny_lm.study import load_study
+
+    result = json.loads(integration_report.RESULT.read_text(encoding="utf-8"))
+    page = integration_report.PAGE.read_text(encoding="utf-8")
+    assert f"<!-- table:{integration_report.NAME} -->\n{integration_report.render(result)}\n" in page
+    study = load_study(TINY_LM / "integration.yaml")
+    assert set(result["arms"]) == set(study["arms"]) == {"f1", "lightsearcher_no_memory", "otc"}
+    kwargs = study["base"]["env"]["kwargs"]
+    assert kwargs["split_by"] == "fact" and kwargs["world_kwargs"]["known_two_hop"] is False
+    assert result["timing"]["torch_threads"] == 1
+
+
+def test_integration_report_writes_only_between_its_markers(tmp_path):
+    from tiny_lm import integration_report
+
+    page = tmp_path / "page.md"
+    name = integration_report.NAME
+    page.write_text(f"before\n<!-- table:{name} -->\nold\n<!-- end table:{name} -->\nafter\n")
+    integration_report.write_page(page, "new table")
+    assert page.read_text() == f"before\n<!-- table:{name} -->\nnew table\n<!-- end table:{name} -->\nafter\n"
+    page.write_text("no markers\n")
+    with pytest.raises(SystemExit, match="markers"):
+        integration_report.write_page(page, "new table")

@@ -14,6 +14,7 @@ Modules, by subject:
 ``advantages``    group advantages: ``group_norm``, ``dr_grpo``, ``tsas`` (pure functions)
 ``generation``    batched sampling with stop strings and per-row token budgets
 ``rollout``       multi-turn episodes as token sequences with action masks
+``prefix``        one encoded prompt per group, for sampling and the update
 ``loss``          clipped objective, k3 KL, token weights of the loss averages
 ``metrics``       the figures of a step's rollouts
 ``envs``          the shared reward scheme, memory, env factory, question order

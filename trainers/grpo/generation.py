@@ -15,6 +15,14 @@ This module imports torch and transformers.
 
 The env receives the decoded action without special tokens, cut right after the stop
 string, exactly as :class:`searchgym.policies.hf.HFPolicy` cuts it at evaluation time.
+
+**One encoded prompt per group.** The rollouts of a GRPO group share their prompt (with
+experience memory, a prompt of several hundred tokens). Given each context's prompt length
+(``prefix_lengths``), :func:`sample_actions` encodes each distinct prompt of a batch once,
+copies its key/value cache to the rows that share it, and encodes only the rest of each
+context: the same tokens at the same positions under the same masks, so the logits agree
+with encoding every row whole up to floating-point rounding (tested: same tokens, same
+log-probabilities to 1e-5).
 """
 
 from __future__ import annotations
@@ -27,8 +35,17 @@ import torch
 from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
 
 from ...policies.hf import cut_at_stop
+from .prefix import cache_argument, encode_prefixes, shared_prefixes
 
-__all__ = ["Sampled", "ActionStop", "SamplingSettings", "sample_actions", "finish_action", "eos_token_ids"]
+__all__ = [
+    "Sampled",
+    "ActionStop",
+    "SamplingSettings",
+    "sample_actions",
+    "generate_batch",
+    "finish_action",
+    "eos_token_ids",
+]
 
 
 @dataclass(frozen=True)
@@ -39,11 +56,14 @@ class SamplingSettings:
         temperature: Softmax temperature (1.0 samples the policy itself; 0 decodes greedily).
         top_p: Nucleus threshold (1.0 = off).
         batch_size: Contexts per ``generate`` call.
+        share_prefix: Encode a prompt that several contexts of a batch share once (see the
+            module docstring); off encodes every context whole.
     """
 
     temperature: float = 1.0
     top_p: float = 1.0
     batch_size: int = 64
+    share_prefix: bool = True
 
 
 @dataclass(frozen=True)
@@ -154,6 +174,8 @@ def sample_actions(
     budgets: Sequence[int],
     stops: Sequence[str],
     settings: SamplingSettings,
+    *,
+    prefix_lengths: Sequence[int] | None = None,
 ) -> list[Sampled]:
     """Sample one action per context (token ids), each within its budget of new tokens.
 
@@ -168,46 +190,88 @@ def sample_actions(
         contexts: Token ids of each context.
         budgets: Most new tokens per context (>= 1 each).
         stops: Stop strings.
-        settings: Temperature, top-p and batch size.
+        settings: Temperature, top-p, batch size and prefix sharing.
+        prefix_lengths: Per context, how many leading tokens (its prompt) other contexts
+            may share; contexts of a batch whose prefixes are the same tokens encode them
+            once (with ``settings.share_prefix``). None encodes every context whole.
 
     Returns:
         One :class:`Sampled` per context, in order.
     """
-    eos = eos_token_ids(model, tokenizer)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos[0] if eos else 0)
-    device = next(model.parameters()).device
     out: list[Sampled] = []
     was_training = model.training
     model.eval()
     try:
         for first in range(0, len(contexts), settings.batch_size):
-            rows = [list(c) for c in contexts[first : first + settings.batch_size]]
-            row_budgets = [int(b) for b in budgets[first : first + settings.batch_size]]
-            width = max(len(r) for r in rows)
-            input_ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=device)
-            attention = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=device)
-            stop = ActionStop(tokenizer, stops, eos, width, row_budgets)
-            greedy = settings.temperature == 0
-            config = GenerationConfig(
-                do_sample=not greedy,
-                temperature=None if greedy else settings.temperature,
-                top_p=None if greedy else settings.top_p,
-                top_k=None if greedy else 0,
-                max_new_tokens=max(row_budgets),
-                pad_token_id=pad,
-                eos_token_id=eos or None,
+            batch = slice(first, first + settings.batch_size)
+            rows = [list(c) for c in contexts[batch]]
+            row_budgets = [int(b) for b in budgets[batch]]
+            shared = (
+                list(prefix_lengths[batch]) if prefix_lengths is not None and settings.share_prefix else None
             )
-            with torch.inference_mode():
-                sequences = model.generate(
-                    input_ids=input_ids,
-                    attention_mask=attention,
-                    generation_config=config,
-                    stopping_criteria=StoppingCriteriaList([stop]),
-                )
-            new = sequences[:, width:].tolist()
+            new, stop, _ = generate_batch(model, tokenizer, rows, row_budgets, stops, settings, shared)
             for row, ids in enumerate(new):
                 kept = stop.kept[row] if stop.kept[row] is not None else min(len(ids), row_budgets[row])
                 out.append(finish_action(tokenizer, ids[:kept], stops, stop.finish[row]))
     finally:
         model.train(was_training)
     return out
+
+
+def generate_batch(
+    model: Any,
+    tokenizer: Any,
+    rows: Sequence[Sequence[int]],
+    budgets: Sequence[int],
+    stops: Sequence[str],
+    settings: SamplingSettings,
+    prefix_lengths: Sequence[int] | None = None,
+    **generate_kwargs: Any,
+) -> tuple[list[list[int]], ActionStop, Any]:
+    """One ``generate`` call on ``rows``: the new tokens of each row, the stop criterion
+    (its ``kept`` and ``finish``) and ``generate``'s own output. ``generate_kwargs`` go to
+    ``generate`` (a test reads the logits with them); the rest as :func:`sample_actions`."""
+    eos = eos_token_ids(model, tokenizer)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos[0] if eos else 0)
+    device = next(model.parameters()).device
+    groups = shared_prefixes(rows, prefix_lengths) if prefix_lengths is not None else None
+    if groups is None:
+        width = max(len(r) for r in rows)
+        input_ids = torch.tensor([[pad] * (width - len(r)) + list(r) for r in rows], device=device)
+        attention = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=device)
+        cache: dict[str, Any] = {}
+    else:
+        with torch.inference_mode():
+            prefix_ids, prefix_mask, prefix_cache, _ = encode_prefixes(model, groups, pad, device)
+        # [pads][prefix][pads][rest of the row]: positions come from the mask, so every token
+        # sits where it sits in the row encoded whole
+        rests = [list(row[len(groups[0][g]) :]) for row, g in zip(rows, groups[1], strict=True)]
+        rest_width = max(len(r) for r in rests)
+        rest_ids = torch.tensor([[pad] * (rest_width - len(r)) + r for r in rests], device=device)
+        rest_mask = torch.tensor([[0] * (rest_width - len(r)) + [1] * len(r) for r in rests], device=device)
+        input_ids = torch.cat([prefix_ids, rest_ids], dim=1)
+        attention = torch.cat([prefix_mask, rest_mask], dim=1)
+        cache = {cache_argument(model): prefix_cache}
+        width = input_ids.shape[1]
+    stop = ActionStop(tokenizer, stops, eos, width, budgets)
+    greedy = settings.temperature == 0
+    config = GenerationConfig(
+        do_sample=not greedy,
+        temperature=None if greedy else settings.temperature,
+        top_p=None if greedy else settings.top_p,
+        top_k=None if greedy else 0,
+        max_new_tokens=max(budgets),
+        pad_token_id=pad,
+        eos_token_id=eos or None,
+    )
+    with torch.inference_mode():
+        output = model.generate(
+            input_ids=input_ids,
+            attention_mask=attention,
+            generation_config=config,
+            stopping_criteria=StoppingCriteriaList([stop]),
+            **cache,
+            **generate_kwargs,
+        )
+    sequences = output if isinstance(output, torch.Tensor) else output.sequences
+    return sequences[:, width:].tolist(), stop, output

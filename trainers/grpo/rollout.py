@@ -25,6 +25,7 @@ exceed the budget.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -36,7 +37,7 @@ from ...envs.records import Trajectory
 from ...policies.chat import ChatFormatter
 from .generation import Sampled, SamplingSettings, sample_actions
 
-__all__ = ["Segment", "Episode", "RolloutCollector", "locate_spans"]
+__all__ = ["Segment", "Episode", "RolloutCollector", "group_prefix_lengths", "locate_spans"]
 
 
 @dataclass(frozen=True)
@@ -130,6 +131,24 @@ def locate_spans(rendered: str, observation: str, spans: Sequence[Any]) -> tuple
     return tuple(out)
 
 
+def group_prefix_lengths(episodes: Sequence[Episode]) -> list[int]:
+    """Per episode, how many leading prompt tokens every episode of its group shares: the
+    whole prompt when the group's prompts are equal (one question; with memory and
+    ``example_per: group``, one experience block and example), else their common start
+    (with ``example_per: rollout``, the instructions and experience before each rollout's
+    own example)."""
+    prompts: dict[int, list[list[int]]] = {}
+    for ep in episodes:
+        prompts.setdefault(ep.group, []).append(ep.token_ids[: ep.prompt_tokens])
+    common = {}
+    for group, rows in prompts.items():
+        length = min(len(r) for r in rows)
+        for row in rows[1:]:
+            length = next((k for k in range(length) if row[k] != rows[0][k]), length)
+        common[group] = length
+    return [common[ep.group] for ep in episodes]
+
+
 class RolloutCollector:
     """Runs groups of episodes of one env with a transformers policy (see the module docstring).
 
@@ -142,7 +161,9 @@ class RolloutCollector:
         max_context_tokens: Tokens per episode at most.
         sampling: Temperature, top-p and generation batch size.
         sampler: The sampling function (default :func:`~.generation.sample_actions`); any
-            function with its signature can stand in, e.g. to script actions in a test.
+            function with its signature can stand in, e.g. to script actions in a test. A
+            sampler that takes ``prefix_lengths`` gets :func:`group_prefix_lengths`, so the
+            rollouts of a group encode the prompt they share once.
         group_prompt_seeds: Reset every env of a group with the same ``prompt_seed``
             option, so a memory wrapper draws one few-shot example for the whole group.
     """
@@ -226,6 +247,8 @@ class RolloutCollector:
         return episodes
 
     def _run(self, episodes: list[Episode], envs: list[gym.Env]) -> None:
+        shared = group_prefix_lengths(episodes)
+        takes_prefixes = "prefix_lengths" in inspect.signature(self.sampler).parameters
         active = list(range(len(episodes)))
         stops = self.stop_strings
         while active:
@@ -236,6 +259,7 @@ class RolloutCollector:
             todo = [i for i in active if room[i] >= 1]
             sampled: list[Sampled] = []
             if todo:
+                extra = {"prefix_lengths": [shared[i] for i in todo]} if takes_prefixes else {}
                 sampled = self.sampler(
                     self.model,
                     self.tokenizer,
@@ -243,6 +267,7 @@ class RolloutCollector:
                     [min(self.max_new_tokens, room[i]) for i in todo],
                     stops,
                     self.sampling,
+                    **extra,
                 )
             still = []
             for i, action in zip(todo, sampled, strict=True):

@@ -9,6 +9,7 @@ One training step:
 4. update the policy with PPO's clipped objective and a k3 KL to the frozen reference
    (AdamW; ``ppo_epochs × mini_batches`` optimizer steps; micro-batches accumulate),
    plus, with ``algo.ptx_coef``, a language-model loss on replayed examples (:mod:`.ptx`);
+   sampling and the update encode the prompt a group shares once (:mod:`.prefix`);
 5. count a step of the experience memory (``memory.step()``, which updates the bank every
    ``update_every`` steps);
 6. log the figures, and save a checkpoint when one is due.
@@ -67,11 +68,12 @@ from .envs import (
     store_spec,
 )
 from .generation import SamplingSettings
-from .loss import clipped_token_loss, pad_batch, pad_values, token_logprobs, token_weights
+from .loss import clipped_token_loss, pad_values, token_weights
 from .metrics import rollout_metrics
 from .model import load_model, load_tokenizer_for, model_source, resolve_device, set_cpu_threads
+from .prefix import sequence_logprobs
 from .ptx import load_ptx_examples, ptx_nll, sample_ptx
-from .rollout import Episode, RolloutCollector
+from .rollout import Episode, RolloutCollector, group_prefix_lengths
 
 __all__ = ["GRPOTrainer", "train", "step_seed"]
 
@@ -337,18 +339,34 @@ class GRPOTrainer:
             )
         return out
 
+    def _token_logprobs(
+        self, model: Any, episodes: Sequence[Episode], rows: Sequence[int], shared: Sequence[int] | None
+    ) -> torch.Tensor:
+        """:func:`~.prefix.sequence_logprobs` of the episodes ``rows``: with ``shared``
+        (:func:`~.rollout.group_prefix_lengths` of ``episodes``), a group's prompt is encoded once."""
+        return sequence_logprobs(
+            model,
+            [episodes[i].token_ids for i in rows],
+            self.tokenizer.pad_token_id,
+            self.device,
+            self.config.rollout.temperature,
+            None if shared is None else [shared[i] for i in rows],
+        )
+
+    def _shared_prompts(self, episodes: Sequence[Episode]) -> list[int] | None:
+        """Each episode's prompt tokens shared by its group (None with ``share_prefix`` off)."""
+        return group_prefix_lengths(episodes) if self.collector.sampling.share_prefix else None
+
     def _logprobs(self, model: Any, episodes: Sequence[Episode]) -> list[torch.Tensor]:
         """Per-episode token log-probabilities (no gradient), in micro-batches of similar length."""
         out: list[torch.Tensor] = [torch.empty(0)] * len(episodes)
         size = self.config.algo.micro_batch_size
         order = by_length(episodes, range(len(episodes)))
+        shared = self._shared_prompts(episodes)
         with torch.no_grad():
             for first in range(0, len(order), size):
                 chunk = order[first : first + size]
-                ids, attention = pad_batch(
-                    [episodes[i].token_ids for i in chunk], self.tokenizer.pad_token_id, self.device
-                )
-                lp = token_logprobs(model, ids, attention, self.config.rollout.temperature)
+                lp = self._token_logprobs(model, episodes, chunk, shared)
                 for row, i in enumerate(chunk):
                     out[i] = lp[row, : len(episodes[i].token_ids) - 1].cpu()
         return out
@@ -361,6 +379,7 @@ class GRPOTrainer:
         ref = self._logprobs(self.ref_model, episodes) if self.ref_model is not None else None
         on_policy = algo.ppo_epochs * algo.mini_batches == 1
         old = None if on_policy else self._logprobs(self.model, episodes)
+        shared = self._shared_prompts(episodes)
         norm_length = cfg.rollout.max_new_tokens * self.max_turns
         totals = {
             "loss": 0.0,
@@ -384,7 +403,7 @@ class GRPOTrainer:
                 for first in range(0, len(part), algo.micro_batch_size):
                     micro = part[first : first + algo.micro_batch_size]
                     local = weights[first : first + algo.micro_batch_size]
-                    self._accumulate(episodes, micro, local, masks, advantages, ref, old, totals)
+                    self._accumulate(episodes, micro, local, masks, advantages, ref, old, totals, shared)
                 if self.ptx is not None:
                     batch = sample_ptx(self.ptx, algo.ptx_batch_size, rng)
                     nll = ptx_nll(self.model, batch, self.tokenizer.pad_token_id, self.device)
@@ -421,13 +440,11 @@ class GRPOTrainer:
         ref: list[torch.Tensor] | None,
         old: list[torch.Tensor] | None,
         totals: dict[str, float],
+        shared: Sequence[int] | None = None,
     ) -> None:
         """Forward and backward one micro-batch; add its share of the loss to the gradients."""
         cfg = self.config
-        ids, attention = pad_batch(
-            [episodes[i].token_ids for i in micro], self.tokenizer.pad_token_id, self.device
-        )
-        logprobs = token_logprobs(self.model, ids, attention, cfg.rollout.temperature)
+        logprobs = self._token_logprobs(self.model, episodes, micro, shared)
         width = logprobs.shape[1]
         w = pad_values(weights, width, self.device)
         mask = pad_values([masks[i] for i in micro], width, self.device)

@@ -14,8 +14,9 @@ from:
    before the stage, 0% after 100 batches and still at batch 700); with 30 worlds
    rehearsed it came back to 98%.
 
-Each folder is named by a hash of everything that shapes it (the start model, the env
-settings, the SFT settings, the seed), so every arm of a seed shares one warm start and a
+Each folder is named by a hash of everything that shapes it (the start model and its
+thread count, the world and env settings, the SFT settings, the seed, the torch and
+transformers versions), so every arm of a seed shares one warm start and a
 second call returns at once.
 """
 
@@ -63,6 +64,8 @@ __all__ = [
     "sft_examples",
     "train_sft",
     "sft_key",
+    "model_settings",
+    "versions",
     "scripted_memory",
 ]
 
@@ -80,7 +83,7 @@ _NOT_PROTOCOL_STAGE = (
     "topup_share",
     "topup_samples",
 )
-_ENV_KEYS = ("world_seed", "world_kwargs", "topk", "max_turns", "retriever", "eval_fraction")
+_ENV_KEYS = ("world_seed", "world_kwargs", "topk", "max_turns", "retriever", "eval_fraction", "split_by")
 
 
 def _env_settings(config: StudyRunConfig) -> dict[str, Any]:
@@ -105,17 +108,41 @@ def protocol_instructions(config: StudyRunConfig) -> dict[str, str | None]:
 
 
 def sft_key(config: StudyRunConfig, source: Path) -> str:
-    """Hash of everything that shapes the warm start of ``config``."""
+    """Hash of everything that shapes the warm start of ``config``: the start model (its
+    folder name, a hash of the tiny model's settings) and how it runs
+    (:func:`model_settings`), the world and env settings the demonstrations are written
+    from, the SFT settings, the seed, and the library versions (:func:`versions`)."""
     sft = config.sft
     settings = {
         "source": source.name,
+        "model": model_settings(config),
         "env": _env_settings(config),
         "instructions": protocol_instructions(config),
         "sft": {k: v for k, v in vars(sft).items() if k not in _NOT_PROTOCOL_STAGE},
         "seed": config.seed,
-        "version": 12,
+        "versions": versions(),
+        "version": 13,
     }
     return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def model_settings(config: StudyRunConfig) -> dict[str, Any]:
+    """How the warm start's model runs: dtype, device and torch threads (another thread
+    count sums floating-point numbers in another order, so it builds other weights)."""
+    from searchgym.trainers.grpo.model import cpu_threads
+
+    model = config.model
+    return {"dtype": model.dtype, "device": model.device, "threads": cpu_threads(model)}
+
+
+def versions() -> dict[str, str]:
+    """The versions that move a warm start's weights: torch's and transformers' (major.minor)."""
+    import transformers
+
+    return {
+        "torch": ".".join(torch.__version__.split(".")[:2]),
+        "transformers": ".".join(transformers.__version__.split(".")[:2]),
+    }
 
 
 def sft_examples(config: StudyRunConfig, tokenizer: Any) -> list[Example]:
@@ -340,7 +367,9 @@ def reading_model(config: StudyRunConfig, *, progress: bool = True) -> Path:
     settings = {
         "source": source.name,
         "reading": [sft.reading_worlds, sft.reading_epochs, sft.lr, sft.batch_size],
-        "version": 2,
+        "model": model_settings(config),
+        "versions": versions(),
+        "version": 3,
     }
     key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
 

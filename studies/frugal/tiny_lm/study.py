@@ -23,10 +23,12 @@ import hashlib
 import json
 import logging
 import math
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
 import yaml
 
 from searchgym.envs.errors import InvalidArgumentError, did_you_mean
@@ -223,6 +225,7 @@ def run_study(
     for arm in arms or ():
         if arm not in study["arms"]:
             raise did_you_mean("arm", arm, study["arms"])
+    start = time.perf_counter()
     to_run = {(arm, seed) for arm in arms or study["arms"] for seed in seeds or study["seeds"]}
     all_seeds = list(dict.fromkeys([*study["seeds"], *(seeds or [])]))
     runs: list[dict[str, Any]] = []
@@ -244,14 +247,18 @@ def run_study(
                 result = pipeline.evaluation.to_dict()
                 train_s = sum(r["train"]["step_s"] for r in pipeline.state.history)
                 result["settings"]["train_s"] = train_s
+                if pipeline.start_model is not None:
+                    result["settings"]["warm_start"] = pipeline.start_model.name
                 result["settings"]["config_key"] = key
                 write_json(done, result)
             runs.append({"arm": arm, "seed": seed, "result": result})
     summary = aggregate(runs)
     out = Path(study["output_dir"])
     out.mkdir(parents=True, exist_ok=True)
+    # this call's wall time and threads (a study picked up after a stop ran partly in earlier calls)
+    timing = {"wall_s": time.perf_counter() - start, "torch_threads": torch.get_num_threads()}
     (out / "results.json").write_text(
-        json.dumps({"runs": runs, "arms": summary}, indent=2) + "\n", encoding="utf-8"
+        json.dumps({"runs": runs, "arms": summary, "timing": timing}, indent=2) + "\n", encoding="utf-8"
     )
     (out / "results.md").write_text(format_results(summary) + "\n", encoding="utf-8")
     plot_frontier(summary, out / "frontier.png")

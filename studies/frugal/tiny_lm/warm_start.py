@@ -25,6 +25,9 @@ def warm_start(config: StudyRunConfig, *, progress: bool = True) -> Path:
     subject into fewer than half of its queries is logged as a warning, since the study's
     arms cannot learn to search without it.
 
+    Torch runs on the threads of ``model.cpu_threads`` (see
+    :func:`~tiny_lm.sft.model_settings`), the count the folders' keys hold.
+
     Args:
         config: A run config with ``sft.enabled``; its env must be SyntheticFacts and its
             model the tiny one or a local folder.
@@ -33,6 +36,9 @@ def warm_start(config: StudyRunConfig, *, progress: bool = True) -> Path:
         ``{sft.dir}/sft-<hash>`` (or ``top-<hash>`` with a recall target), a
         ``save_pretrained`` folder with the tokenizer.
     """
+    from searchgym.trainers.grpo.model import resolve_device, set_cpu_threads
+
+    set_cpu_threads(config.model, resolve_device(config.model.device))  # the thread count its key holds
     model = protocol_model(config, progress=progress)
     if config.sft.recall_target:
         model = recall_topup(config, model, progress=progress)
