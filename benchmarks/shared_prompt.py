@@ -86,7 +86,7 @@ def measure(example_per: str, args: argparse.Namespace, root: Path, store: Path)
                 "max_context_tokens": 1024,
                 "generation_batch_size": 64,
             },
-            "memory": {"kind": "experience", "path": str(store), "example_per": example_per},
+            "memory": {"kind": "lightsearcher", "path": str(store), "example_per": example_per},
             "algo": {"kl_coef": 0.001, "lr": 1e-4, "micro_batch_size": 16},
             "checkpoint": {"every": 0},
         }

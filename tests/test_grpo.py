@@ -380,7 +380,7 @@ def test_rollouts_are_the_same_with_and_without_the_shared_prompt(tiny_root, tmp
             tiny_root,
             tmp_path / f"{per}-{share}",
             env={"id": ENV_ID, "kwargs": {"reward": "f1", "max_turns": 3}},
-            memory={"kind": "experience", "path": str(memory_store), "example_per": per},
+            memory={"kind": "lightsearcher", "path": str(memory_store), "example_per": per},
             rollout={
                 "group_size": 4,
                 "questions_per_step": 3,
