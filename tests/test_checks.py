@@ -33,15 +33,6 @@ COPY_NAME = re.compile(
     r"str|string|non_?empty(_str)?|non_?negative(_int)?|bool)$"
 )
 
-# envs/retrieval is another engineer's slice this round; its copies move to envs.checks next.
-NOT_YET_MOVED = {
-    ("envs/retrieval/server_protocol.py", "check_number"),
-    ("envs/retrieval/dense_build.py", "_check_positive"),
-    ("envs/retrieval/faiss_index.py", "_positive"),
-    ("envs/retrieval/simulated/retriever.py", "_check_fraction"),
-    ("envs/retrieval/simulated/generators.py", "_positive"),
-}
-
 
 def _check_helpers() -> set[tuple[str, str]]:
     found = set()
@@ -71,8 +62,7 @@ def test_no_module_keeps_its_own_copy_of_a_value_check():
     for name in ("check_int", "check_finite"):
         assert "_config_check" in _calls("trainers/config_base.py", name)
         found.discard(("trainers/config_base.py", name))
-    assert found - NOT_YET_MOVED == set(), "use searchgym.envs.checks instead of a private copy"
-    assert NOT_YET_MOVED <= found, "a copy moved to envs.checks: take it off NOT_YET_MOVED"
+    assert found == set(), "use searchgym.envs.checks instead of a private copy"
 
 
 def test_the_finder_sees_a_copy(tmp_path):

@@ -163,7 +163,7 @@ def test_url_forms_and_bad_urls(server, small):
     for bad in ("ftp://x:1", "http://", "localhost:8000", "http://h:99999", 8000):
         with pytest.raises(InvalidArgumentError, match="url"):
             HTTPRetriever(bad)  # type: ignore[arg-type]
-    with pytest.raises(InvalidArgumentError, match="timeout must be a number"):
+    with pytest.raises(InvalidArgumentError, match="timeout must be a finite number"):
         HTTPRetriever(server.url, timeout=0)
     with pytest.raises(InvalidArgumentError, match="retries must be an int"):
         HTTPRetriever(server.url, retries=-1)

@@ -445,9 +445,9 @@ def test_max_wait_closes_a_batch_whose_peers_never_come(loop):
 @pytest.mark.parametrize(
     "kwargs,message",
     [
-        ({"port": 70000}, "port must be in"),
+        ({"port": 70000}, r"port must be an int in \[0, 65535\]"),
         ({"max_batch_size": 0}, "max_batch_size must be an int >= 1"),
-        ({"max_wait_ms": -1}, "max_wait_ms must be a number"),
+        ({"max_wait_ms": -1}, "max_wait_ms must be a finite number"),
         ({"host": ""}, "host must be a non-empty string"),
         ({"batching": "yes"}, "batching must be True or False"),
     ],

@@ -30,8 +30,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..envs.checks import check_int, check_number
 from ..envs.errors import InvalidArgumentError, SearchGymError
-from ..envs.retrieval.server_protocol import check_number
 from ..envs.retrieval.service import ROUTES, RetrievalService, ServerConfig, listening_message, load_index
 
 __all__ = ["RayServeConfig", "RayServeHandle", "RetrievalReplica", "serve_with_ray"]
@@ -75,7 +75,7 @@ class RayServeConfig(ServerConfig):
         object.__setattr__(self, "index", os.fspath(self.index))
         if not isinstance(self.index_options, dict):
             raise InvalidArgumentError(f"index_options must be a dict, got {self.index_options!r}.")
-        check_number("replicas", self.replicas, 1, integer=True)
+        check_int("replicas", self.replicas, 1)
         check_number("num_cpus_per_replica", self.num_cpus_per_replica, 0)
         check_number("num_gpus_per_replica", self.num_gpus_per_replica, 0)
         super().__post_init__()  # host, port, batching and caps

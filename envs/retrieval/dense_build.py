@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from ..checks import check_int
 from ..errors import DataFileError, InvalidArgumentError
 from .checksums import file_checksums
 from .encoders import E5_PASSAGE_PREFIX, E5_QUERY_PREFIX, Encoder, load_encoder, same_model
@@ -222,15 +223,6 @@ def _build_lock(index_dir: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _check_positive(name: str, value: object, optional: bool = False) -> None:
-    if optional and value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidArgumentError(
-            f"{name} must be a positive int{' or None' if optional else ''}, got {value!r}."
-        )
-
-
 def _start(
     index_dir: Path,
     corpus: Path,
@@ -316,9 +308,9 @@ def build_dense_index(
         InvalidArgumentError: A bad option.
     """
     corpus, index_dir = Path(corpus_path), Path(index_dir)
-    _check_positive("batch_size", batch_size)
-    _check_positive("chunk_size", chunk_size, optional=True)
-    _check_positive("max_chunks", max_chunks, optional=True)
+    check_int("batch_size", batch_size, 1)
+    check_int("chunk_size", chunk_size, 1, optional=True)
+    check_int("max_chunks", max_chunks, 1, optional=True)
     spec = IndexSpec.from_options(index_type, index_options)
     qp, pp = resolve_prefixes(e5, query_prefix, passage_prefix)
     if not corpus.is_file():

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from ..checks import check_int
 from ..errors import DataFileError, InvalidArgumentError
 
 __all__ = [
@@ -49,15 +50,6 @@ def import_faiss() -> Any:
             "Dense retrieval needs faiss: pip install 'searchgym[retrieval]' (faiss-cpu), or faiss-gpu on a GPU machine."
         ) from exc
     return faiss
-
-
-def _positive(name: str, value: object, *, optional: bool = False) -> None:
-    if optional and value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidArgumentError(
-            f"{name} must be a positive int{' or None' if optional else ''}, got {value!r}."
-        )
 
 
 @dataclass(frozen=True)
@@ -94,9 +86,9 @@ class IndexSpec:
 
             raise did_you_mean("index type", self.kind, INDEX_TYPES)
         for name in ("hnsw_m", "ef_construction", "ef_search", "nprobe"):
-            _positive(name, getattr(self, name))
+            check_int(name, getattr(self, name), 1)
         for name in ("nlist", "pq_m", "train_size"):
-            _positive(name, getattr(self, name), optional=True)
+            check_int(name, getattr(self, name), 1, optional=True)
         if self.nbits is not None and (isinstance(self.nbits, bool) or self.nbits not in range(1, 17)):
             raise InvalidArgumentError(f"nbits must be an int from 1 to 16 or None, got {self.nbits!r}.")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):

@@ -25,11 +25,12 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
+from ..checks import check_int, check_number
 from ..errors import InvalidArgumentError, RetrievalError
 from ..records import Doc
 from .base import Retriever
 from .http_connection import HTTPConnection, ProtocolError, ServerClosed
-from .server_protocol import check_number, host_port, parse_response
+from .server_protocol import host_port, parse_response
 
 __all__ = ["RETRYABLE_STATUSES", "HTTPRetriever", "make_http_retriever"]
 
@@ -111,14 +112,12 @@ class HTTPRetriever(Retriever):
     ) -> None:
         self.scheme, self.host, self.port, self.path = _parse_url(url)
         self.url = url
-        self.timeout = float(check_number("timeout", timeout, 1e-3))
-        self.retries = check_number("retries", retries, 0, integer=True)
-        self.backoff = float(check_number("backoff", backoff, 0))
-        self.max_backoff = float(check_number("max_backoff", max_backoff, 0))
-        self.max_queries_per_request = check_number(
-            "max_queries_per_request", max_queries_per_request, 1, integer=True
-        )
-        self.max_query_chars = check_number("max_query_chars", max_query_chars, 1, integer=True)
+        self.timeout = check_number("timeout", timeout, 1e-3)
+        self.retries = check_int("retries", retries, 0)
+        self.backoff = check_number("backoff", backoff, 0)
+        self.max_backoff = check_number("max_backoff", max_backoff, 0)
+        self.max_queries_per_request = check_int("max_queries_per_request", max_queries_per_request, 1)
+        self.max_query_chars = check_int("max_query_chars", max_query_chars, 1)
         self.error_count = 0
         """Number of :meth:`search` calls that raised :class:`RetrievalError`."""
         self.retry_count = 0

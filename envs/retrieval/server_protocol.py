@@ -24,8 +24,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ..checks import check_int
 from ..data import split_contents
-from ..errors import InvalidArgumentError
 from ..records import Doc
 
 __all__ = [
@@ -36,7 +36,6 @@ __all__ = [
     "JSON_BYTES_PER_DOC",
     "check_body_size",
     "check_response_size",
-    "check_number",
     "doc_contents",
     "doc_from_item",
     "doc_payload",
@@ -46,28 +45,6 @@ __all__ = [
     "parse_response",
     "parse_retrieve_request",
 ]
-
-
-def check_number(
-    name: str, value: object, low: float, high: float | None = None, *, integer: bool = False
-) -> Any:
-    """``value`` when it is a number (an int when ``integer``; never a bool) in ``[low, high]``.
-
-    Raises:
-        InvalidArgumentError: "``{name} must be an int >= {low}, got {value!r}.``", with "a
-            number" unless ``integer``, and "in [{low}, {high}]" when ``high`` is given.
-    """
-    kinds = (int,) if integer else (int, float)
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, kinds)
-        or not value >= low
-        or (high is not None and value > high)
-    ):
-        kind = "an int" if integer else "a number"
-        bounds = f">= {low}" if high is None else f"in [{low}, {high}]"
-        raise InvalidArgumentError(f"{name} must be {kind} {bounds}, got {value!r}.")
-    return value
 
 
 def host_port(host: str, port: int) -> str:
@@ -106,7 +83,7 @@ class RequestLimits:
             "max_results",
             "max_response_bytes",
         ):
-            check_number(f"RequestLimits.{name}", getattr(self, name), 1, integer=True)
+            check_int(f"RequestLimits.{name}", getattr(self, name), 1)
 
 
 @dataclass(frozen=True)

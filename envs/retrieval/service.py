@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..checks import check_int, check_number, check_string
 from ..errors import DataFileError, InvalidArgumentError
 from ..records import Doc
 from .base import Retriever
@@ -33,7 +34,6 @@ from .server_protocol import (
     RequestError,
     RequestLimits,
     check_body_size,
-    check_number,
     check_response_size,
     error_payload,
     format_response,
@@ -87,19 +87,16 @@ class ServerConfig:
     max_connections: int = 1000
 
     def __post_init__(self) -> None:
-        if not isinstance(self.host, str) or not self.host:
-            raise InvalidArgumentError(f"host must be a non-empty string, got {self.host!r}.")
-        check_number("port", self.port, 0, integer=True)
-        if self.port > 65535:
-            raise InvalidArgumentError(f"port must be in [0, 65535], got {self.port}.")
-        check_number("max_batch_size", self.max_batch_size, 1, integer=True)
-        check_number("default_topk", self.default_topk, 1, integer=True)
+        check_string("host", self.host)
+        check_int("port", self.port, 0, 65535)
+        check_int("max_batch_size", self.max_batch_size, 1)
+        check_int("default_topk", self.default_topk, 1)
         check_number("max_wait_ms", self.max_wait_ms, 0, 10_000)
         if not isinstance(self.batching, bool):
             raise InvalidArgumentError(f"batching must be True or False, got {self.batching!r}.")
         check_number("idle_timeout_s", self.idle_timeout_s, 1e-3, 86_400)
         check_number("body_timeout_s", self.body_timeout_s, 1e-3, 86_400)
-        check_number("max_connections", self.max_connections, 1, integer=True)
+        check_int("max_connections", self.max_connections, 1)
         if not isinstance(self.limits, RequestLimits):
             raise InvalidArgumentError(f"limits must be a RequestLimits, got {self.limits!r}.")
 

@@ -17,17 +17,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from ...checks import check_int, check_number
 from ...errors import InvalidArgumentError, RetrievalError
 
 __all__ = ["OpenAIChatGenerator", "TransformersGenerator", "openai_generator", "transformers_generator"]
-
-
-def _positive(name: str, value: object, *, integer: bool = False, zero: bool = False) -> Any:
-    kinds = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or value < 0 or (value == 0 and not zero):
-        what = "an int" if integer else "a number"
-        raise InvalidArgumentError(f"{name} must be {what} {'>= 0' if zero else '> 0'}, got {value!r}.")
-    return value
 
 
 class TransformersGenerator:
@@ -59,14 +52,12 @@ class TransformersGenerator:
         if not isinstance(model_path, (str, os.PathLike)) or not str(model_path):
             raise InvalidArgumentError(f"model_path must be a model folder or hub name, got {model_path!r}.")
         self.model_path = str(model_path)
-        self.max_new_tokens = _positive("max_new_tokens", max_new_tokens, integer=True)
-        self.batch_size = _positive("batch_size", batch_size, integer=True)
-        self.temperature = float(_positive("temperature", temperature, zero=True))
+        self.max_new_tokens = check_int("max_new_tokens", max_new_tokens, 1)
+        self.batch_size = check_int("batch_size", batch_size, 1)
+        self.temperature = check_number("temperature", temperature, 0.0)
         self.device = device
         self.max_prompt_tokens = (
-            None
-            if max_prompt_tokens is None
-            else _positive("max_prompt_tokens", max_prompt_tokens, integer=True)
+            None if max_prompt_tokens is None else check_int("max_prompt_tokens", max_prompt_tokens, 1)
         )
         self._model: Any = None
         self._tokenizer: Any = None
@@ -177,12 +168,12 @@ class OpenAIChatGenerator:
         url = base_url.rstrip("/")
         self.url = url if url.endswith("/chat/completions") else f"{url}/chat/completions"
         self.model = model
-        self.timeout = float(_positive("timeout", timeout))
-        self.retries = _positive("retries", retries, integer=True, zero=True)
-        self.max_tokens = _positive("max_tokens", max_tokens, integer=True)
-        self.temperature = float(_positive("temperature", temperature, zero=True))
-        self.concurrency = _positive("concurrency", concurrency, integer=True)
-        self.backoff = float(_positive("backoff", backoff, zero=True))
+        self.timeout = check_number("timeout", timeout, above=0.0)
+        self.retries = check_int("retries", retries, 0)
+        self.max_tokens = check_int("max_tokens", max_tokens, 1)
+        self.temperature = check_number("temperature", temperature, 0.0)
+        self.concurrency = check_int("concurrency", concurrency, 1)
+        self.backoff = check_number("backoff", backoff, 0.0)
         self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
 
     def __call__(self, prompts: Sequence[str]) -> list[str]:

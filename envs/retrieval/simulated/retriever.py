@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ...checks import check_probability
 from ...errors import InvalidArgumentError, RetrievalError
 from ...records import Doc
 from ..base import Retriever
@@ -131,12 +132,6 @@ def noise_draw(seed: int, query: str, slot: int) -> float:
     return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") / 2.0**64
 
 
-def _check_fraction(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
-        raise InvalidArgumentError(f"{name} must be a number in [0, 1], got {value!r}.")
-    return float(value)
-
-
 def _as_generator(generator: object) -> TextGenerator:
     act = getattr(generator, "act", None)
     if callable(act):  # a searchgym Policy: contexts in, actions out
@@ -183,7 +178,7 @@ class SimulatedRetriever(Retriever):
     ) -> None:
         self._generate = _as_generator(generator)
         self.generator = generator
-        self.noise_prob = _check_fraction("noise_prob", noise_prob)
+        self.noise_prob = check_probability("noise_prob", noise_prob)
         if docs_per_query is not None and (
             isinstance(docs_per_query, bool) or not isinstance(docs_per_query, int) or docs_per_query < 1
         ):
