@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from ...envs.errors import DataFileError, InvalidArgumentError, did_you_mean
+from ...envs.models import resolve_model
 
 __all__ = [
     "AGENT_CONFIG_VARIABLE",
@@ -79,6 +80,12 @@ def _str(where: str, value: object, *, optional: bool = False) -> str | None:
     if not isinstance(value, str) or not value.strip():
         raise InvalidArgumentError(f"{where} must be a non-empty string, got {value!r:.120}.")
     return value
+
+
+def _tokenizer(where: str, value: object) -> str | None:
+    """A tokenizer folder, with a registered offline model name turned into its pulled folder."""
+    text = _str(where, value, optional=True)
+    return None if text is None else resolve_model(text)
 
 
 def _int(where: str, value: object, low: int) -> int:
@@ -203,9 +210,10 @@ class AgentConfig:
         env_kwargs: Keyword arguments of ``gym.make`` (protocol, reward, retriever, ...).
         memory: Experience memory, or ``None``.
         advantage: A group-advantage scheme for the trainer actor, or ``None``.
-        tokenizer: A tokenizer path for the chat template, used only when the agent runs
-            outside :class:`~searchgym.trainers.openrlhf.agent.SearchGymAgentExecutor`
-            (which passes OpenRLHF's own tokenizer).
+        tokenizer: A tokenizer folder or a registered offline model name (its pulled
+            folder) for the chat template, used only when the agent runs outside
+            :class:`~searchgym.trainers.openrlhf.agent.SearchGymAgentExecutor` (which
+            passes OpenRLHF's own tokenizer).
         max_pool: Envs kept per process for reuse (they are built once and reset per sample).
     """
 
@@ -242,7 +250,7 @@ class AgentConfig:
             env_kwargs=env_kwargs,
             memory=None if memory is None else MemoryConfig.from_dict(memory, basedir),
             advantage=None if advantage is None else AdvantageConfig.from_dict(advantage),
-            tokenizer=_str(f"{where}.tokenizer", d.get("tokenizer"), optional=True),
+            tokenizer=_tokenizer(f"{where}.tokenizer", d.get("tokenizer")),
             max_pool=_int(f"{where}.max_pool", d.get("max_pool", 4096), 1),
         )
 
