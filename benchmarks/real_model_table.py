@@ -3,9 +3,10 @@
     python benchmarks/real_model_table.py
 
 Reads ``benchmarks/results/real_model_eval.json`` (``real_model_eval.py``) and
-``benchmarks/results/real_model_train.json`` (``real_model_train.py``) and replaces the
-text between the ``<!-- real-model-eval -->`` and ``<!-- real-model-train -->`` markers and
-their ``<!-- end -->`` in the page. Nothing in the tables is typed by hand.
+``benchmarks/results/real_model_train.json`` (``real_model_train.py``) and
+``benchmarks/results/real_model_eval_speed.json`` (``real_model_eval_speed.py``), and
+replaces the text between the ``<!-- real-model-eval -->``, ``<!-- real-model-train -->``
+and ``<!-- real-model-speed -->`` markers and their ``<!-- end -->`` in the page. Nothing in the tables is typed by hand.
 """
 
 from __future__ import annotations
@@ -66,27 +67,71 @@ def eval_table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def train_table(report: dict[str, Any], window: int = 4) -> str:
+def train_table(report: dict[str, Any]) -> str:
     history = report["history"]
-
-    def mean(key: str, part: list[dict]) -> float:
-        return sum(h["rollout"][key] for h in part) / len(part)
-
+    window = max(1, min(5, len(history) // 2))
     first, last = history[:window], history[-window:]
+
+    def cell(key: str, part: list[dict], scale: float, digits: int) -> str:
+        values = [scale * h["rollout"].get(key, 0.0) for h in part]
+        mean = sum(values) / len(values)
+        spread = (sum((v - mean) ** 2 for v in values) / len(values)) ** 0.5
+        return f"{mean:.{digits}f} ± {spread:.{digits}f}"
+
+    columns = (
+        ("Reward", "reward", 1, 3),
+        ("Well-formed turns (%)", "format_ok_turns", 100, 0),
+        ("Well-formed episodes (%)", "format_ok", 100, 0),
+        ("F1 (%)", "f1", 100, 1),
+        ("Searches (ST)", "st", 1, 2),
+        ("Actions' tokens", "action_tokens", 1, 1),
+    )
     lines = [
-        "| Steps | Well-formed | Reward | F1 | Actions' tokens | Searches (ST) |",
-        "|---|---|---|---|---|---|",
+        "| Steps | " + " | ".join(c[0] for c in columns) + " |",
+        "|---|" + "---|" * len(columns),
     ]
     for label, part in ((f"first {len(first)}", first), (f"last {len(last)}", last)):
-        lines.append(
-            f"| {label} | {100 * mean('format_ok', part):.0f}% | {mean('reward', part):+.3f} | "
-            f"{100 * mean('f1', part):.1f} | {mean('action_tokens', part):.1f} | {mean('st', part):.2f} |"
-        )
+        lines.append(f"| {label} | " + " | ".join(cell(k, part, sc, d) for _, k, sc, d in columns) + " |")
     lines += [
+        "",
+        "Each cell is the mean ± standard deviation over those steps (8 rollouts per step).",
         "",
         f"`{report['command']}`: {report['steps_done']} of {report['steps_configured']} configured steps in "
         f"{report['wall_time_s'] / 60:.0f} min, median step {report['median_step_s']:.0f} s "
-        f"(torch threads: {report['torch_threads']}; config `{report['config']}`).",
+        f"(torch threads: {report['torch_threads']}; config `{report['config']}`; seed {_seed(report)}).",
+    ]
+    return "\n".join(lines)
+
+
+def _seed(report: dict[str, Any]) -> Any:
+    """The run's seed: in the report, else in its config file."""
+    if "seed" in report:
+        return report["seed"]
+    import yaml
+
+    return yaml.safe_load((REPO / report["config"]).read_text(encoding="utf-8")).get("seed")
+
+
+def speed_table(report: dict[str, Any]) -> str:
+    keys = ("em", "f1", "cover_em", "st", "format_ok", "tokens")
+    lines = [
+        f"| Mode | CPU s at `{report['base']}` | CPU s now | Speed-up (CPU) | Wall s at `{report['base']}` | Wall s now "
+        "| Same EM, F1, CoverEM, ST, well-formed, tokens |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in report["rows"]:
+        base, now = row["base"], row["current"]
+        same = all(abs(base["result"][k] - now["result"][k]) < 1e-9 for k in keys)
+        lines.append(
+            f"| {MODES.get(row['mode'], row['mode'])} | {base['cpu_s']:.0f} | {now['cpu_s']:.0f} "
+            f"| {base['cpu_s'] / now['cpu_s']:.2f}x | {base['wall_s']:.0f} | {now['wall_s']:.0f} "
+            f"| {'yes' if same else 'no'} |"
+        )
+    s = report["settings"]
+    lines += [
+        "",
+        f"`{report['command']}`: {s['questions']} {NAMES.get(s['dataset'], s['dataset'])} questions, "
+        f"batches of {s['batch_size']}, {s['max_new_tokens']} new tokens per turn at most, one torch thread.",
     ]
     return "\n".join(lines)
 
@@ -103,6 +148,7 @@ def main() -> None:
     for marker, name, build in (
         ("real-model-eval", "real_model_eval.json", eval_table),
         ("real-model-train", "real_model_train.json", train_table),
+        ("real-model-speed", "real_model_eval_speed.json", speed_table),
     ):
         path = RESULTS / name
         if path.is_file():

@@ -5,8 +5,8 @@
 
 Trains with ``configs/grpo_smollm2_cpu.yaml`` (``--config``) from scratch in a fresh output
 folder and, after every step, writes the per-step figures to ``benchmarks/results/real_model_train.json``
-and the curve of the reward, the tokens written per episode and the well-formed share (per
-step, and their mean over a sliding window) to ``docs/real_model_train.png``.
+and the curve of the reward, the well-formed share of turns and of episodes and the tokens
+written per episode (per step, and their mean over a sliding window) to ``docs/real_model_train.png``.
 """
 
 from __future__ import annotations
@@ -33,14 +33,14 @@ def plot(history: list[dict], path: Path, window: int, title: str) -> None:
     import numpy as np
 
     steps = [h["step"] for h in history]
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
+    fig, axes = plt.subplots(1, 4, figsize=(15, 3.4))
     for ax, key, label in zip(
         axes,
-        ("reward", "action_tokens", "format_ok"),
-        ("reward", "tokens written per episode", "well-formed share"),
+        ("reward", "format_ok_turns", "format_ok", "action_tokens"),
+        ("reward", "well-formed share of turns", "well-formed share of episodes", "tokens written per episode"),
         strict=True,
     ):
-        values = np.array([h["rollout"][key] for h in history])
+        values = np.array([h["rollout"].get(key, np.nan) for h in history])
         ax.plot(steps, values, "o-", alpha=0.4, label="per step")
         if len(values) >= window:
             smooth = np.convolve(values, np.ones(window) / window, mode="valid")
@@ -99,6 +99,7 @@ def main() -> None:
                     "command": f"OMP_NUM_THREADS={args.threads} python benchmarks/real_model_train.py"
                     + (f" --max-minutes {args.max_minutes:g}" if args.max_minutes else ""),
                     "config": str(args.config.relative_to(REPO)),
+                    "seed": config.seed,
                     "torch_threads": torch.get_num_threads(),
                     "steps_done": trainer.state.step,
                     "steps_configured": config.steps,
