@@ -67,17 +67,8 @@ def eval_table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def train_table(report: dict[str, Any]) -> str:
-    history = report["history"]
-    window = max(1, min(5, len(history) // 2))
-    first, last = history[:window], history[-window:]
-
-    def cell(key: str, part: list[dict], scale: float, digits: int) -> str:
-        values = [scale * h["rollout"].get(key, 0.0) for h in part]
-        mean = sum(values) / len(values)
-        spread = (sum((v - mean) ** 2 for v in values) / len(values)) ** 0.5
-        return f"{mean:.{digits}f} ± {spread:.{digits}f}"
-
+def train_table(reports: list[dict[str, Any]]) -> str:
+    """First and last steps of each run (mean ± std over the steps), then each run's command."""
     columns = (
         ("Reward", "reward", 1, 3),
         ("Well-formed turns (%)", "format_ok_turns", 100, 0),
@@ -86,21 +77,34 @@ def train_table(report: dict[str, Any]) -> str:
         ("Searches (ST)", "st", 1, 2),
         ("Actions' tokens", "action_tokens", 1, 1),
     )
+
+    def cell(key: str, part: list[dict], scale: float, digits: int) -> str:
+        values = [scale * h["rollout"].get(key, 0.0) for h in part]
+        mean = sum(values) / len(values)
+        spread = (sum((v - mean) ** 2 for v in values) / len(values)) ** 0.5
+        return f"{mean:.{digits}f} ± {spread:.{digits}f}"
+
     lines = [
-        "| Steps | " + " | ".join(c[0] for c in columns) + " |",
-        "|---|" + "---|" * len(columns),
+        "| Seed | Steps | " + " | ".join(c[0] for c in columns) + " |",
+        "|---|---|" + "---|" * len(columns),
     ]
-    for label, part in ((f"first {len(first)}", first), (f"last {len(last)}", last)):
-        lines.append(f"| {label} | " + " | ".join(cell(k, part, sc, d) for _, k, sc, d in columns) + " |")
-    lines += [
-        "",
-        "Each cell is the mean ± standard deviation over those steps (8 rollouts per step).",
-        "",
-        f"`{report['command']}`: {report['steps_done']} of {report['steps_configured']} configured steps in "
-        f"{report['wall_time_s'] / 60:.0f} min, median step {report['median_step_s']:.0f} s "
-        f"(torch threads: {report['torch_threads']}; config `{report['config']}`; seed {_seed(report)}).",
-    ]
-    return "\n".join(lines)
+    notes = []
+    for report in reports:
+        history = report["history"]
+        window = max(1, min(5, len(history) // 2))
+        for label, part in ((f"first {window}", history[:window]), (f"last {window}", history[-window:])):
+            lines.append(
+                f"| {_seed(report)} | {label} | "
+                + " | ".join(cell(k, part, sc, d) for _, k, sc, d in columns)
+                + " |"
+            )
+        notes.append(
+            f"Seed {_seed(report)}: `{report['command']}`: {report['steps_done']} of {report['steps_configured']} "
+            f"configured steps in {report['wall_time_s'] / 60:.0f} min, median step {report['median_step_s']:.0f} s "
+            f"(torch threads: {report['torch_threads']}; config `{report['config']}`)."
+        )
+    lines += ["", "Each cell is the mean ± standard deviation over those steps (8 rollouts per step).", ""]
+    return "\n".join(lines + notes)
 
 
 def _seed(report: dict[str, Any]) -> Any:
@@ -143,17 +147,24 @@ def replace(text: str, marker: str, body: str) -> str:
     return pattern.sub(lambda m: m.group(1) + body + "\n" + m.group(2), text)
 
 
+def main_text(text: str) -> str:
+    """``text`` (the page) with every table whose result files exist rewritten from them."""
+
+    def read(path: Path) -> dict[str, Any]:
+        return json.loads(path.read_text(encoding="utf-8"))
+
+    if (RESULTS / "real_model_eval.json").is_file():
+        text = replace(text, "real-model-eval", eval_table(read(RESULTS / "real_model_eval.json")))
+    runs = [RESULTS / "real_model_train.json", *sorted(RESULTS.glob("real_model_train_seed*.json"))]
+    if runs[0].is_file():
+        text = replace(text, "real-model-train", train_table([read(path) for path in runs]))
+    if (RESULTS / "real_model_eval_speed.json").is_file():
+        text = replace(text, "real-model-speed", speed_table(read(RESULTS / "real_model_eval_speed.json")))
+    return text
+
+
 def main() -> None:
-    text = DOC.read_text(encoding="utf-8")
-    for marker, name, build in (
-        ("real-model-eval", "real_model_eval.json", eval_table),
-        ("real-model-train", "real_model_train.json", train_table),
-        ("real-model-speed", "real_model_eval_speed.json", speed_table),
-    ):
-        path = RESULTS / name
-        if path.is_file():
-            text = replace(text, marker, build(json.loads(path.read_text(encoding="utf-8"))))
-    DOC.write_text(text, encoding="utf-8")
+    DOC.write_text(main_text(DOC.read_text(encoding="utf-8")), encoding="utf-8")
     print(f"wrote {DOC}")
 
 
