@@ -5,7 +5,8 @@ multi-turn protocols with BM25 search over the shared corpus.
     OMP_NUM_THREADS=1 python benchmarks/real_model_eval.py --questions 12 --max-new-tokens 96
     python benchmarks/real_model_table.py   # writes the table into docs/real_model.md
 
-Modes (greedy decoding, chat template, batched generation):
+Modes (greedy decoding, chat template, generation in batches of ``--batch-size`` contexts
+sorted by length; the multi-turn modes run every episode side by side):
 
 * ``no_retrieval`` and ``naive_rag``: one turn with FlashRAG's standard instructions (its
   ``direct`` and ``naive`` generation prompts), the question as the user turn and, for
@@ -16,7 +17,9 @@ Modes (greedy decoding, chat template, batched generation):
   formed is the env's ``format_ok``.
 
 Every mode sees the same questions per dataset (the first ``--questions`` of
-``evaluate``'s seeded order). Tokens per episode are the tokens the model generated. The
+``evaluate``'s seeded order). Tokens per episode are the tokens the model generated. Each
+row also records its CPU time and its forward passes (prompt tokens with and without
+padding, decoding steps and rows), which is where the time goes. The
 JSON is rewritten after each (dataset, mode) cell, so a stopped run keeps what it finished.
 """
 
@@ -60,6 +63,36 @@ class CountingPolicy:
         return [c.text for c in completions]
 
 
+class ForwardTally:
+    """Counts the model's forward passes: prompt tokens (real and padded) and decoding steps."""
+
+    def __init__(self, model: Any):
+        self.reset()
+        model.register_forward_pre_hook(self._count, with_kwargs=True)
+
+    def reset(self) -> None:
+        self.prompt_tokens = self.padded_tokens = self.decode_steps = self.decode_rows = 0
+
+    def _count(self, module: Any, args: Any, kwargs: dict[str, Any]) -> None:
+        ids, mask = kwargs.get("input_ids"), kwargs.get("attention_mask")
+        if ids is None:
+            return
+        if ids.shape[1] > 1:  # a prompt (prefill) pass
+            self.padded_tokens += ids.numel()
+            self.prompt_tokens += int(mask[:, -ids.shape[1] :].sum()) if mask is not None else ids.numel()
+        else:
+            self.decode_steps += 1
+            self.decode_rows += ids.shape[0]
+
+    def figures(self) -> dict[str, int]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "prompt_tokens_padded": self.padded_tokens,
+            "decode_steps": self.decode_steps,
+            "decode_rows": self.decode_rows,
+        }
+
+
 def question_indices(count: int, total: int, seed: int) -> list[int]:
     """The questions ``evaluate`` runs first for ``seed`` (its seeded permutation)."""
     return [int(i) for i in np.random.default_rng(seed).permutation(total)[:count]]
@@ -99,16 +132,16 @@ def single_turn(policy: Any, questions: list[Any], retriever: Any | None, topk: 
     }
 
 
-def multi_turn(
-    policy: Any, env_id: str, env_kwargs: dict[str, Any], count: int, seed: int, batch: int
-) -> dict[str, Any]:
+def multi_turn(policy: Any, env_id: str, env_kwargs: dict[str, Any], count: int, seed: int) -> dict[str, Any]:
     import gymnasium as gym
 
     from searchgym.policies import evaluate
 
     counting = CountingPolicy(policy)
+    # every episode side by side: each turn hands all running contexts to the policy, which
+    # generates from them in length-sorted batches of --batch-size
     result = evaluate(
-        lambda: gym.make(env_id, **env_kwargs), counting, count, seed=seed, batch_size=batch, progress=False
+        lambda: gym.make(env_id, **env_kwargs), counting, count, seed=seed, batch_size=count, progress=False
     )  # type: ignore[arg-type]
     return {
         "em": result.em,
@@ -166,6 +199,7 @@ def main() -> None:
     base = HFPolicy(
         resolve_model(args.model), device="cpu", name=args.model
     )  # loaded once, shared by the modes
+    tally = ForwardTally(base.model)
     start = time.perf_counter()
     for dataset in args.datasets.split(","):
         env_kwargs: dict[str, Any] = {
@@ -193,6 +227,8 @@ def main() -> None:
                 name=args.model,
                 **({"stop_strings": []} if protocol != mode else {}),
             )
+            tally.reset()
+            cpu = time.process_time()
             if mode in ("no_retrieval", "naive_rag"):
                 row = single_turn(policy, questions, retriever if mode == "naive_rag" else None, args.topk)
             else:
@@ -202,8 +238,9 @@ def main() -> None:
                     dict(env_kwargs, protocol=mode),
                     args.questions,
                     args.seed,
-                    args.batch_size,
                 )
+            row["cpu_time_s"] = round(time.process_time() - cpu, 1)
+            row["forward"] = tally.figures()
             row = {"dataset": dataset, "mode": mode, "questions": len(questions), **row}
             report["results"].append(row)
             report["wall_time_s"] = round(time.perf_counter() - start, 1)

@@ -3,9 +3,10 @@
     python benchmarks/real_model_table.py
 
 Reads ``benchmarks/results/real_model_eval.json`` (``real_model_eval.py``) and
-``benchmarks/results/real_model_train.json`` (``real_model_train.py``) and replaces the
-text between the ``<!-- real-model-eval -->`` and ``<!-- real-model-train -->`` markers and
-their ``<!-- end -->`` in the page. Nothing in the tables is typed by hand.
+``benchmarks/results/real_model_train.json`` (``real_model_train.py``) and
+``benchmarks/results/real_model_eval_speed.json`` (``real_model_eval_speed.py``), and
+replaces the text between the ``<!-- real-model-eval -->``, ``<!-- real-model-train -->``
+and ``<!-- real-model-speed -->`` markers and their ``<!-- end -->`` in the page. Nothing in the tables is typed by hand.
 """
 
 from __future__ import annotations
@@ -66,27 +67,75 @@ def eval_table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def train_table(report: dict[str, Any], window: int = 4) -> str:
-    history = report["history"]
+def train_table(reports: list[dict[str, Any]]) -> str:
+    """First and last steps of each run (mean ± std over the steps), then each run's command."""
+    columns = (
+        ("Reward", "reward", 1, 3),
+        ("Well-formed turns (%)", "format_ok_turns", 100, 0),
+        ("Well-formed episodes (%)", "format_ok", 100, 0),
+        ("F1 (%)", "f1", 100, 1),
+        ("Searches (ST)", "st", 1, 2),
+        ("Actions' tokens", "action_tokens", 1, 1),
+    )
 
-    def mean(key: str, part: list[dict]) -> float:
-        return sum(h["rollout"][key] for h in part) / len(part)
+    def cell(key: str, part: list[dict], scale: float, digits: int) -> str:
+        values = [scale * h["rollout"].get(key, 0.0) for h in part]
+        mean = sum(values) / len(values)
+        spread = (sum((v - mean) ** 2 for v in values) / len(values)) ** 0.5
+        return f"{mean:.{digits}f} ± {spread:.{digits}f}"
 
-    first, last = history[:window], history[-window:]
     lines = [
-        "| Steps | Well-formed | Reward | F1 | Actions' tokens | Searches (ST) |",
-        "|---|---|---|---|---|---|",
+        "| Seed | Steps | " + " | ".join(c[0] for c in columns) + " |",
+        "|---|---|" + "---|" * len(columns),
     ]
-    for label, part in ((f"first {len(first)}", first), (f"last {len(last)}", last)):
-        lines.append(
-            f"| {label} | {100 * mean('format_ok', part):.0f}% | {mean('reward', part):+.3f} | "
-            f"{100 * mean('f1', part):.1f} | {mean('action_tokens', part):.1f} | {mean('st', part):.2f} |"
+    notes = []
+    for report in reports:
+        history = report["history"]
+        window = max(1, min(5, len(history) // 2))
+        for label, part in ((f"first {window}", history[:window]), (f"last {window}", history[-window:])):
+            lines.append(
+                f"| {_seed(report)} | {label} | "
+                + " | ".join(cell(k, part, sc, d) for _, k, sc, d in columns)
+                + " |"
+            )
+        notes.append(
+            f"Seed {_seed(report)}: `{report['command']}`: {report['steps_done']} of {report['steps_configured']} "
+            f"configured steps in {report['wall_time_s'] / 60:.0f} min, median step {report['median_step_s']:.0f} s "
+            f"(torch threads: {report['torch_threads']}; config `{report['config']}`)."
         )
+    lines += ["", "Each cell is the mean ± standard deviation over those steps (8 rollouts per step).", ""]
+    return "\n".join(lines + notes)
+
+
+def _seed(report: dict[str, Any]) -> Any:
+    """The run's seed: in the report, else in its config file."""
+    if "seed" in report:
+        return report["seed"]
+    import yaml
+
+    return yaml.safe_load((REPO / report["config"]).read_text(encoding="utf-8")).get("seed")
+
+
+def speed_table(report: dict[str, Any]) -> str:
+    keys = ("em", "f1", "cover_em", "st", "format_ok", "tokens")
+    lines = [
+        f"| Mode | CPU s at `{report['base']}` | CPU s now | Speed-up (CPU) | Wall s at `{report['base']}` | Wall s now "
+        "| Same EM, F1, CoverEM, ST, well-formed, tokens |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in report["rows"]:
+        base, now = row["base"], row["current"]
+        same = all(abs(base["result"][k] - now["result"][k]) < 1e-9 for k in keys)
+        lines.append(
+            f"| {MODES.get(row['mode'], row['mode'])} | {base['cpu_s']:.0f} | {now['cpu_s']:.0f} "
+            f"| {base['cpu_s'] / now['cpu_s']:.2f}x | {base['wall_s']:.0f} | {now['wall_s']:.0f} "
+            f"| {'yes' if same else 'no'} |"
+        )
+    s = report["settings"]
     lines += [
         "",
-        f"`{report['command']}`: {report['steps_done']} of {report['steps_configured']} configured steps in "
-        f"{report['wall_time_s'] / 60:.0f} min, median step {report['median_step_s']:.0f} s "
-        f"(torch threads: {report['torch_threads']}; config `{report['config']}`).",
+        f"`{report['command']}`: {s['questions']} {NAMES.get(s['dataset'], s['dataset'])} questions, "
+        f"batches of {s['batch_size']}, {s['max_new_tokens']} new tokens per turn at most, one torch thread.",
     ]
     return "\n".join(lines)
 
@@ -98,16 +147,24 @@ def replace(text: str, marker: str, body: str) -> str:
     return pattern.sub(lambda m: m.group(1) + body + "\n" + m.group(2), text)
 
 
+def main_text(text: str) -> str:
+    """``text`` (the page) with every table whose result files exist rewritten from them."""
+
+    def read(path: Path) -> dict[str, Any]:
+        return json.loads(path.read_text(encoding="utf-8"))
+
+    if (RESULTS / "real_model_eval.json").is_file():
+        text = replace(text, "real-model-eval", eval_table(read(RESULTS / "real_model_eval.json")))
+    runs = [RESULTS / "real_model_train.json", *sorted(RESULTS.glob("real_model_train_seed*.json"))]
+    if runs[0].is_file():
+        text = replace(text, "real-model-train", train_table([read(path) for path in runs]))
+    if (RESULTS / "real_model_eval_speed.json").is_file():
+        text = replace(text, "real-model-speed", speed_table(read(RESULTS / "real_model_eval_speed.json")))
+    return text
+
+
 def main() -> None:
-    text = DOC.read_text(encoding="utf-8")
-    for marker, name, build in (
-        ("real-model-eval", "real_model_eval.json", eval_table),
-        ("real-model-train", "real_model_train.json", train_table),
-    ):
-        path = RESULTS / name
-        if path.is_file():
-            text = replace(text, marker, build(json.loads(path.read_text(encoding="utf-8"))))
-    DOC.write_text(text, encoding="utf-8")
+    DOC.write_text(main_text(DOC.read_text(encoding="utf-8")), encoding="utf-8")
     print(f"wrote {DOC}")
 
 

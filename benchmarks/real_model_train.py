@@ -5,13 +5,14 @@
 
 Trains with ``configs/grpo_smollm2_cpu.yaml`` (``--config``) from scratch in a fresh output
 folder and, after every step, writes the per-step figures to ``benchmarks/results/real_model_train.json``
-and the curve of the reward, the tokens written per episode and the well-formed share (per
-step, and their mean over a sliding window) to ``docs/real_model_train.png``.
+and the curve of the reward, the well-formed share of turns and of episodes and the tokens
+written per episode (per step, and their mean over a sliding window) to ``docs/real_model_train.png``.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import shutil
@@ -33,14 +34,19 @@ def plot(history: list[dict], path: Path, window: int, title: str) -> None:
     import numpy as np
 
     steps = [h["step"] for h in history]
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
+    fig, axes = plt.subplots(1, 4, figsize=(15, 3.4))
     for ax, key, label in zip(
         axes,
-        ("reward", "action_tokens", "format_ok"),
-        ("reward", "tokens written per episode", "well-formed share"),
+        ("reward", "format_ok_turns", "format_ok", "action_tokens"),
+        (
+            "reward",
+            "well-formed share of turns",
+            "well-formed share of episodes",
+            "tokens written per episode",
+        ),
         strict=True,
     ):
-        values = np.array([h["rollout"][key] for h in history])
+        values = np.array([h["rollout"].get(key, np.nan) for h in history])
         ax.plot(steps, values, "o-", alpha=0.4, label="per step")
         if len(values) >= window:
             smooth = np.convolve(values, np.ones(window) / window, mode="valid")
@@ -69,6 +75,7 @@ def main() -> None:
         default=0,
         help="stop after the step that passes this wall time (0: run all steps)",
     )
+    parser.add_argument("--seed", type=int, default=None, help="replace the config's seed")
     parser.add_argument("--window", type=int, default=4, help="steps in the curve's sliding mean")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "real_model_train.json")
     parser.add_argument("--replot", action="store_true", help="only redraw the PNG from --out")
@@ -84,27 +91,36 @@ def main() -> None:
     from searchgym.trainers.grpo import GRPOTrainer
 
     config = load_config(args.config)
+    if args.seed is not None:  # its own output folder, so runs of several seeds can go side by side
+        config = dataclasses.replace(
+            config, seed=args.seed, output_dir=f"{config.output_dir}_seed{args.seed}"
+        )
     shutil.rmtree(config.output_dir, ignore_errors=True)  # a fresh run, never a resumed one
     start = time.perf_counter()
     trainer = GRPOTrainer(config, progress=False)
+    samples: list[dict] = []
     try:
         while trainer.state.step < config.steps:  # one step at a time: the files follow the run
             trainer.train(steps=1)
             history = trainer.state.history
+            first = trainer.last_episodes[0]  # what the policy wrote: the first rollout of the step
+            samples.append({"step": trainer.state.step, "reward": first.reward, "actions": first.actions()})
             step_s = sorted(h["train"]["step_s"] for h in history)
             wall = time.perf_counter() - start
             write_report(
                 args.out,
                 {
-                    "command": f"OMP_NUM_THREADS={args.threads} python benchmarks/real_model_train.py"
-                    + (f" --max-minutes {args.max_minutes:g}" if args.max_minutes else ""),
-                    "config": str(args.config.relative_to(REPO)),
+                    "command": f"OMP_NUM_THREADS={args.threads} python benchmarks/real_model_train.py "
+                    + " ".join(sys.argv[1:]),
+                    "config": str(args.config.resolve().relative_to(REPO)),
+                    "seed": config.seed,
                     "torch_threads": torch.get_num_threads(),
                     "steps_done": trainer.state.step,
                     "steps_configured": config.steps,
                     "wall_time_s": round(wall, 1),
                     "median_step_s": step_s[len(step_s) // 2],
                     "history": history,
+                    "samples": samples,
                 },
             )
             plot(history, args.png, args.window, args.config.stem)

@@ -140,17 +140,28 @@ class HFPolicy(Policy):
         return actions
 
     def complete(self, texts: Sequence[str]) -> list[Completion]:
-        """Generate from model inputs that are already chat-formatted, in order."""
-        results: list[Completion] = []
-        for start in range(0, len(texts), self.batch_size):
-            results.extend(self._complete_batch(list(texts[start : start + self.batch_size])))
-        return results
+        """Generate from model inputs that are already chat-formatted, in order.
 
-    def _complete_batch(self, texts: list[str]) -> list[Completion]:
+        The inputs are batched by token length (shortest first), so a batch pads little.
+        """
+        if not texts:
+            return []
+        add_special = not self.formatter.uses_template
+        encoded = [
+            list(ids) for ids in self.tokenizer(list(texts), add_special_tokens=add_special)["input_ids"]
+        ]
+        order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+        results: list[Completion | None] = [None] * len(encoded)
+        for start in range(0, len(order), self.batch_size):
+            chunk = order[start : start + self.batch_size]
+            for i, completion in zip(chunk, self._complete_batch([encoded[i] for i in chunk]), strict=True):
+                results[i] = completion
+        return [r for r in results if r is not None]
+
+    def _complete_batch(self, encoded: list[list[int]]) -> list[Completion]:
         import torch
 
         tok = self.tokenizer
-        encoded = tok(texts, add_special_tokens=not self.formatter.uses_template)["input_ids"]
         room = [
             self.max_context_tokens is None or len(ids) + self.max_new_tokens <= self.max_context_tokens
             for ids in encoded

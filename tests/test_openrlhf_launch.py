@@ -187,6 +187,47 @@ def test_a_minimal_run_file_composes(tmp_path):
     assert "worker_process_setup_hook" not in plan.runtime_env
 
 
+# -- registered offline model names ------------------------------------------------------------
+
+SMOLLM2 = "smollm2-135m-instruct"
+NAMED = BASE.replace("agent:\n", f"agent:\n  tokenizer: {SMOLLM2}\n").replace(
+    "model_name_or_path: m,", f"model_name_or_path: {SMOLLM2},"
+)
+
+
+def test_a_registered_model_name_runs_as_its_pulled_folder(tmp_path, smollm2_dir, monkeypatch, capsys):
+    from searchgym.cli import main
+    from searchgym.trainers.openrlhf.agent import _default_formatter
+
+    monkeypatch.setenv("SEARCHGYM_HOME", str(smollm2_dir.parents[1]))
+    path = write(tmp_path, NAMED + "  reward: {model_name_or_path: " + f"'{SMOLLM2},rm'" + "}\n")
+    config = load_run_config(path)
+    assert config.agent.tokenizer == str(smollm2_dir)
+    flags = flag_values(compose(config, basedir=str(tmp_path)).flags)
+    assert flags["actor.model_name_or_path"] == [str(smollm2_dir)]
+    assert flags["reward.model_name_or_path"] == [f"{smollm2_dir},rm"]
+    # the agent formats with the pulled tokenizer's ChatML template
+    rendered = _default_formatter(config.agent).render(["Question: Who?"])
+    assert rendered.startswith("<|im_start|>system") and rendered.endswith("<|im_start|>assistant\n")
+    # searchgym train's dry run prints the folder as the pretrain flag
+    assert main(["train", "--backend", "openrlhf", "--config", str(path), "--dry-run"]) == 0
+    assert flag_values(shlex.split(capsys.readouterr().out))["actor.model_name_or_path"] == [str(smollm2_dir)]
+
+
+@pytest.mark.parametrize("where", ["actor", "agent"])
+def test_an_unpulled_model_name_gives_the_pull_command(tmp_path, monkeypatch, capsys, where):
+    from searchgym.cli import main
+
+    monkeypatch.setenv("SEARCHGYM_HOME", str(tmp_path / "empty"))
+    text = NAMED if where == "agent" else NAMED.replace(f"  tokenizer: {SMOLLM2}\n", "")
+    path = write(tmp_path, text)
+    assert main(["train", "--backend", "openrlhf", "--config", str(path), "--dry-run"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].endswith(f"Run: searchgym models pull {SMOLLM2}"), lines
+
+
 @pytest.mark.parametrize(
     "text, match",
     [

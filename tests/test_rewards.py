@@ -100,6 +100,36 @@ def test_outcome_format_penalty():
         F1Reward(format_penalty="high")
 
 
+def test_format_credit_ranks_malformed_trajectories_by_their_well_formed_turns():
+    f1 = F1Reward(format_penalty=-1, format_credit=0.5)
+    # no well-formed turn: -1 + 0.5·0/2 = -1.
+    assert f1(traj(invalid(), invalid())) == -1.0
+    # 1 of 2 turns well formed: -1 + 0.5·1/2 = -0.75; 2 of 3: -1 + 0.5·2/3 = -2/3.
+    assert f1(traj(invalid(), search(), truncated=True)) == pytest.approx(-0.75)
+    assert f1(traj(invalid(), search(), answer("Paris"))) == pytest.approx(-2 / 3)
+    # well formed: F1 as usual, so a wrong well-formed answer (0) beats every malformed one.
+    assert f1(traj(search(), answer("Lyon"))) == 0.0
+    assert f1(traj(search(), answer("Paris"))) == 1.0
+    # EM takes the same shaping: -0.5 + 0.25·1/2 = -0.375.
+    assert ExactMatchReward(format_penalty=-0.5, format_credit=0.25)(traj(invalid(), search())) == -0.375
+    # the default (0) is the plain penalty
+    assert F1Reward(format_penalty=-1)(traj(invalid(), search())) == -1.0
+    assert make_reward("f1", format_penalty=-1, format_credit=1.0)(traj(search(), invalid())) == -0.5
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"format_credit": 0.5},
+        {"format_penalty": -1, "format_credit": 1.5},
+        {"format_penalty": -1, "format_credit": -0.1},
+    ],
+)
+def test_format_credit_that_could_beat_a_well_formed_trajectory_is_refused(kwargs):
+    with pytest.raises(InvalidArgumentError, match="format_credit"):
+        F1Reward(**kwargs)
+
+
 # -- OTC --------------------------------------------------------------------------------------
 
 

@@ -12,8 +12,10 @@ __all__ = [
     "ExactMatchReward",
     "F1Reward",
     "OUTCOMES",
+    "check_format_credit",
     "check_format_penalty",
     "check_outcome",
+    "malformed_reward",
     "outcome_score",
 ]
 
@@ -46,13 +48,37 @@ def check_format_penalty(value: float | None) -> float | None:
     return check_number("format_penalty", value)
 
 
+def check_format_credit(value: object, format_penalty: float | None) -> float:
+    """Validate a ``format_credit`` keyword: 0 <= credit <= -format_penalty (needs a penalty when > 0).
+
+    The bound keeps every malformed trajectory below a well-formed one with a wrong answer (0).
+    """
+    credit = check_number("format_credit", value, low=0.0)
+    if credit > 0 and (format_penalty is None or credit > -format_penalty):
+        raise InvalidArgumentError(
+            f"format_credit must lie in [0, -format_penalty] so that a malformed trajectory never "
+            f"scores above a well-formed one; got format_credit={credit!r} with "
+            f"format_penalty={format_penalty!r}. Set format_penalty (e.g. -1.0) and a credit up to its size."
+        )
+    return credit
+
+
+def malformed_reward(trajectory: Trajectory, format_penalty: float, format_credit: float) -> float:
+    """``format_penalty + format_credit · (well-formed turns / turns)`` for a malformed trajectory."""
+    turns = trajectory.turns
+    share = sum(t.action.format_ok for t in turns) / len(turns) if turns else 0.0
+    return format_penalty + format_credit * share
+
+
 class ExactMatchReward(RewardScheme):
     """Exact match of the final answer, the Search-R1 reward.
 
     Equation::
 
         R = EM(y)                  (1.0 when the normalised answer equals a gold alias, else 0.0)
-        R = format_penalty         instead, when it is set and some turn was malformed
+        R = format_penalty + format_credit · k / n
+                                   instead, when format_penalty is set and some turn was
+                                   malformed (k of the n turns well formed)
 
     An episode that ended without an answer (truncated, or stopped on a search) has
     ``y = None`` and scores 0.
@@ -61,16 +87,21 @@ class ExactMatchReward(RewardScheme):
         format_penalty: The reward of a trajectory with a malformed turn. ``None`` (the
             default, as in Search-R1) scores malformed trajectories by their answer like any
             other.
+        format_credit: Shaping for malformed trajectories: their share of well-formed turns
+            times this is added to the penalty, so a policy that writes no well-formed
+            first turn still sees which later turns were. 0 (the default) turns it off; at
+            most ``-format_penalty``, so a malformed trajectory never beats a well-formed one.
     """
 
     name = "em"
 
-    def __init__(self, format_penalty: float | None = None) -> None:
+    def __init__(self, format_penalty: float | None = None, format_credit: float = 0.0) -> None:
         self.format_penalty = check_format_penalty(format_penalty)
+        self.format_credit = check_format_credit(format_credit, self.format_penalty)
 
     def __call__(self, trajectory: Trajectory) -> float:
         if self.format_penalty is not None and not trajectory.format_ok:
-            return self.format_penalty
+            return malformed_reward(trajectory, self.format_penalty, self.format_credit)
         return outcome_score(trajectory, "em")
 
 
@@ -80,21 +111,26 @@ class F1Reward(RewardScheme):
     Equation::
 
         R = F1(y)                  (SQuAD token F1, the best over the gold aliases)
-        R = format_penalty         instead, when it is set and some turn was malformed
+        R = format_penalty + format_credit · k / n
+                                   instead, when format_penalty is set and some turn was
+                                   malformed (k of the n turns well formed)
 
     An episode that ended without an answer scores 0.
 
     Args:
         format_penalty: The reward of a trajectory with a malformed turn (ReSearch uses a
             format term; ``-1.0`` is a common choice). ``None`` (the default) turns it off.
+        format_credit: Shaping for malformed trajectories (see :class:`ExactMatchReward`);
+            0 (the default) turns it off.
     """
 
     name = "f1"
 
-    def __init__(self, format_penalty: float | None = None) -> None:
+    def __init__(self, format_penalty: float | None = None, format_credit: float = 0.0) -> None:
         self.format_penalty = check_format_penalty(format_penalty)
+        self.format_credit = check_format_credit(format_credit, self.format_penalty)
 
     def __call__(self, trajectory: Trajectory) -> float:
         if self.format_penalty is not None and not trajectory.format_ok:
-            return self.format_penalty
+            return malformed_reward(trajectory, self.format_penalty, self.format_credit)
         return outcome_score(trajectory, "f1")

@@ -8,6 +8,7 @@ key                    meaning
 ``st``, ``sd``         mean and (population) std of searches per episode
 ``sr``                 share of episodes with at least one search
 ``format_ok``          share of well-formed episodes (every turn parsed)
+``format_ok_turns``    share of well-formed turns, over all the step's turns
 ``turns``              mean actions per episode
 ``action_tokens``      mean tokens the policy wrote per episode (the trained tokens)
 ``total_tokens``       mean tokens per episode (prompt, actions and feedback)
@@ -28,6 +29,11 @@ from .rollout import Episode
 __all__ = ["rollout_metrics"]
 
 
+def _well_formed_turns(episodes: Sequence[Episode]) -> float:
+    turns = [t for e in episodes if e.trajectory is not None for t in e.trajectory.turns]
+    return float(np.mean([t.action.format_ok for t in turns])) if turns else 0.0
+
+
 def rollout_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
     """The step's figures (see the module docstring); empty for no episodes."""
     if not episodes:
@@ -42,6 +48,7 @@ def rollout_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
         "sd": float(searches.std()),
         "sr": float((searches > 0).mean()),
         "format_ok": float(np.mean([bool(i.get("format_ok", False)) for i in info])),
+        "format_ok_turns": _well_formed_turns(episodes),
         "turns": float(np.mean([i.get("turn", 0) for i in info])),
         "action_tokens": float(np.mean([e.action_tokens for e in episodes])),
         "total_tokens": float(np.mean([len(e.token_ids) for e in episodes])),

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ...envs.errors import DataFileError, InvalidArgumentError, UnknownNameError
+from ...envs.models import resolve_model
 from ..config_base import ConfigError, check, check_finite, check_int, from_dict
 from ..memory_config import MemoryConfig
 
@@ -118,9 +119,10 @@ class AgentConfig:
             the built-in trainer's ``memory`` section; ``path`` is required), or ``None``
             (``kind: none`` reads as ``None``).
         advantage: A group-advantage scheme for the trainer actor, or ``None``.
-        tokenizer: A tokenizer path for the chat template, used only when the agent runs
-            outside :class:`~searchgym.trainers.openrlhf.agent.SearchGymAgentExecutor`
-            (which passes OpenRLHF's own tokenizer).
+        tokenizer: A tokenizer folder or a registered offline model name (its pulled
+            folder) for the chat template, used only when the agent runs outside
+            :class:`~searchgym.trainers.openrlhf.agent.SearchGymAgentExecutor` (which
+            passes OpenRLHF's own tokenizer).
         max_pool: Envs kept per process for reuse (they are built once and reset per sample).
     """
 
@@ -174,7 +176,8 @@ class AgentConfig:
         memory = self.memory
         if memory is not None and memory.path is not None:
             memory = replace(memory, path=_resolve(memory.path, basedir))
-        return replace(self, env_kwargs=env_kwargs, memory=memory)
+        tokenizer = None if self.tokenizer is None else resolve_model(self.tokenizer)
+        return replace(self, env_kwargs=env_kwargs, memory=memory, tokenizer=tokenizer)
 
     @property
     def protocol(self) -> str:

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ...envs.errors import InvalidArgumentError, SearchGymError
+from ...envs.models import resolve_model
 from .advantage_hook import HOOK, TSAS_ESTIMATORS, needs_hook
 from .batch_checks import check_batch_arithmetic
 from .cluster import cluster_runtime_env
@@ -63,6 +64,21 @@ submitted job leaves them to OpenRLHF's own ``ray.init``, since Ray refuses a va
 _DEFAULT_FLAGS = {"data.input_key": "prompt", "data.label_key": "label"}
 _DATA_FLAGS = ("data.prompt_dataset", "eval.dataset")
 _OUTPUT_FLAGS = ("ckpt.path", "ckpt.output_dir", "logger.tensorboard_dir")
+_MODEL_FLAGS = ("actor.model_name_or_path", "critic.model_name_or_path", "reward.model_name_or_path")
+
+
+def _resolve_model_names(flat: dict[str, Any]) -> None:
+    """Turn registered offline model names (``smollm2-135m-instruct``) into their pulled folders.
+
+    ``reward.model_name_or_path`` may list several comma-separated models; each part resolves.
+
+    Raises:
+        ModelNotPulledError: a registered name not pulled yet (the message gives the pull command).
+    """
+    for key in _MODEL_FLAGS:
+        value = flat.get(key)
+        if isinstance(value, str) and value:
+            flat[key] = ",".join(resolve_model(part.strip()) for part in value.split(","))
 
 
 def _absolute_paths(flat: dict[str, Any], basedir: str) -> None:
@@ -154,6 +170,7 @@ def compose(config: RunConfig, basedir: str | None = None) -> LaunchPlan:
 
     Raises:
         UnknownNameError: an ``openrlhf`` key that is no OpenRLHF flag.
+        ModelNotPulledError: a model flag names a registered offline model not pulled yet.
         InvalidArgumentError: a flag value OpenRLHF's parser or checks reject, or a flag
             that does not fit the agent config (e.g. TSAS under ``gae``).
         StoreStateError: a run that starts fresh on a store an earlier run wrote.
@@ -164,6 +181,7 @@ def compose(config: RunConfig, basedir: str | None = None) -> LaunchPlan:
     for key, value in _DEFAULT_FLAGS.items():
         flat.setdefault(key, value)
     warnings = _check_plugin_flags(config, flat)
+    _resolve_model_names(flat)
     _absolute_paths(flat, basedir)
     cluster_env: dict[str, Any] = {"env_vars": {}}  # the store actor; a cluster run's shipped files
     warnings += cluster_runtime_env(config, flat, cluster_env)
