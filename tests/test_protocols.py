@@ -405,11 +405,12 @@ def test_sem_rejects_a_bad_turn(turn):
 
 SAFE_TEXT = st.text(st.characters(blacklist_characters="<>{}\\", blacklist_categories=("Cs",)), max_size=40)
 NON_BLANK = SAFE_TEXT.filter(lambda s: s.strip())
+QUERY = SAFE_TEXT.filter(lambda s: any(ch.isalnum() for ch in s))  # a query has a letter or digit
 
 
 @pytest.mark.parametrize("cls", ALL)
 @settings(max_examples=60, deadline=None)
-@given(query=NON_BLANK, answer=NON_BLANK, think=SAFE_TEXT)
+@given(query=QUERY, answer=NON_BLANK, think=SAFE_TEXT)
 def test_write_action_round_trips(cls, query, answer, think):
     protocol = cls()
     searched = protocol.parse(protocol.write_action(query=query, think=think), 0)
@@ -536,3 +537,24 @@ BIG_INPUTS = [
 def test_parse_handles_two_megabytes(cls, index):
     # Not timed (speed belongs in benchmarks): a quadratic scan of 2 MB would hang the suite.
     check_action(cls().parse(BIG_INPUTS[index], 0))
+
+
+# A query of punctuation alone searches for nothing: SmolLM2 in a CPU GRPO run learned to copy
+# "<search>…</search>" out of the format-error message and was credited with a well-formed turn.
+@pytest.mark.parametrize(
+    ("name", "template", "turn"),
+    [
+        ("search_r1", "<search>{q}</search>", 0),
+        ("research", "<think>x</think><search>{q}</search>", 0),
+        ("sem", "<search>{q}</search>", 1),
+        ("tool_call", '<think>x</think><tool_call>{{"name": "search", "arguments": {{"query": "{q}"}}}}</tool_call>', 0),
+    ],
+)
+@pytest.mark.parametrize("query", ["…", " ?! ", "...", "—"])
+def test_a_query_without_words_is_malformed(name, template, turn, query):
+    protocol = make_protocol(name)
+    action = protocol.parse(template.format(q=query), turn)
+    assert action.kind == "invalid" and not action.format_ok
+    assert "no letter or digit" in action.error
+    word = protocol.parse(template.format(q="Paris?"), turn)
+    assert word.kind == "search" and word.query == "Paris?"

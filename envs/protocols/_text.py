@@ -280,3 +280,9 @@ def box(answer: str) -> str:
     if read_boxed(answer) is not None:
         return answer
     return f"\\boxed{{{drop_unmatched_braces(answer)}}}"
+
+
+def has_words(query: str) -> bool:
+    """Whether a query holds a letter or digit; one made of punctuation alone ("…", "?!")
+    searches for nothing, so the protocols treat it as an empty query."""
+    return any(ch.isalnum() for ch in query)

@@ -19,6 +19,7 @@ from ._text import (
     check_think,
     count_blocks,
     find_block,
+    has_words,
     invalid,
     nested_box,
     not_text,
@@ -108,9 +109,9 @@ class ReSearchProtocol(Protocol):
         nesting = tag_inside(query, _PATTERN, "<search>…</search>") or think_nesting(text, search)
         if nesting is not None:
             return invalid(nesting, think_blocks=thinks)
-        if not query:
+        if not has_words(query):
             return invalid(
-                "The <search> block is empty: put the query between <search> and </search>.",
+                "The <search> block is empty (no letter or digit): put the query between <search> and </search>.",
                 think_blocks=thinks,
             )
         return Action(kind="search", query=query, think_blocks=thinks)

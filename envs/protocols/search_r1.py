@@ -18,6 +18,7 @@ from ._text import (
     check_think,
     count_blocks,
     find_block,
+    has_words,
     invalid,
     not_text,
     tag_inside,
@@ -80,6 +81,8 @@ class SearchR1Protocol(Protocol):
                     if "<" in content or "<think>" in text:
                         return self._read(text, Block(name, start, end, content))
                     if name == "search":
+                        if not has_words(content):
+                            return self._read(text, Block(name, start, end, content))
                         return Action(kind="search", query=content)
                     return Action(kind="answer", answer=content, answer_blocks=1)
         return self._parse_general(text)
@@ -110,10 +113,10 @@ class SearchR1Protocol(Protocol):
         )
         if nesting is not None:
             return invalid(nesting, think_blocks=thinks, answer_blocks=answers)
-        if not content:
+        if not content or (block.name == "search" and not has_words(content)):
             what = "query" if block.name == "search" else "answer"
             return invalid(
-                f"The <{block.name}> block is empty: put the {what} between <{block.name}> and "
+                f"The <{block.name}> block is empty (no letter or digit): put the {what} between <{block.name}> and "
                 f"</{block.name}>.",
                 think_blocks=thinks,
                 answer_blocks=answers,

@@ -19,6 +19,7 @@ from ._text import (
     boxed_or_whole,
     check_think,
     count_blocks,
+    has_words,
     invalid,
     nested_box,
     not_text,
@@ -136,9 +137,9 @@ class SEMProtocol(Protocol):
         answer = boxed_or_whole(answers[0].content) if answers else None
         if blocks[-1].name == "search":
             query = blocks[-1].content.strip()
-            if not query:
+            if not has_words(query):
                 return invalid(
-                    "The <search> block is empty: put the query between <search> and </search>.",
+                    "The <search> block is empty (no letter or digit): put the query between <search> and </search>.",
                     think_blocks=thinks,
                     answer_blocks=len(answers),
                 )

@@ -17,6 +17,7 @@ from ._text import (
     check_action_args,
     check_think,
     count_blocks,
+    has_words,
     invalid,
     nested_box,
     not_text,
@@ -51,8 +52,8 @@ def _read_call(payload: str) -> tuple[str | None, str | None]:
     query = arguments.get("query")
     if not isinstance(query, str):
         return None, f"arguments.query must be a string, got {type(query).__name__}. Write {_EXAMPLE_CALL}."
-    if not query.strip():
-        return None, "arguments.query is empty: give the text to search for."
+    if not has_words(query):
+        return None, "arguments.query is empty (no letter or digit): give the text to search for."
     return query.strip(), None
 
 
