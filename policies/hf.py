@@ -58,7 +58,7 @@ class HFPolicy(Policy):
     end-of-sequence token or ``max_new_tokens``. A context that leaves no room for
     ``max_new_tokens`` within the model's window gets an empty action (a format error in
     the env) and a logged warning, so an evaluation goes on. Generation settings not set
-    here (``top_k``, ``repetition_penalty``, ...) come from the model's
+    here (``repetition_penalty``, ...) come from the model's
     ``generation_config``.
 
     Args:
@@ -70,6 +70,9 @@ class HFPolicy(Policy):
         max_new_tokens: Tokens generated per action at most.
         temperature: 0 for greedy decoding, else the sampling temperature.
         top_p: Nucleus sampling threshold (sampling only).
+        top_k: Sample from the ``top_k`` likeliest tokens only; 0 (the default) samples from
+            all of them, as the built-in trainer does, whatever the model's
+            ``generation_config`` says (sampling only).
         batch_size: Contexts per ``generate`` call.
         seed: Seed of sampling: the ``n``-th ``generate`` call (0-based) uses ``seed + n``.
         stop_strings: Replace the protocol's stop strings.
@@ -91,6 +94,7 @@ class HFPolicy(Policy):
         max_new_tokens: int = 512,
         temperature: float = 0.0,
         top_p: float = 1.0,
+        top_k: int = 0,
         batch_size: int = 8,
         seed: int = 0,
         stop_strings: Sequence[str] | None = None,
@@ -105,6 +109,7 @@ class HFPolicy(Policy):
         self.max_new_tokens = check_int("max_new_tokens", max_new_tokens, 1)
         self.temperature = check_number("temperature", temperature, 0)
         self.top_p = check_number("top_p", top_p, high=1, above=0)
+        self.top_k = check_int("top_k", top_k, 0)
         self.batch_size = check_int("batch_size", batch_size, 1)
         self.seed = check_int("seed", seed, 0)
         if stop_strings is not None and (
@@ -197,7 +202,7 @@ class HFPolicy(Policy):
         if self.stop_strings:
             options.update(stop_strings=self.stop_strings, tokenizer=tok)
         if self.temperature > 0:
-            options.update(temperature=self.temperature, top_p=self.top_p)
+            options.update(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k)
         devices = [self.model.device.index or 0] if self.model.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices), torch.inference_mode():
             torch.manual_seed(self.seed + self._calls)

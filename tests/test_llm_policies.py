@@ -513,3 +513,17 @@ def test_searchgym_eval_with_an_hf_policy_end_to_end(tiny_path, tmp_path, capsys
     assert payload["policy"] == f"hf:{tiny_path}" and payload["episodes"] == 4
     assert payload["em"] == 0.0 and 0.0 <= payload["format_ok"] <= 1.0  # an untrained model's junk
     assert f"| hf:{tiny_path} | all | 4 |" in capsys.readouterr().out
+
+
+def test_sampling_ignores_the_model_configs_top_k(tiny_path):
+    """Sampled evaluation draws from the whole distribution, as the trainer does, even when the
+    model's generation_config carries a top_k (SmolLM2's says 50; here 1, which would make
+    sampling greedy)."""
+    model, tok = load_tiny_lm(tiny_path)
+    model.generation_config.top_k = 1
+    contexts = prompts(4)
+    greedy = HFPolicy(model, tokenizer=tok, max_new_tokens=16).act(contexts)
+    sampled = HFPolicy(model, tokenizer=tok, max_new_tokens=16, temperature=3.0, seed=1).act(contexts)
+    assert sampled != greedy
+    top1 = HFPolicy(model, tokenizer=tok, max_new_tokens=16, temperature=3.0, seed=1, top_k=1).act(contexts)
+    assert top1 == greedy
