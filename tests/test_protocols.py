@@ -547,7 +547,11 @@ def test_parse_handles_two_megabytes(cls, index):
         ("search_r1", "<search>{q}</search>", 0),
         ("research", "<think>x</think><search>{q}</search>", 0),
         ("sem", "<search>{q}</search>", 1),
-        ("tool_call", '<think>x</think><tool_call>{{"name": "search", "arguments": {{"query": "{q}"}}}}</tool_call>', 0),
+        (
+            "tool_call",
+            '<think>x</think><tool_call>{{"name": "search", "arguments": {{"query": "{q}"}}}}</tool_call>',
+            0,
+        ),
     ],
 )
 @pytest.mark.parametrize("query", ["…", " ?! ", "...", "—"])
