@@ -6,10 +6,12 @@ report every script writes with ``--out``, and the policy of a finished study ru
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import platform
 import statistics
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -27,6 +29,7 @@ __all__ = [
     "search_latency_ms",
     "support_shares",
     "supported_records",
+    "versions",
     "write_report",
 ]
 
@@ -79,14 +82,30 @@ def search_latency_ms(
     return median_ms_per_query(search, queries, batch), median_ms_per_query(search, queries[:single], 1)
 
 
+def versions() -> dict[str, str]:
+    """Versions of the packages that set the measured speed."""
+    names = ("searchgym", "torch", "bm25s", "faiss-cpu", "sentence-transformers", "numpy")
+    found = {}
+    for name in names:
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return found
+
+
 def write_report(path: Path | None, report: dict[str, Any]) -> None:
     """Write ``report`` and the machine it ran on to ``path`` as indented JSON (nothing when None)."""
     if path is None:
         return
     machine = {
+        "command": "python " + " ".join(sys.argv),
         "python": platform.python_version(),
         "machine": platform.processor() or platform.machine(),
         "cpus": os.cpu_count(),
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "unset"),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "versions": versions(),
     }
     path.write_text(json.dumps({**report, **machine}, indent=2) + "\n", encoding="utf-8")
 

@@ -1,6 +1,6 @@
-"""Write the measured tables of ``docs/hardening.md`` from the committed result files.
+"""Write the measured tables of the docs pages from the committed result files.
 
-Each table sits between ``<!-- table:NAME -->`` and ``<!-- end table:NAME -->`` in the page and
+Each table sits between ``<!-- table:NAME -->`` and ``<!-- end table:NAME -->`` in its page and
 is regenerated from ``benchmarks/results/NAME.json``; nothing in a table is typed by hand.
 
 Usage::
@@ -18,7 +18,17 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
-PAGE = REPO / "docs" / "hardening.md"
+HARDENING = REPO / "docs" / "hardening.md"
+BENCHMARKS = REPO / "docs" / "benchmarks.md"
+RETRIEVAL = REPO / "docs" / "retrieval.md"
+
+DATASET_NAMES = {
+    "2wikimultihopqa": "2WikiMultihopQA",
+    "hotpotqa": "HotpotQA",
+    "musique": "MuSiQue",
+    "nq": "NQ",
+    "popqa": "PopQA",
+}
 
 
 def _ms(value: float | None) -> str:
@@ -95,23 +105,189 @@ def http_clients(report: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
-TABLES: dict[str, Callable[[dict[str, Any]], str]] = {
-    "server_hardening": server_hardening,
-    "http_clients": http_clients,
+def _machine(report: dict[str, Any]) -> str:
+    return (
+        f"{report['cpus']} CPUs, `OMP_NUM_THREADS={report['omp_num_threads']}`, "
+        f"load average {report['load_average'][0]:.1f} at the end"
+    )
+
+
+def _source(name: str, report: dict[str, Any]) -> str:
+    return (
+        f"From `benchmarks/results/{name}.json`, written by "
+        f"`OMP_NUM_THREADS={report['omp_num_threads']} {report['command']}`."
+    )
+
+
+def bm25_recall(report: dict[str, Any]) -> str:
+    rows = [
+        "| dataset | questions | recall@3 | all@3 | recall@5 | all@5 |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in sorted(report["datasets"], key=lambda r: list(DATASET_NAMES).index(r["dataset"])):
+        rows.append(
+            f"| {DATASET_NAMES[r['dataset']]} | {r['questions']} | {r['recall_at_3']:.3f} | {r['all_at_3']:.3f} "
+            f"| {r['recall_at_5']:.3f} | {r['all_at_5']:.3f} |"
+        )
+    rows += [
+        "",
+        f"Building the index takes {report['index_build_s']:.1f} s for the {report['corpus_passages']:,} passages. "
+        f"A query takes a median of {report['median_ms_per_query_single']:.2f} ms one at a time and "
+        f"{report['median_ms_per_query_batched']:.2f} ms in batches of {report['batch_size']} "
+        f"({_machine(report)}).",
+        "",
+        _source("bm25_recall", report),
+    ]
+    return "\n".join(rows)
+
+
+def dense_recall(report: dict[str, Any]) -> str:
+    rows = [
+        "| dataset | retriever | recall@3 | all@3 | recall@5 | all@5 |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for r in report["rows"]:
+        retriever = "BM25" if r["retriever"] == "bm25" else r["retriever"]
+        rows.append(
+            f"| {DATASET_NAMES[r['dataset']]} | {retriever} | {r['recall@3']:.3f} | {r['all@3']:.3f} "
+            f"| {r['recall@5']:.3f} | {r['all@5']:.3f} |"
+        )
+    build, dense = report["dense_build"], report["latency"]["dense"]
+    rows.append("")
+    if build.get("passages_per_s"):
+        rows.append(
+            f"- Encoding runs at {build['passages_per_s']:.0f} passages/s, "
+            f"{report['corpus_passages'] / build['passages_per_s'] / 60:.1f} minutes for the corpus."
+        )
+    rows += [
+        f"- A dense query takes {dense['ms_batched']:.1f} ms in batches of 64 and {dense['ms_single']:.1f} ms "
+        "one at a time.",
+        f"- Measured on {_machine(report)}.",
+        "",
+        _source("dense_recall", report),
+    ]
+    return "\n".join(rows)
+
+
+def tiny_lm_throughput(report: dict[str, Any]) -> str:
+    modes = list(dict.fromkeys(r["mode"] for r in report["rows"]))
+    cell = {(r["length"], r["mode"]): r for r in report["rows"]}
+    header = " | ".join(m.replace("torch.compile", "`torch.compile`") for m in modes)
+    rows = [f"| tokens per sequence | {header} |", "|---:|" + "---:|" * len(modes)]
+    for length in dict.fromkeys(r["length"] for r in report["rows"]):
+        cells = " | ".join(
+            f"{cell[length, m]['ms']:.0f} ms ({cell[length, m]['gflops']:.0f} GFLOP/s)" for m in modes
+        )
+        rows.append(f"| {length} | {cells} |")
+    rows += [
+        "",
+        f"{report['parameters'] / 1e6:.2f} M parameters, {report['batch']} sequences, {report['threads']} torch "
+        f"thread(s). A 2048 × 2048 float32 matrix multiply reaches {report['matmul_gflops']:.0f} GFLOP/s on "
+        f"the same thread(s). Measured on {_machine(report)}.",
+        "",
+        _source("tiny_lm_throughput", report),
+    ]
+    return "\n".join(rows)
+
+
+def server_workers(report: dict[str, Any]) -> str:
+    rows = [
+        "| workers | batching | clients | queries/request | q/s | p50 ms | p99 ms | vs in-process batched |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for run in report["reports"]:
+        base = run["in_process_batched_qps"]
+        for r in run["runs"]:
+            if not r["batching"] and r["clients"] != 64:
+                continue
+            cells = [
+                str(run["workers"]),
+                "on" if r["batching"] else "off",
+                str(r["clients"]),
+                str(r["queries_per_request"]),
+                f"{r['qps']:.0f}",
+                f"{r['p50_ms']:.2f}",
+                f"{r['p99_ms']:.2f}",
+                f"{r['qps'] / base:.0%}",
+            ]
+            if r["batching"] and r["clients"] == 64 and r["queries_per_request"] == 1:
+                cells = [f"**{c}**" for c in cells]  # the target: 64 clients, one query per request
+            rows.append("| " + " | ".join(cells) + " |")
+    for run in report["reports"]:
+        at_64 = {
+            r["batching"]: r for r in run["runs"] if r["clients"] == 64 and r["queries_per_request"] == 1
+        }
+        rows.append(
+            f"\n{run['workers']} worker{'s' if run['workers'] > 1 else ''}, 64 clients: "
+            f"{at_64[True]['qps'] / run['in_process_batched_qps']:.0%} of in-process batched with p99 "
+            f"{at_64[True]['p99_ms']:.0f} ms; batching gives {at_64[True]['qps'] / at_64[False]['qps'] - 1:+.0%} "
+            "throughput."
+        )
+    first = report["reports"][0]
+    baselines = " and ".join(f"{r['in_process_batched_qps']:,.0f} q/s" for r in report["reports"])
+    machine = first["machine"]
+    rows += [
+        "",
+        f"The in-process baseline is one `search` call per {first['max_batch_size']} queries, on one core: "
+        f"{baselines} in the runs above. BM25 over the {first['passages']:,}-passage shared corpus, k = "
+        f"{first['k']}; each row the median of the repeats; {machine['cores']} cores, "
+        f"`OMP_NUM_THREADS={machine['omp_num_threads']}`.",
+        "",
+        "From "
+        + ", ".join(f"`benchmarks/results/server_workers_{r['workers']}.json`" for r in report["reports"])
+        + ", written back to back by "
+        + " and ".join(
+            f"`OMP_NUM_THREADS={r['machine']['omp_num_threads']} {r['command']}`" for r in report["reports"]
+        )
+        + ".",
+    ]
+    return "\n".join(rows)
+
+
+TABLES: dict[str, tuple[Path, Callable[[dict[str, Any]], str]]] = {
+    "server_hardening": (HARDENING, server_hardening),
+    "http_clients": (HARDENING, http_clients),
+    "bm25_recall": (BENCHMARKS, bm25_recall),
+    "dense_recall": (BENCHMARKS, dense_recall),
+    "tiny_lm_throughput": (BENCHMARKS, tiny_lm_throughput),
+    "server_workers": (RETRIEVAL, server_workers),
 }
+SOURCES = {"server_workers": ("server_workers_1", "server_workers_2")}
+"""Tables drawn from several result files (their renderer gets ``{"reports": [...]}``); others from NAME.json."""
+
+
+def block(name: str) -> re.Pattern[str]:
+    """The ``<!-- table:NAME -->`` ... ``<!-- end table:NAME -->`` block; group 2 is the table."""
+    return re.compile(rf"(<!-- table:{name} -->\n)(.*?)(\n<!-- end table:{name} -->)", re.S)
+
+
+def render_table(name: str) -> str:
+    """Table ``name`` as rendered from its committed result file."""
+
+    def load(stem: str) -> dict[str, Any]:
+        return json.loads((RESULTS / f"{stem}.json").read_text(encoding="utf-8"))
+
+    report = {"reports": [load(stem) for stem in SOURCES[name]]} if name in SOURCES else load(name)
+    return TABLES[name][1](report)
+
+
+def render_page(path: Path, page: str) -> str:
+    """``page`` (the text of ``path``) with every table of it rendered from its result file."""
+    for name, (where, _) in TABLES.items():
+        if where != path:
+            continue
+        pattern = block(name)
+        if not pattern.search(page):
+            raise SystemExit(f"{path} has no <!-- table:{name} --> ... <!-- end table:{name} --> block")
+        table = render_table(name)
+        page = pattern.sub(lambda m, table=table: m.group(1) + table + m.group(3), page)
+    return page
 
 
 def main() -> None:
-    page = PAGE.read_text(encoding="utf-8")
-    for name, render in TABLES.items():
-        report = json.loads((RESULTS / f"{name}.json").read_text(encoding="utf-8"))
-        pattern = re.compile(rf"(<!-- table:{name} -->\n).*?(\n<!-- end table:{name} -->)", re.S)
-        if not pattern.search(page):
-            raise SystemExit(f"{PAGE} has no <!-- table:{name} --> ... <!-- end table:{name} --> block")
-        table = render(report)
-        page = pattern.sub(lambda m, table=table: m.group(1) + table + m.group(2), page)
-    PAGE.write_text(page, encoding="utf-8")
-    print(f"wrote {PAGE}")
+    for path in sorted({where for where, _ in TABLES.values()}):
+        path.write_text(render_page(path, path.read_text(encoding="utf-8")), encoding="utf-8")
+        print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from _common import REPO, SHARED_DATA
+from _common import REPO, SHARED_DATA, versions
 
 from searchgym.envs.data import read_jsonl
 from searchgym.envs.retrieval import RETRIEVERS, Retriever, make_retriever
@@ -300,10 +300,14 @@ def main() -> None:
                 "python": platform.python_version(),
                 "cpu": platform.processor() or platform.machine(),
                 "cores": os.cpu_count(),
+                "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "unset"),
                 "load_average_at_start": load_at_start,
+                "load_average_at_end": os.getloadavg(),
+                "versions": versions(),
             },
+            "command": "python " + " ".join(sys.argv),
         }
-        args.out.write_text(json.dumps(report, indent=2), encoding="utf-8")
+        args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
         print(f"wrote {args.out}")
 
 

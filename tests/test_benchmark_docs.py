@@ -1,0 +1,48 @@
+"""The measured tables of docs/benchmarks.md and docs/retrieval.md are what
+benchmarks/render_docs.py makes of the committed JSON."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = ROOT / "docs" / "benchmarks.md"
+
+
+def load_renderer():
+    spec = importlib.util.spec_from_file_location("render_docs", ROOT / "benchmarks" / "render_docs.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def marked_names(page: str) -> list[str]:
+    return re.findall(r"^<!-- table:([\w-]+) -->$", page, re.M)
+
+
+@pytest.mark.parametrize("path", [PAGE, ROOT / "docs" / "retrieval.md"], ids=lambda p: p.name)
+def test_every_marked_table_is_its_rendering_from_the_committed_json(path: Path):
+    render = load_renderer()
+    page = path.read_text(encoding="utf-8")
+    names = marked_names(page)
+    assert names, f"{path.name} has no marked table"
+    for name in names:
+        assert render.TABLES[name][0] == path, f"{name} is rendered into another page"
+        shown = render.block(name).search(page)
+        assert shown is not None, f"<!-- table:{name} --> has no matching end marker"
+        assert shown.group(2) == render.render_table(name), "rerun: python benchmarks/render_docs.py"
+    assert sorted(names) == sorted(n for n, (where, _) in render.TABLES.items() if where == path)
+
+
+def test_no_table_lies_outside_the_markers():
+    render = load_renderer()
+    page = PAGE.read_text(encoding="utf-8")
+    for name in marked_names(page):
+        page = render.block(name).sub("", page)
+    loose = [line for line in page.splitlines() if line.lstrip().startswith("|")]
+    assert not loose, f"table lines typed by hand in docs/benchmarks.md: {loose[:3]}"
