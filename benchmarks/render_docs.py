@@ -181,9 +181,9 @@ def tiny_lm_throughput(report: dict[str, Any]) -> str:
         rows.append(f"| {length} | {cells} |")
     rows += [
         "",
-        f"{report['parameters'] / 1e6:.2f} M parameters, {report['batch']} sequences, {report['threads']} torch "
-        f"thread(s). A 2048 × 2048 float32 matrix multiply reaches {report['matmul_gflops']:.0f} GFLOP/s on "
-        f"the same thread(s). Measured on {_machine(report)}.",
+        f"{report['parameters'] / 1e6:.2f} M parameters, {report['batch']} sequences, "
+        f"`torch.set_num_threads({report['threads']})`. A 2048 × 2048 float32 matrix multiply reaches "
+        f"{report['matmul_gflops']:.0f} GFLOP/s with the same threads. Measured on {_machine(report)}.",
         "",
         _source("tiny_lm_throughput", report),
     ]
