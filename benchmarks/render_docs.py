@@ -244,6 +244,33 @@ def server_workers(report: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
+def server_dense(report: dict[str, Any]) -> str:
+    base = report["in_process_batched_qps"]
+    rows = [
+        "| batching | clients | queries/request | q/s | p50 ms | p99 ms | mean batch | "
+        f"vs in-process batched ({base:.0f} q/s) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in report["runs"]:
+        rows.append(
+            f"| {'on' if r['batching'] else 'off'} | {r['clients']} | {r['queries_per_request']} | {r['qps']:.0f} | "
+            f"{r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['mean_batch']:.1f} | {r['qps'] / base:.0%} |"
+        )
+    at_64 = {r["batching"]: r for r in report["runs"] if r["clients"] == 64 and r["queries_per_request"] == 1}
+    machine = report["machine"]
+    rows += [
+        "",
+        f"64 clients: {at_64[True]['qps']:.0f} q/s with batching, {at_64[True]['qps'] / base:.0%} of in-process "
+        f"batched, p99 {at_64[True]['p99_ms']:.0f} ms; {at_64[False]['qps']:.0f} q/s without, p99 "
+        f"{at_64[False]['p99_ms']:.0f} ms. {report['passages']:,} passages, k = {report['k']}; "
+        f"{machine['cores']} cores, `OMP_NUM_THREADS={machine['omp_num_threads']}`.",
+        "",
+        f"From `benchmarks/results/server_dense.json`, written by "
+        f"`OMP_NUM_THREADS={machine['omp_num_threads']} {report['command']}`.",
+    ]
+    return "\n".join(rows)
+
+
 TABLES: dict[str, tuple[Path, Callable[[dict[str, Any]], str]]] = {
     "server_hardening": (HARDENING, server_hardening),
     "http_clients": (HARDENING, http_clients),
@@ -251,6 +278,7 @@ TABLES: dict[str, tuple[Path, Callable[[dict[str, Any]], str]]] = {
     "dense_recall": (BENCHMARKS, dense_recall),
     "tiny_lm_throughput": (BENCHMARKS, tiny_lm_throughput),
     "server_workers": (RETRIEVAL, server_workers),
+    "server_dense": (RETRIEVAL, server_dense),
 }
 SOURCES = {"server_workers": ("server_workers_1", "server_workers_2")}
 """Tables drawn from several result files (their renderer gets ``{"reports": [...]}``); others from NAME.json."""
