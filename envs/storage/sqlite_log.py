@@ -66,6 +66,11 @@ the parent's database state)."""
 BUSY_TIMEOUT_S = 60.0
 """Seconds a writer waits for another process's write transaction before failing."""
 
+
+class _Busy(Exception):
+    """Another process held the new database's lock while this one set it up."""
+
+
 _TABLES = (
     "CREATE TABLE IF NOT EXISTS records (id INTEGER PRIMARY KEY AUTOINCREMENT, body TEXT NOT NULL, key TEXT UNIQUE)",
     "CREATE TABLE IF NOT EXISTS snapshots (step INTEGER NOT NULL, last_id INTEGER NOT NULL, time REAL NOT NULL)",
@@ -181,6 +186,24 @@ class SqliteLog:
             except sqlite3.Error as exc:
                 raise describe_error(self.path, exc, "opening it") from None
             _OPENED.add(opened)
+        deadline = time.monotonic() + BUSY_TIMEOUT_S
+        while True:
+            try:
+                return self._set_up(conn, source)
+            except _Busy:
+                # Switching a new file to WAL while another process does the same can answer
+                # "database is locked" at once, without SQLite's busy wait: wait and try again.
+                if time.monotonic() > deadline:
+                    raise describe_error(
+                        self.path, sqlite3.OperationalError("database is locked"), "opening it"
+                    ) from None
+                time.sleep(0.05)
+                conn = sqlite3.connect(
+                    self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+                )
+
+    def _set_up(self, conn: sqlite3.Connection, source: str | None) -> sqlite3.Connection:
+        """WAL mode, the sync level and the tables on a new connection; closes it on failure."""
         try:
             mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             if str(mode).lower() != "wal":
@@ -204,6 +227,8 @@ class SqliteLog:
             conn.close()
             if isinstance(exc, DataFileError):
                 raise
+            if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
+                raise _Busy() from None
             raise describe_error(self.path, exc, "opening it") from None
         return conn
 
