@@ -21,7 +21,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
-from .config_base import ConfigError, check, check_finite, check_int, from_dict, load_yaml, save_yaml, to_dict
+from .config_base import (
+    ConfigError,
+    check,
+    check_finite,
+    check_int,
+    from_dict,
+    load_yaml,
+    read_sections,
+    save_yaml,
+    to_dict,
+)
 from .memory_config import MEMORY_BACKENDS, MEMORY_KINDS, MemoryConfig
 
 __all__ = [
@@ -379,15 +389,7 @@ class TrainConfig:
     wandb: WandbConfig = field(default_factory=WandbConfig)
 
     def __post_init__(self) -> None:
-        for name, cls in _SECTIONS.items():
-            value = getattr(self, name)
-            if isinstance(value, Mapping):
-                try:
-                    setattr(self, name, from_dict(cls, value))
-                except ConfigError as exc:
-                    raise exc.within(name) from None
-            elif not isinstance(value, cls):
-                raise ConfigError(name, value, f"a mapping of {cls.__name__} fields")
+        read_sections(self, _SECTIONS)
         check(
             "backend",
             self.backend,

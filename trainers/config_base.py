@@ -30,6 +30,7 @@ __all__ = [
     "check_finite",
     "check_choice",
     "from_dict",
+    "read_sections",
     "to_dict",
     "load_yaml",
     "save_yaml",
@@ -225,6 +226,20 @@ def from_dict(cls: type[T], data: Mapping[str, Any] | None) -> T:
         raise ConfigError(
             cls.__name__, dict(data), f"the required fields of {cls.__name__}", str(exc)
         ) from None
+
+
+def read_sections(config: Any, sections: Mapping[str, type]) -> None:
+    """Turn each field of ``config`` named in ``sections`` that holds a mapping into its
+    section class (in place), for a config built from plain data; errors name the section."""
+    for name, cls in sections.items():
+        value = getattr(config, name)
+        if isinstance(value, Mapping):
+            try:
+                setattr(config, name, from_dict(cls, value))
+            except ConfigError as exc:
+                raise exc.within(name) from None
+        elif not isinstance(value, cls):
+            raise ConfigError(name, value, f"a mapping of {cls.__name__} fields")
 
 
 def to_dict(config: Any) -> dict[str, Any]:

@@ -180,9 +180,7 @@ class SqliteLog:
             opened = (os.getpid(), os.path.realpath(self.path))
             source = legacy.adopt(self.legacy or self.path) if self.legacy or opened not in _OPENED else None
             try:
-                conn = sqlite3.connect(
-                    self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
-                )
+                conn = self._connect()
             except sqlite3.Error as exc:
                 raise describe_error(self.path, exc, "opening it") from None
             _OPENED.add(opened)
@@ -198,9 +196,12 @@ class SqliteLog:
                         self.path, sqlite3.OperationalError("database is locked"), "opening it"
                     ) from None
                 time.sleep(0.05)
-                conn = sqlite3.connect(
-                    self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
-                )
+                conn = self._connect()
+
+    def _connect(self) -> sqlite3.Connection:
+        return sqlite3.connect(
+            self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+        )
 
     def _set_up(self, conn: sqlite3.Connection, source: str | None) -> sqlite3.Connection:
         """WAL mode, the sync level and the tables on a new connection; closes it on failure."""

@@ -9,7 +9,14 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from searchgym.trainers.config import EnvConfig, TrainConfig
-from searchgym.trainers.config_base import ConfigError, check, check_finite, check_int, from_dict, load_yaml
+from searchgym.trainers.config_base import (
+    check,
+    check_finite,
+    check_int,
+    from_dict,
+    load_yaml,
+    read_sections,
+)
 
 __all__ = ["SFTConfig", "EvalConfig", "StudyRunConfig", "load_run_config"]
 
@@ -217,15 +224,7 @@ class StudyRunConfig(TrainConfig):
     eval: EvalConfig = field(default_factory=EvalConfig)
 
     def __post_init__(self) -> None:
-        for name, cls in (("sft", SFTConfig), ("eval", EvalConfig)):
-            value = getattr(self, name)
-            if isinstance(value, Mapping):
-                try:
-                    setattr(self, name, from_dict(cls, value))
-                except ConfigError as exc:
-                    raise exc.within(name) from None
-            elif not isinstance(value, cls):
-                raise ConfigError(name, value, f"a mapping of {cls.__name__} fields")
+        read_sections(self, {"sft": SFTConfig, "eval": EvalConfig})
         super().__post_init__()
 
     def extra_envs(self) -> dict[str, EnvConfig]:
