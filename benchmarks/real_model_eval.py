@@ -169,6 +169,12 @@ def main() -> None:
     parser.add_argument("--topk", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
+        "--dtype",
+        default="float32",
+        choices=("float32", "bfloat16"),
+        help="weights' dtype (bfloat16 is several times faster on CPUs with AMX or AVX-512 BF16)",
+    )
+    parser.add_argument(
         "--threads", type=int, default=1, help="torch CPU threads (1 is fastest on a shared machine)"
     )
     parser.add_argument("--data-dir", type=Path, default=SHARED_DATA)
@@ -197,7 +203,7 @@ def main() -> None:
         "results": [],
     }
     base = HFPolicy(
-        resolve_model(args.model), device="cpu", name=args.model
+        resolve_model(args.model), device="cpu", dtype=args.dtype, name=args.model
     )  # loaded once, shared by the modes
     tally = ForwardTally(base.model)
     start = time.perf_counter()

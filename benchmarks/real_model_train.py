@@ -76,6 +76,11 @@ def main() -> None:
         help="stop after the step that passes this wall time (0: run all steps)",
     )
     parser.add_argument("--seed", type=int, default=None, help="replace the config's seed")
+    parser.add_argument(
+        "--warm-start",
+        action="store_true",
+        help="first write model.path with benchmarks/real_model_warm_start.py (unless it holds a model)",
+    )
     parser.add_argument("--window", type=int, default=4, help="steps in the curve's sliding mean")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "real_model_train.json")
     parser.add_argument("--replot", action="store_true", help="only redraw the PNG from --out")
@@ -96,7 +101,14 @@ def main() -> None:
             config, seed=args.seed, output_dir=f"{config.output_dir}_seed{args.seed}"
         )
     shutil.rmtree(config.output_dir, ignore_errors=True)  # a fresh run, never a resumed one
-    start = time.perf_counter()
+    warm: dict | None = None
+    if args.warm_start:
+        from real_model_warm_start import warm_start
+
+        folder = Path(config.model.path)
+        done = folder / "warm_start.json"
+        warm = json.loads(done.read_text()) if done.is_file() else warm_start(folder, seed=config.seed)
+    start = time.perf_counter()  # --max-minutes and wall_time_s count GRPO only
     trainer = GRPOTrainer(config, progress=False)
     samples: list[dict] = []
     try:
@@ -119,6 +131,7 @@ def main() -> None:
                     "steps_configured": config.steps,
                     "wall_time_s": round(wall, 1),
                     "median_step_s": step_s[len(step_s) // 2],
+                    "warm_start": warm,
                     "history": history,
                     "samples": samples,
                 },
@@ -127,6 +140,8 @@ def main() -> None:
             if args.max_minutes and wall > 60 * args.max_minutes:
                 print(f"stopped after {trainer.state.step} steps: --max-minutes {args.max_minutes:g} reached")
                 break
+        if trainer.state.step < config.steps:  # stopped early: keep the model it reached
+            trainer.save()
     finally:
         trainer.close()
     print(f"wrote {args.out} and {args.png}")

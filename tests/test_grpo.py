@@ -99,6 +99,38 @@ def test_a_few_grpo_steps_change_the_parameters_and_keep_the_loss_finite(tiny_ro
     assert any(record["rollout"]["reward"] > 0 for record in state.history)
 
 
+def test_bfloat16_autocast_computes_in_bfloat16_and_keeps_float32_weights(tiny_root, tmp_path):
+    config = make_config(tiny_root, tmp_path / "run", steps=2, model={"autocast": "bfloat16"})
+    trainer = GRPOTrainer(config, progress=False)
+    trainer.setup()
+    seen: dict[str, set] = {"forward": set(), "backward": set()}
+    layer = trainer.model.lm_head
+    layer.register_forward_hook(lambda module, args, out: seen["forward"].add(out.dtype))
+    layer.register_full_backward_hook(
+        lambda module, grad_in, grad_out: seen["backward"].add(grad_out[0].dtype)
+    )
+    before = params(trainer.model)
+    state = trainer.train()
+    trainer.close()
+    assert seen == {"forward": {torch.bfloat16}, "backward": {torch.bfloat16}}
+    assert all(p.dtype == torch.float32 for p in trainer.model.parameters())
+    moments = [s["exp_avg"] for s in trainer.optimizer.state.values()]
+    assert moments and all(m.dtype == torch.float32 for m in moments)
+    after = params(trainer.model)
+    assert all(not torch.equal(before[n], after[n]) for n in before)  # every tensor was updated
+    assert all(math.isfinite(r["train"]["loss"]) for r in state.history)
+
+
+def test_without_autocast_every_pass_is_float32(tiny_root, tmp_path):
+    trainer = GRPOTrainer(make_config(tiny_root, tmp_path / "run", steps=1), progress=False)
+    trainer.setup()
+    seen = set()
+    trainer.model.lm_head.register_forward_hook(lambda module, args, out: seen.add(out.dtype))
+    trainer.train()
+    trainer.close()
+    assert seen == {torch.float32}
+
+
 @pytest.mark.parametrize(
     ("advantage", "loss_agg"), [("group_norm", "auto"), ("dr_grpo", "auto"), ("tsas", "token_mean")]
 )
@@ -638,6 +670,21 @@ def test_ptx_nll_is_the_cross_entropy_of_the_completion_tokens_only(tiny_root):
     lp2 = torch.log_softmax(model(input_ids=torch.tensor([other.token_ids])).logits[0, :-1].float(), -1)
     expected_both = (expected * 3 - sum(float(lp2[t - 1, other.token_ids[t]]) for t in range(1, 4))) / 6
     assert both == pytest.approx(expected_both, rel=1e-5)
+
+
+def test_ptx_nll_runs_the_output_layer_on_the_completion_positions_only(tiny_root):
+    from searchgym.trainers.grpo.model import load_model, model_source
+    from searchgym.trainers.grpo.ptx import PtxExample, ptx_nll
+
+    config = make_config(tiny_root, tiny_root / "unused").model
+    model = load_model(config, model_source(config), torch.device("cpu"))
+    rows = []
+    model.get_output_embeddings().register_forward_hook(lambda m, args, out: rows.append(args[0].shape[0]))
+    long_prompt = PtxExample(tuple(range(5, 305)) + (7, 2), prompt_len=300)  # 300 prompt tokens, 2 trained
+    short = PtxExample((5, 9, 14, 3), prompt_len=1)  # 3 trained
+    ptx_nll(model, [long_prompt, short], 0, "cpu").backward()
+    assert rows == [5]  # not 2 x 301 positions
+    assert model.get_output_embeddings().weight.grad is not None
 
 
 def test_replayed_examples_are_learned_during_grpo(tiny_root, tmp_path):

@@ -118,3 +118,10 @@ def load_model(config: ModelConfig, folder: str | os.PathLike[str], device: torc
     if config.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     return model.eval()
+
+
+def autocast(config: ModelConfig, device: torch.device) -> Any:
+    """The mixed-precision context of ``model.autocast`` on ``device`` (disabled for ``off``)."""
+    if config.autocast == "off":
+        return torch.autocast(device.type, enabled=False)
+    return torch.autocast(device.type, dtype=_DTYPES[config.autocast])

@@ -26,7 +26,7 @@ import torch
 
 from ...envs.errors import DataFileError
 from ...envs.storage.atomic import write_atomically
-from .loss import pad_batch, pad_values, token_logprobs
+from .loss import pad_batch
 
 __all__ = ["PtxExample", "load_ptx_examples", "write_ptx_examples", "ptx_nll", "sample_ptx"]
 
@@ -92,13 +92,19 @@ def sample_ptx(examples: Sequence[PtxExample], size: int, rng: np.random.Generat
 
 
 def ptx_nll(model: Any, batch: Sequence[PtxExample], pad_id: int, device: torch.device | str) -> torch.Tensor:
-    """Mean negative log-likelihood of the completion tokens of ``batch`` (with gradient)."""
+    """Mean negative log-likelihood of the completion tokens of ``batch`` (with gradient).
+
+    The output layer runs on the completion positions only: a prompt of hundreds of tokens
+    costs no (positions × vocabulary) logits, which dominate time and memory otherwise.
+    """
     ids, attention = pad_batch([e.token_ids for e in batch], pad_id, device)
-    logprobs = token_logprobs(model, ids, attention)
-    # Target position t - 1 predicts token t: train the tokens from prompt_len to the end.
-    trained = pad_values(
-        [[0.0] * (e.prompt_len - 1) + [1.0] * (len(e.token_ids) - e.prompt_len) for e in batch],
-        logprobs.shape[1],
-        device,
-    )
-    return -(logprobs * trained).sum() / trained.sum().clamp(min=1.0)
+    hidden = model.base_model(input_ids=ids, attention_mask=attention, use_cache=False).last_hidden_state
+    # Position t - 1 predicts token t: train the tokens from prompt_len to the end.
+    rows = [b for b, e in enumerate(batch) for _ in range(max(e.prompt_len, 1), len(e.token_ids))]
+    cols = [t for e in batch for t in range(max(e.prompt_len, 1), len(e.token_ids))]
+    if not rows:
+        return hidden.sum() * 0.0
+    at = torch.tensor(rows, device=hidden.device), torch.tensor(cols, device=hidden.device)
+    logits = model.get_output_embeddings()(hidden[at[0], at[1] - 1]).float()
+    picked = logits.gather(-1, ids[at[0], at[1]][:, None]).squeeze(-1)
+    return -(picked - torch.logsumexp(logits, dim=-1)).mean()

@@ -70,7 +70,7 @@ from .envs import (
 from .generation import SamplingSettings
 from .loss import clipped_token_loss, pad_values, token_weights
 from .metrics import rollout_metrics
-from .model import load_model, load_tokenizer_for, model_source, resolve_device, set_cpu_threads
+from .model import autocast, load_model, load_tokenizer_for, model_source, resolve_device, set_cpu_threads
 from .prefix import sequence_logprobs
 from .ptx import load_ptx_examples, ptx_nll, sample_ptx
 from .rollout import Episode, RolloutCollector, group_prefix_lengths
@@ -474,10 +474,12 @@ class GRPOTrainer:
         cfg = self.config
         start = time.perf_counter()
         questions = question_schedule(self.num_questions, cfg.rollout.questions_per_step, step, cfg.seed)
-        episodes = self.collector.collect(questions, cfg.rollout.group_size, step_seed(cfg.seed, step))
+        with autocast(cfg.model, self.device):
+            episodes = self.collector.collect(questions, cfg.rollout.group_size, step_seed(cfg.seed, step))
         rollout_s = time.perf_counter() - start
         advantages = self.advantages(episodes, step)
-        train = self.update(episodes, advantages, step)
+        with autocast(cfg.model, self.device):
+            train = self.update(episodes, advantages, step)
         train["rollout_s"] = rollout_s
         train["update_s"] = time.perf_counter() - start - rollout_s
         update = self.memory.step() if self.memory is not None else None
