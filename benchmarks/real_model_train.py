@@ -7,6 +7,11 @@ Trains with ``configs/grpo_smollm2_cpu.yaml`` (``--config``) from scratch in a f
 folder and, after every step, writes the per-step figures to ``benchmarks/results/real_model_train.json``
 and the curve of the reward, the well-formed share of turns and of episodes and the tokens
 written per episode (per step, and their mean over a sliding window) to ``docs/real_model_train.png``.
+
+``--heldout N`` keeps the first N questions of ``evaluate``'s seed-0 order out of training
+(the run trains on a copy of the data file without them) and, after training, evaluates
+greedily on them, in the training env's settings: the start model (the untrained model too,
+with ``--warm-start``) and the trained one, all in bfloat16.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -61,6 +67,63 @@ def plot(history: list[dict], path: Path, window: int, title: str) -> None:
     fig.savefig(path, dpi=110)
 
 
+def hold_out(config, count: int) -> tuple[Any, list[int]]:
+    """``config`` training on its data file without the first ``count`` questions of
+    ``evaluate``'s seed-0 order (written to ``{output_dir}/train_questions.jsonl``), and
+    those questions' indices in the original file."""
+    import gymnasium as gym
+    import numpy as np
+
+    import searchgym  # noqa: F401  (registers the ids)
+
+    kwargs = dict(config.env.kwargs)
+    questions = gym.make(config.env.id, **kwargs).unwrapped.questions
+    heldout = [int(i) for i in np.random.default_rng(0).permutation(len(questions))[:count]]
+    held_ids = {questions[i].id for i in heldout}
+    lines = Path(kwargs["data_path"]).read_text(encoding="utf-8").splitlines()
+    kept = [line for line in lines if line.strip() and json.loads(line)["id"] not in held_ids]
+    if len(kept) != len(questions) - len(held_ids):
+        raise SystemExit(f"{kwargs['data_path']}: question ids are not unique; cannot hold questions out")
+    path = Path(config.output_dir) / "train_questions.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(kept) + "\n", encoding="utf-8")
+    env = dataclasses.replace(config.env, kwargs={**kwargs, "data_path": str(path)})
+    return dataclasses.replace(config, env=env), heldout
+
+
+def evaluate_heldout(config, trainer, data_path: str, count: int, untrained: bool) -> list[dict]:
+    """Greedy figures of the start model(s) and the trained one on the held-out questions."""
+    import copy
+
+    from real_model_eval import multi_turn
+
+    from searchgym.envs.models import resolve_model
+    from searchgym.policies import HFPolicy
+
+    kwargs = {**config.env.kwargs, "data_path": data_path}
+    models: list[tuple[str, Any]] = []
+    if untrained:
+        models.append(("untrained", resolve_model("smollm2-135m-instruct")))
+    models.append(("start of GRPO", resolve_model(config.model.path)))
+    models.append(("end of GRPO", copy.deepcopy(trainer.model).to(torch.bfloat16)))
+    rows = []
+    for label, model in models:
+        policy = HFPolicy(
+            model,
+            tokenizer=trainer.tokenizer if not isinstance(model, str) else None,
+            protocol=kwargs.get("protocol", "search_r1"),
+            max_new_tokens=config.rollout.max_new_tokens,
+            batch_size=32,
+            dtype="bfloat16" if isinstance(model, str) else None,
+            device="cpu",
+            name=label,
+        )
+        row = multi_turn(policy, config.env.id, kwargs, count, 0)
+        rows.append({"model": label, "questions": count, **row})
+        print(f"held-out {label}: EM {row['em']:.3f} F1 {row['f1']:.3f} well-formed {row['format_ok']:.2f}")
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -82,6 +145,9 @@ def main() -> None:
         help="first write model.path with benchmarks/real_model_warm_start.py (unless it holds a model)",
     )
     parser.add_argument("--window", type=int, default=4, help="steps in the curve's sliding mean")
+    parser.add_argument(
+        "--heldout", type=int, default=0, help="questions kept out of training and evaluated on (0: none)"
+    )
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "real_model_train.json")
     parser.add_argument("--replot", action="store_true", help="only redraw the PNG from --out")
     parser.add_argument("--png", type=Path, default=REPO / "docs" / "real_model_train.png")
@@ -101,6 +167,10 @@ def main() -> None:
             config, seed=args.seed, output_dir=f"{config.output_dir}_seed{args.seed}"
         )
     shutil.rmtree(config.output_dir, ignore_errors=True)  # a fresh run, never a resumed one
+    heldout: list[int] = []
+    source = config.env.kwargs.get("data_path")
+    if args.heldout:
+        config, heldout = hold_out(config, args.heldout)
     warm: dict | None = None
     if args.warm_start:
         from real_model_warm_start import warm_start
@@ -142,6 +212,10 @@ def main() -> None:
                 break
         if trainer.state.step < config.steps:  # stopped early: keep the model it reached
             trainer.save()
+        if heldout:
+            report = json.loads(args.out.read_text())
+            report["heldout"] = evaluate_heldout(config, trainer, source, len(heldout), args.warm_start)
+            write_report(args.out, report)
     finally:
         trainer.close()
     print(f"wrote {args.out} and {args.png}")
