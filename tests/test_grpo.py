@@ -382,6 +382,64 @@ def test_update_logprobs_and_gradients_are_the_same_with_a_shared_prompt(tiny_ro
         torch.testing.assert_close(shared_grads[name], grad, atol=1e-4, rtol=1e-3)
 
 
+@pytest.mark.parametrize("share", [False, True])
+def test_logprobs_of_the_wanted_tokens_only_equal_the_full_computation_there(tiny_root, tmp_path, share):
+    """The update asks for the sampled tokens' log-probabilities only: the output layer runs on
+    those positions alone, and values and gradients equal the full computation's."""
+    from searchgym.trainers.grpo.loss import pad_batch, pad_values
+    from searchgym.trainers.grpo.prefix import sequence_logprobs
+
+    trainer = GRPOTrainer(make_config(tiny_root, tmp_path / "run"), progress=False)
+    trainer.setup()
+    model, tok = trainer.model, trainer.tokenizer
+    trainer.close()
+    rows, prefixes = _shared_prompt_batch(tok)
+    rows[5] = rows[5][:-1]
+    shared = prefixes if share else None
+    _, attention = pad_batch(rows, tok.pad_token_id)
+    rng = torch.Generator().manual_seed(1)
+    wanted = [
+        [0] * p + [int(torch.rand(1, generator=rng) < 0.5) for _ in row[p + 1 :]]
+        for row, p in zip(rows, prefixes, strict=True)
+    ]
+    flags = pad_values(wanted, attention.shape[1] - 1, "cpu")
+    weights = torch.rand(flags.shape, generator=rng) * flags
+    seen = []
+    hook = model.get_output_embeddings().register_forward_hook(
+        lambda m, args, out: seen.append(args[0].shape)
+    )
+    results = []
+    for asked in (None, wanted):
+        model.zero_grad()
+        seen.clear()
+        lp = sequence_logprobs(model, rows, tok.pad_token_id, torch.device("cpu"), 0.7, shared, wanted=asked)
+        (lp * weights).sum().backward()
+        results.append((lp.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}, list(seen)))
+    hook.remove()
+    (full, full_grads, full_seen), (part, part_grads, part_seen) = results
+    torch.testing.assert_close(part, full * flags, atol=1e-5, rtol=1e-5)
+    assert (part[flags == 0] == 0).all()
+    for name, grad in full_grads.items():
+        torch.testing.assert_close(part_grads[name], grad, atol=1e-4, rtol=1e-3)
+    assert [s[0] for s in part_seen] == [int(flags.sum())]  # one call, on the wanted positions only
+    assert sum(s[:-1].numel() for s in full_seen) > 5 * int(flags.sum())
+
+
+def test_models_that_rescale_their_logits_get_the_full_computation(tiny_root):
+    from searchgym.trainers.grpo.loss import pad_batch, selects_positions, token_logprobs
+    from searchgym.trainers.grpo.model import load_model, model_source
+
+    config = make_config(tiny_root, tiny_root / "unused").model
+    model = load_model(config, model_source(config), torch.device("cpu"))
+    assert selects_positions(model)
+    model.config.final_logit_softcapping = 30.0  # Gemma 2's: tanh after the output layer
+    assert not selects_positions(model)
+    ids, attention = pad_batch([[5, 9, 14, 3, 7]], 0)
+    wanted = torch.tensor([[0, 0, 1, 1]])
+    lp = token_logprobs(model, ids, attention, wanted=wanted)
+    assert lp.shape == (1, 4) and (lp[0, :2] != 0).all()  # every entry computed, from the model's logits
+
+
 def test_group_prefix_lengths_are_the_groups_common_prompt():
     from searchgym.trainers.grpo.rollout import Episode, group_prefix_lengths
 

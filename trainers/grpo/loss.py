@@ -28,7 +28,15 @@ from typing import Any
 
 import torch
 
-__all__ = ["pad_batch", "token_logprobs", "k3_kl", "clipped_token_loss", "token_weights"]
+__all__ = [
+    "pad_batch",
+    "token_logprobs",
+    "selected_logprobs",
+    "selects_positions",
+    "k3_kl",
+    "clipped_token_loss",
+    "token_weights",
+]
 
 
 def pad_batch(
@@ -56,13 +64,24 @@ def pad_values(
 
 
 def token_logprobs(
-    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    temperature: float = 1.0,
+    wanted: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Log-probability of each token given the ones before it: shape (B, T − 1), float32.
 
     Entry ``[b, t]`` is log p(input_ids[b, t + 1] | input_ids[b, : t + 1]) under the
-    temperature-scaled softmax (the distribution the tokens were sampled from).
+    temperature-scaled softmax (the distribution the tokens were sampled from). With
+    ``wanted`` (B, T − 1), only its nonzero entries are computed, the rest are 0: the output
+    layer then runs on those positions alone (see :func:`selected_logprobs`).
     """
+    if wanted is not None and selects_positions(model):
+        hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+        return selected_logprobs(
+            model, hidden.last_hidden_state[:, :-1], input_ids[:, 1:], wanted, temperature
+        )
     logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits[:, :-1]
     logits = logits.float()
     if temperature != 1.0:
@@ -70,6 +89,46 @@ def token_logprobs(
     targets = input_ids[:, 1:].unsqueeze(-1)
     picked = logits.gather(-1, targets).squeeze(-1)
     return picked - torch.logsumexp(logits, dim=-1)
+
+
+# Configs whose forward changes the logits after the output layer: their log-probabilities
+# are computed from the model's own logits at every position.
+_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logits_scaling", "logit_scale", "output_multiplier_scale")
+
+
+def selects_positions(model: Any) -> bool:
+    """Whether :func:`selected_logprobs` gives ``model``'s own log-probabilities: its logits
+    are its output layer applied to its base model's last hidden state, and nothing more."""
+    config = getattr(model, "config", None)
+    if any(getattr(config, name, None) not in (None, 1, 1.0) for name in _LOGIT_TRANSFORMS):
+        return False
+    return (
+        hasattr(model, "base_model")
+        and model.base_model is not model
+        and model.get_output_embeddings() is not None
+    )
+
+
+def selected_logprobs(
+    model: Any, hidden: torch.Tensor, targets: torch.Tensor, wanted: torch.Tensor, temperature: float = 1.0
+) -> torch.Tensor:
+    """Log-probabilities of ``targets`` (B, W) from the hidden states before them, at the
+    nonzero entries of ``wanted`` only (0 elsewhere), float32.
+
+    A GRPO sequence of a few hundred tokens holds a few dozen sampled ones: the full
+    (B, W, vocabulary) logits in float32, and what the backward pass keeps of them, are
+    gigabytes for a real vocabulary (49,152 tokens for SmolLM2), of which these few rows
+    are all the loss reads.
+    """
+    rows, cols = wanted.nonzero(as_tuple=True)
+    out = torch.zeros(wanted.shape, dtype=torch.float32, device=hidden.device)
+    if rows.numel() == 0:
+        return out + hidden.sum() * 0.0  # keeps the graph (and the caller's backward) valid
+    logits = model.get_output_embeddings()(hidden[rows, cols]).float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    picked = logits.gather(-1, targets[rows, cols].unsqueeze(-1)).squeeze(-1)
+    return out.index_put((rows, cols), picked - torch.logsumexp(logits, dim=-1))
 
 
 def k3_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:

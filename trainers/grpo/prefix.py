@@ -55,7 +55,7 @@ def encode_prefixes(
 
     Returns the prefixes' ids and mask as every row sees them (one line per row), the cache
     with one line per row (a copy of its prefix's), and the prefixes' logits (one line per
-    prefix). Runs under the caller's grad mode, so gradients flow back through the copies.
+    prefix; None for a base model, which has no output layer). Runs under the caller's grad mode, so gradients flow back through the copies.
     """
     prefixes, index = groups
     width = max(len(p) for p in prefixes)
@@ -72,7 +72,7 @@ def encode_prefixes(
     )
     rows = torch.tensor(index, device=device)
     cache.batch_select_indices(rows)
-    return ids[rows], mask[rows], cache, out.logits
+    return ids[rows], mask[rows], cache, getattr(out, "logits", None)
 
 
 def sequence_logprobs(
@@ -82,20 +82,27 @@ def sequence_logprobs(
     device: torch.device,
     temperature: float = 1.0,
     prefix_lengths: Sequence[int] | None = None,
+    wanted: Sequence[Sequence[int]] | None = None,
 ) -> torch.Tensor:
     """:func:`~.loss.token_logprobs` of the right-padded ``rows``, shape (B, T − 1), with the
     prefixes that rows share (``prefix_lengths``, as :func:`shared_prefixes`) encoded once.
 
     Entry ``[b, t]`` is log p(row_b[t + 1] | row_b[: t + 1]); entries past a row's end
-    are padding (0 where a prefix is shared).
+    are padding (0 where a prefix is shared). With ``wanted`` (per row, a 0/1 flag for each
+    of its T − 1 entries, like the loss mask), only the flagged entries are computed and the
+    others are 0 (:func:`~.loss.selected_logprobs`); a flagged entry must lie after the
+    row's shared prefix.
     """
-    from .loss import pad_batch, token_logprobs
+    from .loss import pad_batch, pad_values, selects_positions, token_logprobs
 
     groups = shared_prefixes(rows, prefix_lengths) if prefix_lengths is not None else None
     if groups is None:
         ids, attention = pad_batch(rows, pad_id, device)
-        return token_logprobs(model, ids, attention, temperature)
+        flags = None if wanted is None else pad_values(wanted, ids.shape[1] - 1, device)
+        return token_logprobs(model, ids, attention, temperature, flags)
     prefixes, index = groups
+    if wanted is not None and selects_positions(model):
+        return _selected_after_prefixes(model, rows, groups, pad_id, device, temperature, wanted)
     _, prefix_mask, cache, prefix_logits = encode_prefixes(model, groups, pad_id, device)
     rests = [list(row[len(prefixes[g]) :]) for row, g in zip(rows, index, strict=True)]
     rest_ids, rest_mask = pad_batch(rests, pad_id, device)
@@ -121,6 +128,50 @@ def sequence_logprobs(
         line = torch.cat([inside, first, after])
         out.append(torch.nn.functional.pad(line, (0, width - line.shape[0])))
     return torch.stack(out)
+
+
+def _selected_after_prefixes(
+    model: Any,
+    rows: Sequence[Sequence[int]],
+    groups: Groups,
+    pad_id: int,
+    device: torch.device,
+    temperature: float,
+    wanted: Any,
+) -> torch.Tensor:
+    """:func:`sequence_logprobs` with shared prefixes, at the ``wanted`` entries only."""
+    from .loss import pad_batch, pad_values, selected_logprobs
+
+    prefixes, index = groups
+    _, prefix_mask, cache, _ = encode_prefixes(model.base_model, groups, pad_id, device)
+    starts = [len(prefixes[g]) for g in index]
+    for start, flags in zip(starts, wanted, strict=True):
+        if any(list(flags)[:start]):
+            raise ValueError("sequence_logprobs: a wanted entry lies inside the row's shared prefix")
+    rests = [list(row[start:]) for row, start in zip(rows, starts, strict=True)]
+    rest_ids, rest_mask = pad_batch(rests, pad_id, device)
+    lengths = torch.tensor(starts, device=device)
+    positions = lengths[:, None] + torch.arange(rest_ids.shape[1], device=device)[None, :]
+    hidden = model.base_model(
+        input_ids=rest_ids,
+        attention_mask=torch.cat([prefix_mask, rest_mask], dim=1),
+        position_ids=positions,
+        use_cache=True,
+        **{cache_argument(model.base_model): cache},
+    ).last_hidden_state
+    # rest position j predicts rest token j + 1, which is row entry start + j
+    width = max(len(r) for r in rows) - 1
+    flags = pad_values(
+        [list(f)[start:] for f, start in zip(wanted, starts, strict=True)], rest_ids.shape[1] - 1, device
+    )
+    part = selected_logprobs(model, hidden[:, :-1], rest_ids[:, 1:], flags, temperature)
+    # shift each line right by its prefix; a negative right pad crops entries past the row's end
+    return torch.stack(
+        [
+            torch.nn.functional.pad(line, (start, width - start - line.shape[0]))
+            for line, start in zip(part, starts, strict=True)
+        ]
+    )
 
 
 def _scaled(logits: torch.Tensor, temperature: float) -> torch.Tensor:

@@ -351,6 +351,7 @@ class GRPOTrainer:
             self.device,
             self.config.rollout.temperature,
             None if shared is None else [shared[i] for i in rows],
+            wanted=[episodes[i].action_mask[1:] for i in rows],  # the loss reads the sampled tokens only
         )
 
     def _shared_prompts(self, episodes: Sequence[Episode]) -> list[int] | None:
