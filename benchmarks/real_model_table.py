@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import REPO  # noqa: E402
 
 DOC = REPO / "docs" / "real_model.md"
+README = REPO / "README.md"
 RESULTS = REPO / "benchmarks" / "results"
 NAMES = {"nq": "NQ", "hotpotqa": "HotpotQA", "popqa": "PopQA"}
 MODES = {
@@ -43,26 +44,14 @@ def eval_table(report: dict[str, Any]) -> str:
             f"| {100 * r['sr']:.0f} | {100 * r['format_ok']:.0f} | {r['tokens']:.1f} | {r['wall_time_s']:.0f} |"
         )
     s = report["settings"]
-    per_question: dict[str, list[float]] = {}
-    for r in report["results"]:
-        per_question.setdefault(r["mode"], []).append(r["wall_time_s"] / r["questions"])
-    rates = {mode: sum(v) / len(v) for mode, v in per_question.items()}
-    full = 200 * len(NAMES) * sum(rates.values()) / 3600
     measured = {(r["dataset"], r["mode"]) for r in report["results"]}
     missing = [f"{NAMES[d]} {MODES[m]}" for d in NAMES for m in MODES if (d, m) not in measured]
     lines += [
         "",
-        "Seconds per question, as measured: "
-        + ", ".join(f"{MODES.get(m, m)} {rate:.1f}" for m, rate in rates.items())
-        + f". At these rates 200 questions of each of the {len(NAMES)} datasets in these "
-        f"{len(rates)} modes would take about {full:.0f} hours on this machine."
-        + (f" Not run: {', '.join(missing)}." if missing else ""),
-    ]
-    lines += [
-        "",
-        f"`{report['command']}`: {report['wall_time_s'] / 60:.0f} min in all, torch threads: "
-        f"{report['torch_threads']}, {s['max_new_tokens']} new tokens per turn at most, {s['max_turns']} actions per "
-        f"multi-turn episode, batches of {s['batch_size']}, greedy decoding.",
+        f"`{report['command']}`: {report['wall_time_s'] / 60:.0f} min in all, "
+        f"torch threads: {report['torch_threads']}, {s.get('dtype', 'float32')} weights, {s['max_new_tokens']} new "
+        f"tokens per turn at most, {s['max_turns']} actions per multi-turn episode, batches of {s['batch_size']}, "
+        "greedy decoding." + (f" Not run: {', '.join(missing)}." if missing else ""),
     ]
     return "\n".join(lines)
 
@@ -105,6 +94,31 @@ def train_table(reports: list[dict[str, Any]]) -> str:
         )
     lines += ["", "Each cell is the mean ± standard deviation over those steps (8 rollouts per step).", ""]
     return "\n".join(lines + notes)
+
+
+def heldout_table(reports: list[dict[str, Any]]) -> str:
+    """The greedy evaluation of each run's models on its held-out questions."""
+    lines = [
+        "| Seed | Model | N | EM | F1 | CoverEM | ST | Well-formed (%) | Tokens/episode |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for report in reports:
+        for r in report["heldout"]:
+            lines.append(
+                f"| {_seed(report)} | {r['model']} | {r['questions']} | {100 * r['em']:.1f} | {100 * r['f1']:.1f} "
+                f"| {100 * r['cover_em']:.1f} | {r['st']:.2f} | {100 * r['format_ok']:.0f} | {r['tokens']:.1f} |"
+            )
+    warm = reports[0].get("warm_start")
+    if warm:
+        lines += [
+            "",
+            f"Warm start (shared by the seeds): {warm['steps']} AdamW steps of {warm['batch_size']} actions "
+            f"(learning rate {warm['lr']:g}) on {warm['episodes']} two-turn episodes of the "
+            f"{NAMES.get(warm['dataset'], warm['dataset'])} sample, {warm['wall_time_s'] / 60:.1f} min; loss "
+            f"{warm['losses'][0]:.2f} at the first step, "
+            f"{sum(warm['losses'][-4:]) / len(warm['losses'][-4:]):.2f} over the last four.",
+        ]
+    return "\n".join(lines)
 
 
 def _seed(report: dict[str, Any]) -> Any:
@@ -155,6 +169,10 @@ def main_text(text: str) -> str:
 
     if (RESULTS / "real_model_eval.json").is_file():
         text = replace(text, "real-model-eval", eval_table(read(RESULTS / "real_model_eval.json")))
+    warm = sorted(RESULTS.glob("real_model_train_warm*.json"))
+    if warm:
+        text = replace(text, "real-model-train-warm", train_table([read(path) for path in warm]))
+        text = replace(text, "real-model-heldout", heldout_table([read(path) for path in warm]))
     runs = [RESULTS / "real_model_train.json", *sorted(RESULTS.glob("real_model_train_seed*.json"))]
     if runs[0].is_file():
         text = replace(text, "real-model-train", train_table([read(path) for path in runs]))
@@ -163,9 +181,17 @@ def main_text(text: str) -> str:
     return text
 
 
+def readme_text(text: str) -> str:
+    """The README with the evaluation table of the committed results."""
+    return replace(
+        text, "real-model-eval", eval_table(json.loads((RESULTS / "real_model_eval.json").read_text()))
+    )
+
+
 def main() -> None:
     DOC.write_text(main_text(DOC.read_text(encoding="utf-8")), encoding="utf-8")
-    print(f"wrote {DOC}")
+    README.write_text(readme_text(README.read_text(encoding="utf-8")), encoding="utf-8")
+    print(f"wrote {DOC} and {README}")
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import REPO, write_report  # noqa: E402
 
 
-def plot(history: list[dict], path: Path, window: int, title: str) -> None:
+def plot(history: list[dict], path: Path, window: int, title: str, heldout: list[dict] | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -40,9 +40,9 @@ def plot(history: list[dict], path: Path, window: int, title: str) -> None:
     import numpy as np
 
     steps = [h["step"] for h in history]
-    fig, axes = plt.subplots(1, 4, figsize=(15, 3.4))
+    fig, axes = plt.subplots(1, 5 if heldout else 4, figsize=(18.5 if heldout else 15, 3.4))
     for ax, key, label in zip(
-        axes,
+        axes[:4],
         ("reward", "format_ok_turns", "format_ok", "action_tokens"),
         (
             "reward",
@@ -61,6 +61,15 @@ def plot(history: list[dict], path: Path, window: int, title: str) -> None:
         ax.set_title(label)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8, loc="lower right")
+    if heldout:
+        names = [r["model"] for r in heldout]
+        spots = np.arange(len(names))
+        for shift, key in ((-0.2, "em"), (0.2, "f1")):
+            axes[4].bar(spots + shift, [100 * r[key] for r in heldout], width=0.4, label=key.upper())
+        axes[4].set_xticks(spots, names, fontsize=8)
+        axes[4].set_title(f"held-out, greedy ({heldout[0]['questions']} questions, %)")
+        axes[4].legend(fontsize=8)
+        axes[4].grid(alpha=0.3, axis="y")
     fig.suptitle(f"SmolLM2-135M-Instruct, built-in GRPO on CPU ({title})", fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -153,7 +162,8 @@ def main() -> None:
     parser.add_argument("--png", type=Path, default=REPO / "docs" / "real_model_train.png")
     args = parser.parse_args()
     if args.replot:
-        plot(json.loads(args.out.read_text())["history"], args.png, args.window, args.config.stem)
+        report = json.loads(args.out.read_text())
+        plot(report["history"], args.png, args.window, args.config.stem, report.get("heldout"))
         return
     torch.set_num_threads(args.threads)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -216,6 +226,7 @@ def main() -> None:
             report = json.loads(args.out.read_text())
             report["heldout"] = evaluate_heldout(config, trainer, source, len(heldout), args.warm_start)
             write_report(args.out, report)
+            plot(report["history"], args.png, args.window, args.config.stem, report["heldout"])
     finally:
         trainer.close()
     print(f"wrote {args.out} and {args.png}")
