@@ -181,11 +181,29 @@ def main_text(text: str) -> str:
     return text
 
 
+def train_summary(reports: list[dict[str, Any]]) -> str:
+    """One line per warm-started run: its steps and time, and its held-out EM before and after GRPO."""
+    lines = []
+    for report in reports:
+        rows = {r["model"]: r for r in report["heldout"]}
+        start, end = rows["start of GRPO"], rows["end of GRPO"]
+        lines.append(
+            f"- seed {_seed(report)}: {report['steps_done']} of {report['steps_configured']} GRPO steps"
+            + (" (stopped by its time cap)" if report["steps_done"] < report["steps_configured"] else "")
+            + f" in {report['wall_time_s'] / 60:.0f} min; "
+            f"EM on {end['questions']} held-out PopQA questions {100 * start['em']:.0f}% after the warm start, "
+            f"{100 * end['em']:.0f}% after GRPO (F1 {100 * start['f1']:.1f} -> {100 * end['f1']:.1f})."
+        )
+    return "\n".join(lines)
+
+
 def readme_text(text: str) -> str:
-    """The README with the evaluation table of the committed results."""
-    return replace(
+    """The README with the evaluation table and the training summary of the committed results."""
+    text = replace(
         text, "real-model-eval", eval_table(json.loads((RESULTS / "real_model_eval.json").read_text()))
     )
+    warm = [json.loads(path.read_text()) for path in sorted(RESULTS.glob("real_model_train_warm*.json"))]
+    return replace(text, "real-model-train-summary", train_summary(warm))
 
 
 def main() -> None:

@@ -21,6 +21,7 @@ RESULTS = REPO / "benchmarks" / "results"
 HARDENING = REPO / "docs" / "hardening.md"
 BENCHMARKS = REPO / "docs" / "benchmarks.md"
 RETRIEVAL = REPO / "docs" / "retrieval.md"
+TRAIN_CLI = REPO / "docs" / "train-cli.md"
 
 DATASET_NAMES = {
     "2wikimultihopqa": "2WikiMultihopQA",
@@ -271,6 +272,22 @@ def server_dense(report: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
+def autocast_cpu(report: dict[str, Any]) -> str:
+    median = report["median_s"]
+    rows = ["| setting | sampling (s) | update (s) |", "|---|---:|---:|"]
+    for name, parts in median.items():
+        rows.append(f"| {name} | {parts['sampling']:.1f} | {parts['update']:.1f} |")
+    base, fast = median["float32"], median["bfloat16 autocast"]
+    flags = ", ".join(report["cpu_flags"]) or "none of amx_bf16, avx512_bf16, avx512f"
+    return "\n".join(rows) + (
+        f"\n\nSmolLM2-135M-Instruct, {report['batch']} sequences of {report['prompt_tokens']} tokens; sampling "
+        f"{report['new_tokens']} new tokens each; update: their log-probabilities and the backward pass. "
+        f"Medians of {report['repeats']} alternated runs: autocast is {base['sampling'] / fast['sampling']:.1f}x "
+        f"as fast at sampling and {base['update'] / fast['update']:.1f}x at the update. {_machine(report)}, "
+        f"torch threads {report['torch_threads']}, CPU flags: {flags}. {_source('autocast_cpu', report)}"
+    )
+
+
 TABLES: dict[str, tuple[Path, Callable[[dict[str, Any]], str]]] = {
     "server_hardening": (HARDENING, server_hardening),
     "http_clients": (HARDENING, http_clients),
@@ -279,6 +296,7 @@ TABLES: dict[str, tuple[Path, Callable[[dict[str, Any]], str]]] = {
     "tiny_lm_throughput": (BENCHMARKS, tiny_lm_throughput),
     "server_workers": (RETRIEVAL, server_workers),
     "server_dense": (RETRIEVAL, server_dense),
+    "autocast_cpu": (TRAIN_CLI, autocast_cpu),
 }
 SOURCES = {"server_workers": ("server_workers_1", "server_workers_2")}
 """Tables drawn from several result files (their renderer gets ``{"reports": [...]}``); others from NAME.json."""

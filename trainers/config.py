@@ -138,7 +138,7 @@ class ModelConfig:
             update's forward and backward passes under ``torch.autocast`` in bfloat16,
             while the weights and the optimizer stay in ``dtype`` (``float32``); ``off`` (the
             default) runs everything in ``dtype``. On CPUs with AMX or AVX-512 BF16,
-            ``bfloat16`` makes the update about twice as fast (docs/real_model.md).
+            ``bfloat16`` makes the update about twice as fast (docs/train-cli.md).
         device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"auto"`` (CUDA when available).
         gradient_checkpointing: Trade compute for memory on long contexts.
         cpu_threads: Torch threads of a CPU run (ignored on CUDA). 0 (auto): ``OMP_NUM_THREADS``

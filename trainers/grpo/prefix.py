@@ -55,7 +55,8 @@ def encode_prefixes(
 
     Returns the prefixes' ids and mask as every row sees them (one line per row), the cache
     with one line per row (a copy of its prefix's), and the prefixes' logits (one line per
-    prefix; None for a base model, which has no output layer). Runs under the caller's grad mode, so gradients flow back through the copies.
+    prefix; None for a base model, which has no output layer). Runs under the caller's grad
+    mode, so gradients flow back through the copies.
     """
     prefixes, index = groups
     width = max(len(p) for p in prefixes)
