@@ -50,7 +50,7 @@ def cache_argument(model: Any) -> str:
 
 def encode_prefixes(
     model: Any, groups: Groups, pad: int, device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor, Any, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor, Any, torch.Tensor | None]:
     """Encode the distinct prefixes, left-padded into one batch, in one forward pass.
 
     Returns the prefixes' ids and mask as every row sees them (one line per row), the cache
@@ -116,6 +116,7 @@ def sequence_logprobs(
         use_cache=True,
         **{cache_argument(model): cache},
     ).logits
+    assert prefix_logits is not None  # a causal LM's forward returns logits
     prefix_lp = _scaled(prefix_logits, temperature)  # (G, Wp, V)
     rest_lp = _scaled(logits, temperature)  # (B, Wr, V)
     width = max(len(r) for r in rows) - 1
