@@ -31,12 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import REPO, SHARED_DATA  # noqa: E402
-
-DATASET_IDS = {
-    "nq": "searchgym/NQ-v0",
-    "triviaqa": "searchgym/TriviaQA-v0",
-    "hotpotqa": "searchgym/HotpotQA-v0",
-}
+from real_model_eval import DATASETS  # noqa: E402
 
 
 def demonstrations(
@@ -49,7 +44,7 @@ def demonstrations(
     from searchgym.policies.chat import ChatFormatter
 
     env = gym.make(
-        DATASET_IDS[dataset],
+        DATASETS[dataset],
         data_path=str(SHARED_DATA / "questions" / f"{dataset}.jsonl"),
         corpus_path=str(SHARED_DATA / "corpus.jsonl"),
         index_dir=str(index_dir),
@@ -149,7 +144,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--out", type=Path, default=REPO / "runs" / "smollm2_warm")
-    parser.add_argument("--dataset", default="nq", choices=sorted(DATASET_IDS))
+    parser.add_argument("--dataset", default="nq", choices=sorted(DATASETS))
     parser.add_argument("--episodes", type=int, default=64, help="demonstrated episodes (2 actions each)")
     parser.add_argument("--steps", type=int, default=16)
     parser.add_argument("--batch-size", type=int, default=8)

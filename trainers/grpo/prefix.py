@@ -104,18 +104,8 @@ def sequence_logprobs(
     prefixes, index = groups
     if wanted is not None and selects_positions(model):
         return _selected_after_prefixes(model, rows, groups, pad_id, device, temperature, wanted)
-    _, prefix_mask, cache, prefix_logits = encode_prefixes(model, groups, pad_id, device)
-    rests = [list(row[len(prefixes[g]) :]) for row, g in zip(rows, index, strict=True)]
-    rest_ids, rest_mask = pad_batch(rests, pad_id, device)
-    lengths = torch.tensor([len(prefixes[g]) for g in index], device=device)
-    positions = lengths[:, None] + torch.arange(rest_ids.shape[1], device=device)[None, :]
-    logits = model(
-        input_ids=rest_ids,
-        attention_mask=torch.cat([prefix_mask, rest_mask], dim=1),
-        position_ids=positions,
-        use_cache=True,
-        **{cache_argument(model): cache},
-    ).logits
+    prefix_logits, out, rests, _ = _encode_after_prefixes(model, rows, groups, pad_id, device)
+    logits = out.logits
     assert prefix_logits is not None  # a causal LM's forward returns logits
     prefix_lp = _scaled(prefix_logits, temperature)  # (G, Wp, V)
     rest_lp = _scaled(logits, temperature)  # (B, Wr, V)
@@ -132,6 +122,33 @@ def sequence_logprobs(
     return torch.stack(out)
 
 
+def _encode_after_prefixes(
+    net: Any, rows: Sequence[Sequence[int]], groups: Groups, pad_id: int, device: torch.device
+) -> tuple[torch.Tensor | None, Any, list[list[int]], torch.Tensor]:
+    """Run ``net`` (a causal LM or its base model) on the distinct prefixes once, then on each
+    row's rest after its prefix's cache, at the positions the rest has in the whole row.
+
+    Returns the prefixes' logits (None for a base model), the rests' output, the rests and
+    their right-padded ids.
+    """
+    from .loss import pad_batch
+
+    prefixes, index = groups
+    _, prefix_mask, cache, prefix_logits = encode_prefixes(net, groups, pad_id, device)
+    rests = [list(row[len(prefixes[g]) :]) for row, g in zip(rows, index, strict=True)]
+    rest_ids, rest_mask = pad_batch(rests, pad_id, device)
+    lengths = torch.tensor([len(prefixes[g]) for g in index], device=device)
+    positions = lengths[:, None] + torch.arange(rest_ids.shape[1], device=device)[None, :]
+    out = net(
+        input_ids=rest_ids,
+        attention_mask=torch.cat([prefix_mask, rest_mask], dim=1),
+        position_ids=positions,
+        use_cache=True,
+        **{cache_argument(net): cache},
+    )
+    return prefix_logits, out, rests, rest_ids
+
+
 def _selected_after_prefixes(
     model: Any,
     rows: Sequence[Sequence[int]],
@@ -142,25 +159,15 @@ def _selected_after_prefixes(
     wanted: Any,
 ) -> torch.Tensor:
     """:func:`sequence_logprobs` with shared prefixes, at the ``wanted`` entries only."""
-    from .loss import pad_batch, pad_values, selected_logprobs
+    from .loss import pad_values, selected_logprobs
 
     prefixes, index = groups
-    _, prefix_mask, cache, _ = encode_prefixes(model.base_model, groups, pad_id, device)
     starts = [len(prefixes[g]) for g in index]
     for start, flags in zip(starts, wanted, strict=True):
         if any(list(flags)[:start]):
             raise ValueError("sequence_logprobs: a wanted entry lies inside the row's shared prefix")
-    rests = [list(row[start:]) for row, start in zip(rows, starts, strict=True)]
-    rest_ids, rest_mask = pad_batch(rests, pad_id, device)
-    lengths = torch.tensor(starts, device=device)
-    positions = lengths[:, None] + torch.arange(rest_ids.shape[1], device=device)[None, :]
-    hidden = model.base_model(
-        input_ids=rest_ids,
-        attention_mask=torch.cat([prefix_mask, rest_mask], dim=1),
-        position_ids=positions,
-        use_cache=True,
-        **{cache_argument(model.base_model): cache},
-    ).last_hidden_state
+    _, out, _, rest_ids = _encode_after_prefixes(model.base_model, rows, groups, pad_id, device)
+    hidden = out.last_hidden_state
     # rest position j predicts rest token j + 1, which is row entry start + j
     width = max(len(r) for r in rows) - 1
     flags = pad_values(
