@@ -13,6 +13,7 @@ This module is stdlib only: pulling (pip, transformers, gguf) lives in
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from dataclasses import dataclass
@@ -24,15 +25,23 @@ __all__ = [
     "OfflineModel",
     "MODELS",
     "DONE_FILE",
+    "CONVERSION",
     "ModelNotPulledError",
     "models_home",
     "model_dir",
     "is_pulled",
+    "is_current",
+    "pull_report",
     "resolve_model",
 ]
 
 DONE_FILE = "searchgym_model.json"
 """Written last into a converted folder (the report of its pull): its presence marks a finished folder."""
+
+CONVERSION = 2
+"""The version of the GGUF conversion. A folder whose report names another version was made by
+an older conversion (version 1 gave SmolLM2's tokenizer ``<|im_start|>`` as its end-of-sequence
+token); ``searchgym models pull`` rebuilds it and nothing uses it until then."""
 
 
 @dataclass(frozen=True)
@@ -102,9 +111,24 @@ def model_dir(name: str) -> Path:
     return models_home() / name
 
 
+def is_current(report: dict[str, object]) -> bool:
+    """Whether a pull report was written by this version of the conversion."""
+    return report.get("conversion") == CONVERSION
+
+
+def pull_report(name: str) -> dict[str, object] | None:
+    """The report of ``name``'s finished folder, or None where there is none or it is unreadable."""
+    try:
+        report = json.loads((model_dir(name) / DONE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return report if isinstance(report, dict) else None
+
+
 def is_pulled(name: str) -> bool:
-    """Whether ``name`` has a finished converted folder."""
-    return (model_dir(name) / DONE_FILE).is_file()
+    """Whether ``name`` has a finished folder made by the current conversion."""
+    report = pull_report(name)
+    return report is not None and is_current(report)
 
 
 def resolve_model(path_or_name: str | os.PathLike[str]) -> str:
@@ -123,8 +147,8 @@ def resolve_model(path_or_name: str | os.PathLike[str]) -> str:
     if text not in MODELS or os.path.exists(text):
         return text
     if not is_pulled(text):
+        state = "is not pulled yet" if pull_report(text) is None else "was converted by an older searchgym"
         raise ModelNotPulledError(
-            f"The model {text!r} is not pulled yet (looked in {model_dir(text)}). Run: "
-            f"searchgym models pull {text}"
+            f"The model {text!r} {state} (looked in {model_dir(text)}). Run: searchgym models pull {text}"
         )
     return str(model_dir(text))

@@ -22,18 +22,26 @@ from typing import Any
 __all__ = ["build_once"]
 
 
-def build_once(target: Path, done_name: str, build: Callable[[Path], dict[str, Any]]) -> Path:
-    """``target``, built by ``build(staging)`` unless its ``done_name`` file exists.
+def build_once(
+    target: Path,
+    done_name: str,
+    build: Callable[[Path], dict[str, Any]],
+    is_current: Callable[[dict[str, Any]], bool] = lambda report: True,
+) -> Path:
+    """``target``, built by ``build(staging)`` unless it is finished and current.
 
     ``build`` fills the staging folder and returns a report, written as JSON to
-    ``done_name`` (the mark of a finished folder).
+    ``done_name`` (the mark of a finished folder). ``is_current`` receives a finished
+    folder's report; a folder it rejects, or whose report is unreadable, is rebuilt.
     """
-    if (target / done_name).is_file():
+    if _finished(target / done_name, is_current):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with _locked(target.parent / f".{target.name}.lock"):
-        if (target / done_name).is_file():  # built by another process while this one waited
+        if _finished(target / done_name, is_current):  # built by another process while this one waited
             return target
+        if target.exists():  # outdated: moved aside, then removed with the stale staging folders
+            os.replace(target, tempfile.mkdtemp(prefix=f".{target.name}.outdated.", dir=target.parent))
         for stale in target.parent.glob(f".{target.name}.*"):
             if stale.is_dir():
                 shutil.rmtree(stale, ignore_errors=True)
@@ -49,6 +57,14 @@ def build_once(target: Path, done_name: str, build: Callable[[Path], dict[str, A
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def _finished(done: Path, is_current: Callable[[dict[str, Any]], bool]) -> bool:
+    try:
+        report = json.loads(done.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(report, dict) and is_current(report)
 
 
 @contextlib.contextmanager

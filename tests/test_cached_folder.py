@@ -69,3 +69,19 @@ def test_a_killed_builds_staging_folder_is_removed_by_the_next_build(tmp_path):
     other.mkdir()
     target = build_once(tmp_path / "model-abc", "done.json", lambda staging: {})
     assert not stale.exists() and other.exists() and (target / "done.json").is_file()
+
+
+def test_a_folder_that_is_not_current_is_rebuilt_and_the_old_one_removed(tmp_path):
+    target = build_once(tmp_path / "model-abc", "done.json", lambda staging: {"version": 1})
+    (target / "old.bin").write_bytes(b"\x00")
+
+    def build(staging):
+        (staging / "new.bin").write_bytes(b"\x01")
+        return {"version": 2}
+
+    current = lambda report: report.get("version") == 2  # noqa: E731
+    assert build_once(target, "done.json", build, current) == target
+    assert sorted(p.name for p in target.iterdir()) == ["done.json", "new.bin"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".model-abc.lock", "model-abc"]
+    (target / "done.json").write_text("{not json")  # an unreadable report is not current either
+    assert json.loads((build_once(target, "done.json", build, current) / "done.json").read_text()) == {"version": 2}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import os
 import subprocess
 import sys
@@ -116,9 +118,9 @@ def test_dry_run_takes_a_registered_model_name(tmp_path, capsys, monkeypatch):
     folder = tmp_path / "home" / "models" / "smollm2-135m-instruct"
     folder.mkdir(parents=True)
     (folder / "config.json").write_text("{}")
-    from searchgym.envs.models import DONE_FILE
+    from searchgym.envs.models import CONVERSION, DONE_FILE
 
-    (folder / DONE_FILE).write_text("")
+    (folder / DONE_FILE).write_text(json.dumps({"conversion": CONVERSION}))
     assert main(["train", "--config", str(config), "--dry-run"]) == 0
     assert "offline model smollm2-135m-instruct" in capsys.readouterr().out
 

