@@ -196,4 +196,6 @@ def check_special_tokens(folder: Path) -> None:
         if not text.rstrip().endswith(tokenizer.eos_token):
             problems.append(f"the chat template does not end an assistant turn with {tokenizer.eos_token!r}")
     if problems:
-        raise SearchGymError(f"{folder}: " + "; ".join(problems) + ". The conversion is wrong; nothing was kept.")
+        raise SearchGymError(
+            f"{folder}: " + "; ".join(problems) + ". The conversion is wrong; nothing was kept."
+        )

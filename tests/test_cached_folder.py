@@ -84,4 +84,6 @@ def test_a_folder_that_is_not_current_is_rebuilt_and_the_old_one_removed(tmp_pat
     assert sorted(p.name for p in target.iterdir()) == ["done.json", "new.bin"]
     assert sorted(p.name for p in tmp_path.iterdir()) == [".model-abc.lock", "model-abc"]
     (target / "done.json").write_text("{not json")  # an unreadable report is not current either
-    assert json.loads((build_once(target, "done.json", build, current) / "done.json").read_text()) == {"version": 2}
+    assert json.loads((build_once(target, "done.json", build, current) / "done.json").read_text()) == {
+        "version": 2
+    }

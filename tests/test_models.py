@@ -152,7 +152,11 @@ def test_the_pulled_tokenizer_ends_a_turn_where_the_model_does(smollm2_dir):
     tokenizer = AutoTokenizer.from_pretrained(smollm2_dir)
     config = json.loads((smollm2_dir / "config.json").read_text())
     generation = json.loads((smollm2_dir / "generation_config.json").read_text())
-    assert (tokenizer.bos_token, tokenizer.eos_token, tokenizer.pad_token) == ("<|im_start|>", "<|im_end|>", "<|im_end|>")
+    assert (tokenizer.bos_token, tokenizer.eos_token, tokenizer.pad_token) == (
+        "<|im_start|>",
+        "<|im_end|>",
+        "<|im_end|>",
+    )
     assert (tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id) == (1, 2, 2)
     assert (config["eos_token_id"], generation["eos_token_id"]) == (2, 2)
     report = json.loads((smollm2_dir / DONE_FILE).read_text())
@@ -165,7 +169,9 @@ def test_a_tokenizer_that_disagrees_with_its_model_is_refused(smollm2_dir, tmp_p
 
     from searchgym.policies.pull import check_special_tokens
 
-    copy = Path(shutil.copytree(smollm2_dir, tmp_path / "copy", ignore=shutil.ignore_patterns("*.safetensors")))
+    copy = Path(
+        shutil.copytree(smollm2_dir, tmp_path / "copy", ignore=shutil.ignore_patterns("*.safetensors"))
+    )
     check_special_tokens(copy)
     settings = json.loads((copy / "tokenizer_config.json").read_text())
     settings.update(eos_token="<|im_start|>", pad_token=None)  # what transformers' GGUF reader gives
