@@ -192,7 +192,7 @@ def check_special_tokens(folder: Path) -> None:
             problems.append(f"generation_config's {role} token is {in_generation}, the model's {expected}")
     if tokenizer.chat_template and tokenizer.eos_token:
         turn = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello there"}]
-        text = tokenizer.apply_chat_template(turn, tokenize=False)
+        text = str(tokenizer.apply_chat_template(turn, tokenize=False))
         if not text.rstrip().endswith(tokenizer.eos_token):
             problems.append(f"the chat template does not end an assistant turn with {tokenizer.eos_token!r}")
     if problems:
