@@ -8,6 +8,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -359,3 +360,18 @@ def test_cache_tells_index_dirs_apart_when_there_is_no_corpus(tmp_path):
     second = make_retriever("bm25_dir", index_dir=tmp_path / "b")
     assert first is not second and len(first) == 2 and len(second) == len(DOCS) - 2
     assert make_retriever("bm25_dir", index_dir=tmp_path / "a") is first
+
+
+def test_bm25_ranks_equal_scores_by_corpus_order_on_every_machine():
+    # numpy's argpartition/argsort order equal scores differently on different CPUs (AVX-512
+    # sorts or not); the ranking must not: equal scores come in corpus order.
+    from searchgym.envs.retrieval.bm25 import top_k
+
+    scores = np.array([0.0, 2.0, 1.0, 2.0, 1.0, 2.0, 0.5, 1.0], dtype=np.float32)
+    assert top_k(scores, 1) == [1]
+    assert top_k(scores, 4) == [1, 3, 5, 2]
+    assert top_k(scores, 5) == [1, 3, 5, 2, 4]
+    assert top_k(scores, 20) == [1, 3, 5, 2, 4, 7, 6]  # zero scores are never returned
+    docs = [Doc(id=str(i), title=f"t{i}", text="alpha beta") for i in range(6)]
+    retriever = BM25Retriever(docs)
+    assert [d.id for d in retriever.search(["alpha"], k=4)[0]] == ["0", "1", "2", "3"]

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from ..data import load_corpus
 from ..errors import DataFileError, InvalidArgumentError, RetrievalError
 from ..records import Doc
@@ -173,17 +175,13 @@ class BM25Retriever(Retriever):
         texts = [queries[i][:MAX_QUERY_CHARS] for i in live]
         try:
             tokens = bm25s.tokenize(texts, stopwords=self.stopwords, return_ids=False, show_progress=False)
-            rows, scores = self._index.retrieve(
-                tokens, k=min(k, len(self._docs)), show_progress=False, n_threads=0, backend_selection="numpy"
-            )
+            all_scores = [self._index.get_scores(query) if query else None for query in tokens]
         except Exception as exc:  # the contract of Retriever: backend failures surface as RetrievalError
             raise RetrievalError(f"BM25 search failed for a batch of {len(texts)} queries: {exc!r}") from exc
-        for i, row, row_scores in zip(live, rows.tolist(), scores.tolist(), strict=True):
-            results[i] = [
-                Doc(id=d.id, title=d.title, text=d.text, score=s)
-                for d, s in ((self._docs[j], float(s)) for j, s in zip(row, row_scores, strict=True))
-                if s > 0
-            ]
+        for i, scores in zip(live, all_scores, strict=True):
+            if scores is not None:
+                docs = ((self._docs[j], float(scores[j])) for j in top_k(scores, k))
+                results[i] = [Doc(id=d.id, title=d.title, text=d.text, score=s) for d, s in docs]
         return results
 
     def save(self, directory: str | os.PathLike[str]) -> None:
@@ -291,6 +289,20 @@ def read_index_meta(directory: str | os.PathLike[str], *, strict: bool = False) 
             f"The BM25 index directory {str(directory)!r} {problem}. Build one with BM25Retriever(docs).save(dir)."
         )
     return None
+
+
+def top_k(scores: np.ndarray, k: int) -> list[int]:
+    """The indices of the ``k`` highest positive scores, highest first, ties broken by the lower index.
+
+    The order is the same on every machine. (bm25s's own selection breaks ties with numpy's
+    ``argpartition`` and ``argsort``, whose order among equal scores differs between CPUs.)
+    """
+    positive = np.flatnonzero(scores > 0)
+    if len(positive) > k:
+        kth = np.partition(scores[positive], len(positive) - k)[len(positive) - k]
+        positive = positive[scores[positive] >= kth]
+    order = np.lexsort((positive, -scores[positive]))
+    return positive[order][:k].tolist()
 
 
 def make_bm25_retriever(
