@@ -5,7 +5,9 @@ then check each call with the real parser of the program it names.
 each shim appends the call (program, arguments, folder) to a log. File plumbing (``bash``,
 ``dirname``, ``mkdir``, ``cat``, ``gzip``, ``cp``) then runs for real; ``hf download`` runs
 huggingface_hub's own CLI with the transfer replaced by an offline hub (:data:`HUB`) that
-writes the files the real selection picks; every other program only returns 0. A program
+writes the files the real selection picks; ``searchgym serve`` waits until it is stopped, as
+a server does (or ``$RECIPE_SERVE_SECONDS``, for a recipe that runs it in the foreground);
+every other program only returns 0. A program
 without a shim is "command not found" there, so a new recipe line cannot slip by unchecked.
 
 :func:`check_call` then parses each recorded call with the real thing:
@@ -19,7 +21,7 @@ without a shim is "command not found" there, so a new recipe line cannot slip by
 - ``ray``: Ray's click CLI, parsed without invoking it;
 - ``curl``: the request body through the retrieval server's own request parser.
 
-Run this module as a program to act as a shim (``run_recipe`` writes the shims).
+Each shim calls :func:`shim_main` (``run_recipe`` writes the shims).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -114,11 +117,14 @@ def run_recipe(script: str, tmp_path: Path, **env: str) -> list[Call]:
         RecipeCallError: the script stopped with a non-zero status (its stderr in the message).
     """
     shims = tmp_path / "shims"
-    shims.mkdir()
+    shims.mkdir(parents=True)
     log = tmp_path / "calls.jsonl"
     for program in CHECKS:
         shim = shims / program
-        shim.write_text(f"#!{sys.executable}\nimport runpy\nrunpy.run_path({str(__file__)!r}, run_name='__main__')\n")
+        shim.write_text(
+            f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+            f"import recipe_commands\nsys.exit(recipe_commands.shim_main({program!r}))\n"
+        )
         shim.chmod(0o755)
     variables = {
         "PATH": str(shims),
@@ -127,6 +133,7 @@ def run_recipe(script: str, tmp_path: Path, **env: str) -> list[Call]:
         "DATA": str(tmp_path / "data"),
         "RECIPE_CALLS": str(log),
         "RECIPE_REAL_PATH": os.environ.get("PATH", os.defpath),
+        **{name: os.environ[name] for name in ("PYTHONPATH",) if name in os.environ},
         **env,
     }
     done = subprocess.run(
@@ -147,9 +154,9 @@ def run_recipe(script: str, tmp_path: Path, **env: str) -> list[Call]:
     ]
 
 
-def _shim_main() -> int:
-    """What a shim does: record the call, then pass it on, fetch from :data:`HUB`, or return 0."""
-    program = os.path.basename(sys.argv[0])
+def shim_main(program: str) -> int:
+    """What the shim of ``program`` does: record the call, then pass it on, fetch from :data:`HUB`,
+    or return 0."""
     call = Call(program, tuple(sys.argv[1:]), os.getcwd())
     with open(os.environ["RECIPE_CALLS"], "a", encoding="utf-8") as log:
         log.write(json.dumps({"program": program, "args": list(call.args), "cwd": call.cwd}) + "\n")
@@ -164,6 +171,11 @@ def _shim_main() -> int:
             check_hf(call, fetch=True)
         elif program == "huggingface-cli":
             check_console_script(call)
+        elif call.args[:1] == ("serve",):  # a server runs until it is stopped
+            seconds = os.environ.get("RECIPE_SERVE_SECONDS")
+            while seconds is None:
+                time.sleep(3600)
+            time.sleep(float(seconds))
     except RecipeCallError as exc:
         print(exc, file=sys.stderr)
         return 1
@@ -340,7 +352,10 @@ def check_python(call: Call) -> Checked:
 def check_ray(call: Call) -> Checked:
     """Ray's click CLI, descended through its groups and parsed without invoking a command."""
     import click
-    from ray.scripts.scripts import cli
+
+    with warnings.catch_warnings():  # Ray's own deprecation warnings on import
+        warnings.simplefilter("ignore")
+        from ray.scripts.scripts import cli
 
     command: click.Command = cli
     names = ["ray"]
@@ -351,7 +366,9 @@ def check_ray(call: Call) -> Checked:
             context = command.make_context(names[-1], rest, parent=parent, resilient_parsing=False)
             if not isinstance(command, click.Group):
                 break
-            name, sub, rest = command.resolve_command(context, context.protected_args + context.args)
+            protected = context._protected_args if hasattr(context, "_protected_args") else context.protected_args
+            unparsed = [*protected, *context.args]
+            name, sub, rest = command.resolve_command(context, unparsed)
             if sub is None:
                 raise RecipeCallError(f"`{call}`: ray has no command {name!r}.")
             names.append(str(name))
@@ -436,6 +453,3 @@ def downloaded(checked: Iterable[Checked]) -> set[Path]:
             files |= {local / name for name in item.parsed["files"]}
     return files
 
-
-if __name__ == "__main__":
-    sys.exit(_shim_main())

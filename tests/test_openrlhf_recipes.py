@@ -87,7 +87,7 @@ def test_one_node_recipe_calls_pass_their_parsers(tmp_path):
 
 
 def test_multi_node_recipe_calls_pass_their_parsers(tmp_path):
-    head = check_calls(run_recipe("multi_node.sh", tmp_path / "head", ROLE="head", HEAD="10.0.0.1"))
+    head = check_calls(run_recipe("multi_node.sh", tmp_path / "head", ROLE="head", HEAD="10.0.0.1", RECIPE_SERVE_SECONDS="0"))
     (start,) = only(head, "ray start")
     assert start.parsed["head"] and start.parsed["num_gpus"] == 8
     (serve,) = only(head, "searchgym serve")
@@ -153,13 +153,13 @@ def _recipe(tmp_path: Path, body: str) -> str:
 )
 def test_a_call_its_program_rejects_fails_the_recipe(tmp_path, line, error):
     with pytest.raises(RecipeCallError, match=re.escape(error)):
-        check_calls(run_recipe(_recipe(tmp_path, line), tmp_path))
+        check_calls(run_recipe(_recipe(tmp_path, line), tmp_path, RECIPE_SERVE_SECONDS="0"))
 
 
 def test_evaluate_call_with_a_misspelled_flag_is_caught(tmp_path):
-    line = "python examples/openrlhf/evaluate.py --model m --data d --episode 10"
-    with pytest.raises(RecipeCallError, match="unrecognized arguments: --episode 10"):
-        check_calls(run_recipe(_recipe(tmp_path, line), tmp_path))
+    line = "python examples/openrlhf/evaluate.py --model m --data d --epsiodes 10"
+    with pytest.raises(RecipeCallError, match="unrecognized arguments: --epsiodes 10"):
+        check_calls(run_recipe(_recipe(tmp_path, line), tmp_path, RECIPE_SERVE_SECONDS="0"))
 
 
 @pytest.mark.parametrize(
