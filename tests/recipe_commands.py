@@ -235,15 +235,24 @@ def check_hf(call: Call, fetch: bool = False) -> Checked:
 
     def snapshot_download(**kwargs: Any) -> str:
         patterns = {"allow_patterns": kwargs["allow_patterns"], "ignore_patterns": kwargs["ignore_patterns"]}
-        files = _fetch(kwargs["repo_id"], kwargs["repo_type"], kwargs["local_dir"] if fetch else None, patterns)
+        files = _fetch(
+            kwargs["repo_id"], kwargs["repo_type"], kwargs["local_dir"] if fetch else None, patterns
+        )
         recorded.append({"function": "snapshot_download", "kwargs": kwargs, "files": files})
         return str(kwargs["local_dir"])
 
     def hf_hub_download(**kwargs: Any) -> str:
         name = kwargs["filename"]
         if name not in HUB.get(kwargs["repo_id"], ()):
-            raise RecipeCallError(f"`{call}`: {kwargs['repo_id']} has no file {name!r} (hf would fail with 404).")
-        _fetch(kwargs["repo_id"], kwargs["repo_type"], kwargs["local_dir"] if fetch else None, {"allow_patterns": [name]})
+            raise RecipeCallError(
+                f"`{call}`: {kwargs['repo_id']} has no file {name!r} (hf would fail with 404)."
+            )
+        _fetch(
+            kwargs["repo_id"],
+            kwargs["repo_type"],
+            kwargs["local_dir"] if fetch else None,
+            {"allow_patterns": [name]},
+        )
         recorded.append({"function": "hf_hub_download", "kwargs": kwargs, "files": [name]})
         return str(Path(kwargs["local_dir"] or ".") / name)
 
@@ -366,7 +375,9 @@ def check_ray(call: Call) -> Checked:
             context = command.make_context(names[-1], rest, parent=parent, resilient_parsing=False)
             if not isinstance(command, click.Group):
                 break
-            protected = context._protected_args if hasattr(context, "_protected_args") else context.protected_args
+            protected = (
+                context._protected_args if hasattr(context, "_protected_args") else context.protected_args
+            )
             unparsed = [*protected, *context.args]
             name, sub, rest = command.resolve_command(context, unparsed)
             if sub is None:
@@ -452,4 +463,3 @@ def downloaded(checked: Iterable[Checked]) -> set[Path]:
             local = Path(item.call.cwd, item.parsed["kwargs"]["local_dir"])
             files |= {local / name for name in item.parsed["files"]}
     return files
-

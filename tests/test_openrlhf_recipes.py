@@ -12,9 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from searchgym.trainers.openrlhf.flags import openrlhf_parser
-
 from recipe_commands import (
     HUB,
     ROOT,
@@ -27,6 +24,8 @@ from recipe_commands import (
     downloaded,
     run_recipe,
 )
+
+from searchgym.trainers.openrlhf.flags import openrlhf_parser
 
 RECIPES = ROOT / "examples" / "openrlhf"
 pytestmark = [
@@ -44,9 +43,15 @@ def test_prepare_data_downloads_what_it_prepares(tmp_path):
     data = tmp_path / "data"
     fetched = downloaded(checked)
     for item in only(checked, "hf download"):
-        assert item.parsed["function"] == "snapshot_download" and item.parsed["kwargs"]["repo_type"] == "dataset"
+        assert (
+            item.parsed["function"] == "snapshot_download" and item.parsed["kwargs"]["repo_type"] == "dataset"
+        )
     # FlashRAG's repository holds every benchmark: the recipe fetches MuSiQue's and 2Wiki's folders only.
-    flashrag = next(i for i in only(checked, "hf download") if i.parsed["kwargs"]["repo_id"] == "RUC-NLPIR/FlashRAG_datasets")
+    flashrag = next(
+        i
+        for i in only(checked, "hf download")
+        if i.parsed["kwargs"]["repo_id"] == "RUC-NLPIR/FlashRAG_datasets"
+    )
     assert sorted(flashrag.parsed["files"]) == sorted(
         f for f in HUB["RUC-NLPIR/FlashRAG_datasets"] if f.startswith(("musique/", "2wikimultihopqa/"))
     )
@@ -87,7 +92,9 @@ def test_one_node_recipe_calls_pass_their_parsers(tmp_path):
 
 
 def test_multi_node_recipe_calls_pass_their_parsers(tmp_path):
-    head = check_calls(run_recipe("multi_node.sh", tmp_path / "head", ROLE="head", HEAD="10.0.0.1", RECIPE_SERVE_SECONDS="0"))
+    head = check_calls(
+        run_recipe("multi_node.sh", tmp_path / "head", ROLE="head", HEAD="10.0.0.1", RECIPE_SERVE_SECONDS="0")
+    )
     (start,) = only(head, "ray start")
     assert start.parsed["head"] and start.parsed["num_gpus"] == 8
     (serve,) = only(head, "searchgym serve")
@@ -96,7 +103,9 @@ def test_multi_node_recipe_calls_pass_their_parsers(tmp_path):
     assert only(worker, "ray start")[0].parsed["address"] == f"10.0.0.1:{start.parsed['port']}"
 
     shared = tmp_path / "shared"
-    submit = check_calls(run_recipe("multi_node.sh", tmp_path / "submit", ROLE="submit", SHARED=str(shared), HEAD="10.0.0.1"))
+    submit = check_calls(
+        run_recipe("multi_node.sh", tmp_path / "submit", ROLE="submit", SHARED=str(shared), HEAD="10.0.0.1")
+    )
     ((args, plan),) = [item.parsed for item in only(submit, "searchgym train")]
     from searchgym.trainers.openrlhf import load_run_config
 
@@ -140,7 +149,10 @@ def _recipe(tmp_path: Path, body: str) -> str:
     ("line", "error"),
     [
         # the CLI of huggingface_hub < 1.0: a stub in 1.x, which OpenRLHF 0.11.2 requires
-        ("huggingface-cli download PeterJinGo/wiki-18-corpus --repo-type dataset --local-dir d", "exits with status 1"),
+        (
+            "huggingface-cli download PeterJinGo/wiki-18-corpus --repo-type dataset --local-dir d",
+            "exits with status 1",
+        ),
         # hf takes one pattern per --include: the second is read as a file name and --include is dropped
         (
             'hf download RUC-NLPIR/FlashRAG_datasets --repo-type dataset --include "musique/*" "2wikimultihopqa/*" --local-dir d',
@@ -171,7 +183,14 @@ def test_dry_run_changes_nothing(tmp_path, script, env):
     done = subprocess.run(
         ["bash", str(RECIPES / script)],
         cwd=ROOT,
-        env={**os.environ, "PATH": path, "DRY_RUN": "1", "DATA": str(tmp_path / "data"), "SHARED": str(tmp_path), **env},
+        env={
+            **os.environ,
+            "PATH": path,
+            "DRY_RUN": "1",
+            "DATA": str(tmp_path / "data"),
+            "SHARED": str(tmp_path),
+            **env,
+        },
         capture_output=True,
         text=True,
         timeout=300,

@@ -90,7 +90,10 @@ def test_key_true_takes_the_key_from_the_launching_environment(tmp_path, monkeyp
     assert plan.secrets == {"WANDB_API_KEY": KEY} and KEY not in plan.shell()
     monkeypatch.delenv("WANDB_API_KEY")
     assert any("WANDB_API_KEY is not set" in w for w in compose(load_run_config(path)).warnings)
-    with mock.patch("subprocess.run") as started, pytest.raises(InvalidArgumentError, match="export WANDB_API_KEY"):
+    with (
+        mock.patch("subprocess.run") as started,
+        pytest.raises(InvalidArgumentError, match="export WANDB_API_KEY"),
+    ):
         launch(path, out=io.StringIO())
     started.assert_not_called()  # stopped before it starts
 

@@ -32,7 +32,9 @@ KEY_PLACEHOLDER = "True"
 """What ``--logger.wandb.key`` carries: any non-empty value turns W&B on in OpenRLHF."""
 
 
-def take_wandb_key(flat: dict[str, Any], environ: Mapping[str, str] | None = None) -> tuple[dict[str, str], list[str]]:
+def take_wandb_key(
+    flat: dict[str, Any], environ: Mapping[str, str] | None = None
+) -> tuple[dict[str, str], list[str]]:
     """Replace the W&B key in the dotted ``flat`` flags by :data:`KEY_PLACEHOLDER`.
 
     Args:
