@@ -16,7 +16,8 @@ import json
 from pathlib import Path
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The script's command line (the recipe tests parse the recipes' calls with it)."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -31,7 +32,11 @@ def main() -> None:
     parser.add_argument(
         "--dry-run", action="store_true", help="check the run file, print the plan, run nothing"
     )
-    args = parser.parse_args()
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
 
     from searchgym.trainers.openrlhf import load_run_config
 

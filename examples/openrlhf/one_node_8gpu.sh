@@ -17,8 +17,8 @@ run() { if [[ -n "${DRY_RUN:-}" ]]; then echo "+ $*"; else "$@"; fi; }
 # 1. The retrieval corpus and index in Search-R1's layout: wiki-18 (21M passages) and its E5
 #    Flat FAISS index (e5-base-v2, inner product), as Search-R1 publishes them.
 run mkdir -p "$INDEX"
-run huggingface-cli download PeterJinGo/wiki-18-corpus --repo-type dataset --local-dir "$INDEX"
-run huggingface-cli download PeterJinGo/wiki-18-e5-index --repo-type dataset --local-dir "$INDEX"
+run hf download PeterJinGo/wiki-18-corpus --repo-type dataset --local-dir "$INDEX"
+run hf download PeterJinGo/wiki-18-e5-index --repo-type dataset --local-dir "$INDEX"
 if [[ -z "${DRY_RUN:-}" ]]; then
     [[ -f "$INDEX/e5_Flat.index" ]] || cat "$INDEX"/part_* > "$INDEX/e5_Flat.index"
     [[ -f "$INDEX/wiki-18.jsonl" ]] || gzip -dk "$INDEX/wiki-18.jsonl.gz"

@@ -16,14 +16,14 @@ run mkdir -p "$DATA"
 # 1. Search-R1's parquet, as published on the Hugging Face hub (needs the network once).
 #    Its rows keep FlashRAG's id/question/golden_answers next to Search-R1's own columns;
 #    `prepare` reads either, and each row keeps its data_source (nq or hotpotqa).
-run huggingface-cli download PeterJinGo/nq_hotpotqa_train --repo-type dataset --local-dir "$DATA/nq_hotpotqa_train"
+run hf download PeterJinGo/nq_hotpotqa_train --repo-type dataset --local-dir "$DATA/nq_hotpotqa_train"
 run searchgym prepare --dataset nq --data-path "$DATA/nq_hotpotqa_train/train.parquet" \
     --protocol search_r1 --out "$DATA/nq_hotpotqa_train.jsonl"
 
 # 2. FlashRAG JSONL (RUC-NLPIR/FlashRAG_datasets: musique/train.jsonl, 2wikimultihopqa/train.jsonl).
 #    LightSearcher's training set: 3,000 MuSiQue + 4,000 2Wiki questions, tool-call protocol.
-run huggingface-cli download RUC-NLPIR/FlashRAG_datasets --repo-type dataset \
-    --include "musique/*" "2wikimultihopqa/*" --local-dir "$DATA/flashrag"
+run hf download RUC-NLPIR/FlashRAG_datasets --repo-type dataset \
+    --include "musique/*" --include "2wikimultihopqa/*" --local-dir "$DATA/flashrag"
 run searchgym prepare --dataset musique:3000 --dataset 2wikimultihopqa:4000 --protocol tool_call \
     --data-path "$DATA/flashrag/musique/train.jsonl" --data-path "$DATA/flashrag/2wikimultihopqa/train.jsonl" \
     --out "$DATA/lightsearcher_train.jsonl"

@@ -25,7 +25,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import shlex
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -40,6 +39,7 @@ from .cluster import cluster_runtime_env
 from .config import AGENT_CONFIG_VARIABLE, BASEDIR_VARIABLE, RunConfig, load_run_config
 from .flags import check_flags, flatten, openrlhf_parser, to_argv
 from .resume import prepare_stores, run_stores
+from .secrets import KEY_VARIABLE, redacted_shell, take_wandb_key
 
 __all__ = [
     "OPENRLHF_ENV_DEFAULTS",
@@ -123,11 +123,14 @@ class LaunchPlan:
     """The OpenRLHF flags alone."""
     warnings: list[str] = field(default_factory=list)
     """OpenRLHF's printed warnings about the flags, and searchgym's."""
+    secrets: dict[str, str] = field(default_factory=dict, repr=False)
+    """Variables the command needs that are never printed (``WANDB_API_KEY``); set them in its
+    environment. A submitted job's runtime env in ``command`` holds them too."""
 
     def shell(self) -> str:
-        """The command as one shell line, with its variables in front."""
-        prefix = [f"{k}={shlex.quote(v)}" for k, v in self.env.items()]
-        return " ".join(prefix + [shlex.quote(part) for part in self.command])
+        """The command as one shell line, with its variables in front and each secret written as
+        ``"$NAME"`` (the shell that runs the line fills it in)."""
+        return redacted_shell(self.command, self.secrets, self.env)
 
 
 def _check_plugin_flags(config: RunConfig, flat: dict[str, Any]) -> list[str]:
@@ -183,6 +186,8 @@ def compose(config: RunConfig, basedir: str | None = None) -> LaunchPlan:
     warnings = _check_plugin_flags(config, flat)
     _resolve_model_names(flat)
     _absolute_paths(flat, basedir)
+    secrets, secret_warnings = take_wandb_key(flat)
+    warnings += secret_warnings
     cluster_env: dict[str, Any] = {"env_vars": {}}  # the store actor; a cluster run's shipped files
     warnings += cluster_runtime_env(config, flat, cluster_env)
     _check_fresh_stores(config, flat, basedir)
@@ -211,8 +216,9 @@ def compose(config: RunConfig, basedir: str | None = None) -> LaunchPlan:
         python = config.launch.python or sys.executable
         command = [python, "-m", "searchgym.trainers.openrlhf.train_ppo", *argv]
         env = {RUNTIME_ENV_VARIABLE: json.dumps(local_env, sort_keys=True)}
-        return LaunchPlan(command, env, local_env, argv, warnings)
+        return LaunchPlan(command, env, local_env, argv, warnings, secrets)
     python = config.launch.python or "python3"
+    runtime_env["env_vars"].update(secrets)  # the job's workers get the key from here alone
     command = [
         "ray",
         "job",
@@ -227,7 +233,8 @@ def compose(config: RunConfig, basedir: str | None = None) -> LaunchPlan:
         "openrlhf.cli.train_ppo_ray",
         *argv,
     ]
-    return LaunchPlan(command, {}, runtime_env, argv, warnings)
+    runtime_env["env_vars"] = {k: v for k, v in runtime_env["env_vars"].items() if k not in secrets}
+    return LaunchPlan(command, {}, runtime_env, argv, warnings, secrets)
 
 
 def _missing_runtime() -> list[str]:
@@ -260,6 +267,11 @@ def launch(config_path: str | os.PathLike[str], dry_run: bool = False, *, out: T
         print(plan.shell(), file=out)
         out.flush()
         return 0
+    if plan.flags.count("--logger.wandb.key") and KEY_VARIABLE not in plan.secrets:
+        raise InvalidArgumentError(
+            f"openrlhf.logger.wandb.key is true but ${KEY_VARIABLE} is not set: export {KEY_VARIABLE}=... "
+            "(your key from https://wandb.ai/authorize) and launch again, or set the key to null."
+        )
     if config.launch.ray_address is None:
         missing = _missing_runtime()
         if missing:
@@ -270,4 +282,5 @@ def launch(config_path: str | os.PathLike[str], dry_run: bool = False, *, out: T
             )
     print(plan.shell(), file=out)
     out.flush()
-    return subprocess.run(plan.command, env={**os.environ, **plan.env}, check=False).returncode
+    env = {**os.environ, **plan.env, **plan.secrets}
+    return subprocess.run(plan.command, env=env, check=False).returncode

@@ -2,7 +2,8 @@
 
 It starts Ray with the runtime env ``launch`` composed (``$SEARCHGYM_RAY_RUNTIME_ENV``):
 ``SEARCHGYM_AGENT_CONFIG`` and friends for every worker, OpenRLHF's own defaults, and the
-worker hook when the config needs it. Then it runs ``openrlhf.cli.train_ppo_ray`` as
+worker hook when the config needs it, plus ``WANDB_API_KEY`` from this process's environment
+(``launch`` passes the key there, never in the printed command). Then it runs ``openrlhf.cli.train_ppo_ray`` as
 ``__main__`` with the same flags; that module sees Ray already started and keeps it.
 """
 
@@ -17,12 +18,21 @@ from ...envs.errors import InvalidArgumentError
 from .advantage_hook import HOOK, needs_hook
 from .config import AGENT_CONFIG_VARIABLE, BASEDIR_VARIABLE, agent_config_from_env
 from .launch import OPENRLHF_ENV_DEFAULTS, RUNTIME_ENV_VARIABLE
+from .secrets import KEY_VARIABLE
 
 __all__ = ["main", "runtime_env"]
 
 
 def runtime_env() -> dict:
-    """The runtime env from ``$SEARCHGYM_RAY_RUNTIME_ENV``, or one built from ``$SEARCHGYM_AGENT_CONFIG``."""
+    """The runtime env from ``$SEARCHGYM_RAY_RUNTIME_ENV``, or one built from ``$SEARCHGYM_AGENT_CONFIG``,
+    with ``$WANDB_API_KEY`` added when set (OpenRLHF's trainer actor logs in to W&B with it)."""
+    env = _composed_env()
+    if os.environ.get(KEY_VARIABLE):
+        env.setdefault("env_vars", {})[KEY_VARIABLE] = os.environ[KEY_VARIABLE]
+    return env
+
+
+def _composed_env() -> dict:
     text = os.environ.get(RUNTIME_ENV_VARIABLE)
     if text:
         try:
