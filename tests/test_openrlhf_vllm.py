@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import random
 
 import gymnasium as gym
 import pytest
@@ -31,9 +32,11 @@ from searchgym.trainers.openrlhf.agent import (  # noqa: E402
     SearchGymAgentExecutor,
     label_to_options,
     split_end_of_sequence,
+    with_stop_strings,
 )
 from searchgym.trainers.openrlhf.config import AgentConfig, MemoryConfig  # noqa: E402
 from searchgym.trainers.openrlhf.eval_split import EvalSign  # noqa: E402
+from searchgym.trainers.openrlhf.turns import TurnEngine  # noqa: E402
 
 ENV_ID = "searchgym/SyntheticFacts-v0"
 WORLD = generate_world(0)
@@ -527,3 +530,28 @@ def test_a_first_token_that_is_the_whole_stop_string_keeps_the_turn_the_env_pars
     text = tok.decode(tokens, skip_special_tokens=False)
     assert text == ChatFormatter(tok).render([prompt, actions[0], observations[0], actions[1]])
     assert len(result["rollout_log_probs"]) == len(tokens)
+
+
+def test_the_kept_tokens_read_the_text_vllm_returned_in_every_case(tiny):
+    """Random turns of pieces that make, break and repeat the stop strings, with EOS anywhere.
+
+    Whatever vLLM's rules (the fake engine) make of a turn, the tokens the agent keeps
+    decode to exactly the text vLLM returned: the action the env parses, plus the EOS text
+    where the turn ended at EOS. A first token that is a whole stop string included.
+    """
+    tok = one_token(tiny, "<tool_call>", "</tool_call>")
+    texts = ("</tool_call>", "<tool_call>", "</answer>", "</", "answer", "tool_call", ">", ">.", " x", "\n")
+    pieces = [tok(t, add_special_tokens=False)["input_ids"] for t in texts] + [[tok.eos_token_id]]
+    rng = random.Random(0)
+    first_token_stops = 0
+    for _ in range(300):
+        ids = [t for _ in range(rng.randint(1, 10)) for t in rng.choice(pieces)]
+        params = with_stop_strings(SamplingParams.openrlhf(len(ids)), ["</answer>", "</tool_call>"])
+        fake = FakeVLLMEngine(tok, lambda p, s, ids=ids: ids, tokens_per_step=rng.choice([1, 2, 4]))
+        out = asyncio.run(TurnEngine(fake, tok).generate([1, 2], params)).outputs[0]
+        assert tok.decode(out.token_ids, skip_special_tokens=False) == out.text, (ids, out)
+        assert (
+            out.token_ids == ids[: len(out.token_ids)] or out.token_ids[-1] == pieces[6][0]
+        )  # or cut to ">"
+        first_token_stops += ids[0] == pieces[0][0] and out.stop_reason == "</tool_call>"
+    assert first_token_stops > 5  # the case of the issue came up, several times
