@@ -6,22 +6,26 @@ behind it, returning the last ``RequestOutput``. Which tokens come out is decide
 pluggable *generator*; what vLLM makes of them is reproduced here:
 
 - The engine core (``vllm/v1/core/sched/utils.py: check_stop``), after every token:
-  ``max_tokens`` or ``max_model_len`` reached -> ``finish_reason="length"``; else the EOS
-  token (``tokenizer.eos_token_id``, unless ``ignore_eos``) -> ``"stop"`` with
-  ``stop_reason=None``; else one of ``stop_token_ids`` (which include the generation
-  config's other EOS ids) -> ``"stop"`` with that id as ``stop_reason``. Tokens a step
-  produced after the stopping one are dropped.
+  nothing before ``min_tokens`` tokens; then the EOS token (``tokenizer.eos_token_id``,
+  unless ``ignore_eos``) -> ``finish_reason="stop"`` with ``stop_reason=None``; else one
+  of ``stop_token_ids`` (which include the generation config's other EOS ids) ->
+  ``"stop"`` with that id as ``stop_reason``; else ``max_tokens`` or ``max_model_len``
+  reached -> ``"length"``. So an EOS sampled as the last allowed token is a ``"stop"``.
+  Tokens a step produced after the stopping one are dropped.
 - The detokenizer (``vllm/v1/engine/detokenizer.py``), once per engine step: text is
   decoded incrementally (primed with the end of the prompt) with ``skip_special_tokens``.
   When the engine stopped at an EOS or stop token and ``include_stop_str_in_output`` is
   off, that last token's text is left out; with it on (and special tokens kept, as
   OpenRLHF asks), the text ends with the EOS text, e.g. ``<|im_end|>``. Stop strings are
-  then searched in the new text (the first of ``stop`` in list order that occurs wins,
-  as in ``StopChecker.check_stop_strings``); a hit cuts ``text`` before the stop string,
+  then searched in the new text (``check_stop_strings``: the one that completes
+  earliest wins, a tie goes to the first in ``stop``); a hit cuts ``text`` before the stop string,
   or after it with ``include_stop_str_in_output``, and finishes with ``stop_reason`` the
   string. ``token_ids`` keep every token of the step, including any text past the stop
   string (a token that straddles it, or later tokens of a multi-token step).
-  Neither stop strings nor their search reach into the first ``min_tokens`` tokens.
+  Stop strings are searched only once more than ``min_tokens`` tokens are out, and a
+  match must end past the text of the first ``min_tokens`` tokens
+  (``BaseIncrementalDetokenizer.update`` starts its search there): a first token that
+  is a whole stop string (Qwen2.5's ``</tool_call>``) does not end the request.
 - ``logprobs``: with ``sampling_params.logprobs`` set, one ``{token_id: Logprob}`` per
   output token (OpenRLHF reads ``logprobs[i][token_ids[i]].logprob``).
 
@@ -38,6 +42,8 @@ from __future__ import annotations
 import asyncio
 import copy
 import itertools
+import types
+import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,6 +56,7 @@ __all__ = [
     "SamplingParams",
     "TokenGenerator",
     "ScriptedText",
+    "vllm_modules",
 ]
 
 TokenGenerator = Callable[[list[int], Any], Iterable[int | tuple[int, float]]]
@@ -117,19 +124,24 @@ class RequestOutput:
 def _check_stop_strings(
     text: str, new_chars: int, stops: Sequence[str], include: bool
 ) -> tuple[str, int] | None:
-    """vLLM's ``StopChecker.check_stop_strings``: (stop string, cut position or -1) or None."""
+    """vLLM's ``check_stop_strings`` (``vllm/v1/engine/detokenizer.py``): (stop string, cut or -1) or None.
+
+    Of the stop strings found in the new text (or straddling its start), the one that
+    completes earliest wins; a tie goes to the one first in ``stops``.
+    """
     if not new_chars or not stops:
         return None
+    best: tuple[int, int, str] | None = None  # (end, start, stop)
     for stop in stops:
         at = text.find(stop, 1 - new_chars - len(stop))
-        if at == -1:
-            continue
-        if include:
-            at += len(stop)
-            if at >= len(text):
-                return stop, -1
-        return stop, at
-    return None
+        if at != -1 and (best is None or at + len(stop) < best[0]):
+            best = (at + len(stop), at, stop)
+    if best is None:
+        return None
+    end, at, stop = best
+    if include:
+        return stop, -1 if end >= len(text) else end
+    return stop, at
 
 
 class _Detokenizer:
@@ -245,12 +257,16 @@ class FakeVLLMEngine:
                 logprobs.append(logprob)
                 new.append(token)
                 total = len(prompt) + len(ids)
-                if len(ids) >= max_tokens or (self.max_model_len is not None and total >= self.max_model_len):
-                    engine_stop = "length"
+                if len(ids) < min_tokens:
+                    pass  # check_stop: nothing ends a request before min_tokens
                 elif not params.ignore_eos and token == eos:
                     engine_stop, reason = "stop", None
                 elif token in stop_ids:
                     engine_stop, reason = "stop", token
+                elif len(ids) >= max_tokens or (
+                    self.max_model_len is not None and total >= self.max_model_len
+                ):
+                    engine_stop = "length"
                 if engine_stop:
                     break
             # detokenizer: the step's new tokens, then the stop strings in the new text
@@ -305,3 +321,23 @@ class ScriptedText:
         ids = self.tokenizer(turn, add_special_tokens=False)["input_ids"]
         tail = self.after if self.after is not None else [self.tokenizer.eos_token_id]
         return list(ids) + list(tail)
+
+
+def vllm_modules() -> dict[str, types.ModuleType]:
+    """Stand-in ``vllm`` modules (by name, for ``sys.modules``) with what OpenRLHF 0.11.2's rollout modules import.
+
+    ``openrlhf/trainer/ray/vllm_engine.py`` and ``ppo_utils/samples_generator.py`` import
+    ``vllm`` (``__version__``, ``SamplingParams``, ``inputs.TokensPrompt``,
+    ``utils.random_uuid``) at the top; with this in ``sys.modules`` they import on a CPU,
+    so tests can drive their real code (``RolloutRayActor.generate_responses`` gathering
+    a prompt's samples, ``SamplesGenerator._process_response_into_experience``).
+    """
+    vllm = types.ModuleType("vllm")
+    vllm.__version__ = "0.29.0"
+    vllm.SamplingParams = SamplingParams
+    inputs = types.ModuleType("vllm.inputs")
+    inputs.TokensPrompt = dict
+    utils = types.ModuleType("vllm.utils")
+    utils.random_uuid = lambda: uuid.uuid4().hex
+    vllm.inputs, vllm.utils = inputs, utils
+    return {"vllm": vllm, "vllm.inputs": inputs, "vllm.utils": utils}

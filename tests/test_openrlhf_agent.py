@@ -14,11 +14,13 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
+import logging
 import re
 import subprocess
 import sys
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import gymnasium as gym
 import pytest
@@ -26,7 +28,7 @@ import pytest
 pytest.importorskip("openrlhf.utils.agent", reason="needs openrlhf==0.11.2 (--no-deps) and aiohttp")
 torch = pytest.importorskip("torch")
 
-from fake_vllm import FakeVLLMEngine, SamplingParams  # noqa: E402
+from fake_vllm import FakeVLLMEngine, SamplingParams, vllm_modules  # noqa: E402
 
 import searchgym  # noqa: E402,F401
 from searchgym.envs.retrieval import make_retriever  # noqa: E402
@@ -404,11 +406,19 @@ def test_extra_logs_have_the_same_keys_on_every_sample_and_batch_in_openrlhf(tok
     assert len(split_experience_batch(batch)) == 4
 
 
-def test_bad_label_says_how_to_fix_it(tokenizer):
+def test_a_bad_label_is_a_failed_episode_whose_log_line_says_how_to_fix_it(tokenizer, caplog):
     executor = SearchGymAgentExecutor(config=AgentConfig(ENV_ID, {"protocol": "tool_call"}))
     for label in ("not json", json.dumps({"question": "q"}), json.dumps(["a"])):
-        with pytest.raises(searchgym.error.InvalidArgumentError, match="searchgym prepare"):
-            run(executor, label, ScriptedLLM(tokenizer, oracle()), tokenizer)
+        caplog.clear()
+        engine = ScriptedLLM(tokenizer, oracle())
+        with caplog.at_level(logging.WARNING, logger="searchgym.trainers.openrlhf"):
+            result = run(executor, label, engine, tokenizer)
+        assert result["extra_logs"]["failed"] == 1.0 and result["reward"] == 0.0  # F1's malformed turn
+        [record] = caplog.records
+        assert "InvalidArgumentError" in record.getMessage() and "searchgym prepare" in record.getMessage()
+        # one token generated from the row's prompt: the sequence OpenRLHF trains has an action
+        assert [params.max_tokens for params in engine.params] == [1]
+        assert [b - a for a, b in result["action_ranges"]] == [1]
 
 
 # -- retrieval off the event loop, envs reused --------------------------------------------------------
@@ -482,3 +492,148 @@ def test_memory_example_enters_the_prompt_masked_and_episodes_are_recorded(token
     assert re.search(r"Question: " + re.escape(two_hop_unknown().question), prompt_text)
     assert result["extra_logs"]["memory_chars"] > 0
     assert len(ExperienceMemory(store)) == 2  # the finished episode was recorded in the store
+
+
+# -- a failing sample: a failed episode, not a dead rollout ------------------------------------------
+
+
+class Flaky(gym.Wrapper):
+    """An env whose ``reset`` or ``step`` raises on chosen calls, as a store call that times out does."""
+
+    calls = {"reset": 0, "step": 0}
+    fail: dict[str, set[int]] = {"reset": set(), "step": set()}
+    lock = threading.Lock()
+
+    def _count(self, where: str) -> None:
+        with self.lock:
+            n = self.calls[where]
+            self.calls[where] += 1
+        if n in self.fail[where]:
+            raise TimeoutError(f"the store call timed out ({where} call {n})")
+
+    def reset(self, **kwargs):
+        self._count("reset")
+        return self.env.reset(**kwargs)
+
+    def step(self, action):
+        self._count("step")
+        return self.env.step(action)
+
+
+@pytest.fixture
+def openrlhf_rollout(monkeypatch):
+    """OpenRLHF 0.11.2's rollout modules, imported on a CPU with a stand-in ``vllm`` (tests/fake_vllm.py).
+
+    Returns ``(RolloutRayActor's class, SamplesGenerator, _load_agent_executor)``: the
+    real code that loads the agent file, gathers a prompt's samples with
+    ``asyncio.gather``, and turns each response into an Experience.
+    """
+    pytest.importorskip("ray")
+    before = set(sys.modules)
+    for name, module in vllm_modules().items():
+        monkeypatch.setitem(sys.modules, name, module)
+    from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
+    from openrlhf.trainer.ray.vllm_engine import RolloutRayActor, _load_agent_executor
+
+    yield RolloutRayActor.__ray_metadata__.modified_class, SamplesGenerator, _load_agent_executor
+    for name in set(sys.modules) - before:  # nothing imported against the stand-in outlives the test
+        if name.startswith("openrlhf."):
+            del sys.modules[name]
+
+
+@pytest.mark.parametrize("where", ["reset", "step"])
+def test_one_failing_sample_is_a_failed_episode_in_openrlhf_s_own_rollout(
+    where, openrlhf_rollout, tokenizer, tmp_path, monkeypatch, caplog
+):
+    """One sample's ``reset`` (or ``step``) raises; OpenRLHF's ``generate_responses`` gathers all four.
+
+    The failing sample comes back as a failed episode: ``extra_logs["failed"]`` 1, the
+    reward of a malformed turn (F1 with ``format_penalty`` -1: -1), one log line; the
+    others are the oracle's right answers (F1 1). Every response becomes an Experience
+    through OpenRLHF's own ``_process_response_into_experience``, and they batch.
+    """
+    from openrlhf.trainer.ppo_utils.experience import Experience
+
+    from searchgym.trainers.openrlhf.failures import failure_counter
+
+    actor_cls, samples_generator, load_agent_executor = openrlhf_rollout
+    from searchgym.trainers.openrlhf import env_pool
+
+    config = tmp_path / "agent.yaml"
+    config.write_text(
+        f"agent:\n  env_id: {ENV_ID}\n"
+        "  env_kwargs: {protocol: tool_call, reward: f1, reward_kwargs: {format_penalty: -1.0}}\n"
+    )
+    monkeypatch.setenv("SEARCHGYM_AGENT_CONFIG", str(config))
+    import searchgym.trainers.openrlhf.agent_file as agent_file
+
+    executor = load_agent_executor(agent_file.__file__)  # as the vLLM actor loads --agent_func_path
+    build = env_pool.build_env
+    monkeypatch.setattr(env_pool, "build_env", lambda config: Flaky(build(config)))
+    monkeypatch.setattr(Flaky, "calls", {"reset": 0, "step": 0})
+    # the second sample's reset, or the fifth step of the twelve (three per sample)
+    fail = {"reset": {1} if where == "reset" else set(), "step": {4} if where == "step" else set()}
+    monkeypatch.setattr(Flaky, "fail", fail)
+    engine = ScriptedLLM(tokenizer, oracle())
+    actor = SimpleNamespace(executor=executor, generate=engine.generate)
+    failed_before = failure_counter().total
+    with caplog.at_level(logging.WARNING, logger="searchgym.trainers.openrlhf"):
+        results = asyncio.run(
+            actor_cls.generate_responses(
+                actor,
+                "p",
+                label_of(two_hop_unknown()),
+                SamplingParams.openrlhf(),
+                4096,
+                tokenizer,
+                num_samples=4,
+            )
+        )
+
+    assert len(results) == 4
+    failed = [r for r in results if r["extra_logs"]["failed"] == 1.0]
+    assert len(failed) == 1 and failure_counter().total == failed_before + 1
+    assert failed[0]["reward"] == failed[0]["scores"] == -1.0
+    assert failed[0]["extra_logs"]["format_ok"] == 0.0 and failed[0]["extra_logs"]["answered"] == 0.0
+    for r in results:
+        assert list(r["extra_logs"]) == list(EXTRA_LOG_KEYS)
+        if r is not failed[0]:
+            assert r["reward"] == 1.0 and r["extra_logs"]["num_searches"] == 2.0
+    [record] = [r for r in caplog.records if "a sample failed" in r.getMessage()]
+    assert f"failed in {where}" in record.getMessage() and "TimeoutError" in record.getMessage()
+    if where == "reset":  # one token from the row's prompt
+        prompt_ids = tokenizer("p", add_special_tokens=False)["input_ids"]
+        assert failed[0]["observation_tokens"][: len(prompt_ids)] == prompt_ids
+        assert failed[0]["action_ranges"] == [(len(prompt_ids), len(prompt_ids) + 1)]
+        assert sorted(params.max_tokens for params in engine.params)[0] == 1
+    # OpenRLHF turns each response into an Experience; the failed one trains like any other
+    experiences = [
+        samples_generator._process_response_into_experience(None, r, max_len=4096) for r in results
+    ]
+    assert all(e.action_mask.sum() > 0 for e in experiences)
+    batch = Experience.concat_experiences(experiences, tokenizer.pad_token_id)
+    assert sorted(batch.info["failed"].tolist()) == [0.0, 0.0, 0.0, 1.0]
+    assert sorted(batch.info["reward"].tolist()) == [-1.0, 1.0, 1.0, 1.0]
+
+
+def test_a_run_whose_samples_all_fail_stops_with_the_cause(openrlhf_rollout, tokenizer, monkeypatch):
+    """Failures are one sample's until they come in a row: then the rollout stops and says why."""
+    from searchgym.trainers.openrlhf import failures
+
+    actor_cls, _, _ = openrlhf_rollout
+    monkeypatch.setattr(failures, "_COUNTER", failures.FailureCounter(limit=3))
+    executor = SearchGymAgentExecutor(config=AgentConfig(ENV_ID, {"protocol": "tool_call"}))
+    actor = SimpleNamespace(executor=executor, generate=ScriptedLLM(tokenizer, oracle()).generate)
+
+    def rollout(label, n):
+        return asyncio.run(
+            actor_cls.generate_responses(
+                actor, "p", label, SamplingParams.openrlhf(), 4096, tokenizer, num_samples=n
+            )
+        )
+
+    assert [r["extra_logs"]["failed"] for r in rollout("not json", 2)] == [1.0, 1.0]
+    assert rollout(label_of(two_hop_unknown()), 1)[0]["reward"] == 1.0  # a finished episode: 0 in a row
+    assert [r["extra_logs"]["failed"] for r in rollout("not json", 2)] == [1.0, 1.0]
+    with pytest.raises(failures.SampleFailuresError, match="3 samples in a row failed.*searchgym prepare"):
+        rollout("not json", 1)

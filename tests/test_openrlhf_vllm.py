@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import random
 
 import gymnasium as gym
 import pytest
@@ -31,9 +32,11 @@ from searchgym.trainers.openrlhf.agent import (  # noqa: E402
     SearchGymAgentExecutor,
     label_to_options,
     split_end_of_sequence,
+    with_stop_strings,
 )
 from searchgym.trainers.openrlhf.config import AgentConfig, MemoryConfig  # noqa: E402
 from searchgym.trainers.openrlhf.eval_split import EvalSign  # noqa: E402
+from searchgym.trainers.openrlhf.turns import TurnEngine  # noqa: E402
 
 ENV_ID = "searchgym/SyntheticFacts-v0"
 WORLD = generate_world(0)
@@ -168,6 +171,84 @@ def test_engine_cuts_text_at_stop_string_and_keeps_the_steps_tokens(tiny):
     capped = SamplingParams(max_tokens=3, stop=["</search>"], include_stop_str_in_output=True)
     out = asyncio.run(FakeVLLMEngine(tiny, lambda p, s: ids).generate([1], capped)).outputs[0]
     assert out.token_ids == ids[:3] and out.finish_reason == "length" and out.text == tiny.decode(ids[:3])
+
+
+def one_token(tiny, *texts):
+    """A copy of ``tiny`` in which each of ``texts`` is one (added, not special) token, as Qwen2.5's ``</tool_call>``."""
+    tok = copy.deepcopy(tiny)
+    tok.add_tokens(list(texts))
+    assert all(len(tok(t, add_special_tokens=False)["input_ids"]) == 1 for t in texts)
+    return tok
+
+
+def generate(tok, ids, tokens_per_step=1, **params):
+    engine = FakeVLLMEngine(tok, lambda p, s: ids, tokens_per_step=tokens_per_step)
+    return asyncio.run(engine.generate([1, 2], SamplingParams(**params))).outputs[0]
+
+
+def test_engine_applies_vllm_0_29_stop_rules_in_their_order(tiny):
+    """The fake engine against vLLM 0.29's rules, as its source has them.
+
+    - ``vllm/v1/core/sched/utils.py``, ``check_stop``: nothing ends a request before
+      ``min_tokens`` tokens; then the EOS token, then ``stop_token_ids``, and only then
+      ``max_tokens`` / ``max_model_len``. An EOS sampled as the last allowed token is a
+      ``"stop"``, not a ``"length"``.
+    - ``vllm/v1/engine/detokenizer.py``, ``check_stop_strings``: of the stop strings found
+      in the new text, the one that completes earliest wins (a tie goes to the first in
+      ``stop``), so a step of several tokens ends where one token at a time would.
+    - ``vllm/v1/engine/detokenizer.py``, ``BaseIncrementalDetokenizer.update``: stop strings
+      are searched once more than ``min_tokens`` tokens are out, from the end of the first
+      ``min_tokens`` tokens' text: a first token that is a whole stop string is not one.
+
+    The expected values are worked out from those rules by hand.
+    """
+    enc = lambda text: tiny(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    eos = tiny.eos_token_id
+    answer = enc("<answer>Paris</answer>")
+    # EOS as the last allowed token: "stop", its text kept (special tokens on, stop text kept)
+    out = generate(
+        tiny,
+        answer + [eos],
+        max_tokens=len(answer) + 1,
+        include_stop_str_in_output=True,
+        skip_special_tokens=False,
+    )
+    assert (out.finish_reason, out.stop_reason) == ("stop", None)
+    assert out.text == "<answer>Paris</answer><|im_end|>" and out.token_ids == answer + [eos]
+    # a stop token id as the last allowed token: "stop" with the id as the reason
+    out = generate(tiny, answer + [7, 8], max_tokens=len(answer) + 1, stop_token_ids=[7])
+    assert (out.finish_reason, out.stop_reason, out.token_ids) == ("stop", 7, answer + [7])
+    # the same length without EOS: "length"
+    out = generate(tiny, answer + [8, 8], max_tokens=len(answer) + 1)
+    assert (out.finish_reason, out.stop_reason, out.token_ids) == ("length", None, answer + [8])
+    # nothing ends before min_tokens: an EOS in the first two tokens does not
+    out = generate(tiny, [eos] + answer + [eos], max_tokens=100, min_tokens=2, skip_special_tokens=False)
+    assert out.token_ids == [eos] + answer + [eos] and out.finish_reason == "stop"
+
+    # two stop strings in one step: the one that completes first wins, whatever the list order
+    both = enc("<search>q</search> <answer>a</answer> more")
+    for stop in (["</answer>", "</search>"], ["</search>", "</answer>"]):
+        for include, text in ((True, "<search>q</search>"), (False, "<search>q")):
+            for per_step in (1, len(both)):
+                out = generate(
+                    tiny, both, per_step, max_tokens=100, stop=stop, include_stop_str_in_output=include
+                )
+                assert (out.text, out.stop_reason, out.finish_reason) == (text, "</search>", "stop")
+    # a tie (both end at the same character) goes to the first in the list
+    out = generate(tiny, both, len(both), max_tokens=100, stop=["q</search>", "</search>"])
+    assert (out.text, out.stop_reason) == ("<search>", "q</search>")
+    out = generate(tiny, both, len(both), max_tokens=100, stop=["</search>", "q</search>"])
+    assert (out.text, out.stop_reason) == ("<search>q", "</search>")
+
+    # a first token that is a whole stop string: not searched within min_tokens = 1
+    tok = one_token(tiny, "</tool_call>")
+    ids = tok("</tool_call> x</tool_call> tail", add_special_tokens=False)["input_ids"]
+    kw = {"max_tokens": 100, "stop": ["</tool_call>"], "include_stop_str_in_output": True}
+    for per_step in (1, 4):
+        out = generate(tok, ids, per_step, min_tokens=1, **kw)
+        assert (out.text, out.stop_reason) == ("</tool_call> x</tool_call>", "</tool_call>")
+    out = generate(tok, ids, min_tokens=0, **kw)
+    assert (out.text, out.token_ids) == ("</tool_call>", ids[:1])
 
 
 # -- every protocol's right answer scores right, with any EOS ---------------------------------------------
@@ -415,3 +496,62 @@ def test_rollout_logprobs_stay_aligned_with_the_tokens(tiny):
         assert logprobs[a:b] == [-(i + 1) / 100 for i in range(b - a)]
     in_actions = {i for a, b in result["action_ranges"] for i in range(a, b)}
     assert all(lp == 0.0 for i, lp in enumerate(logprobs) if i not in in_actions)
+
+
+@pytest.mark.parametrize("tokens_per_step", [1, 4])
+def test_a_first_token_that_is_the_whole_stop_string_keeps_the_turn_the_env_parsed(tokens_per_step, tiny):
+    """Qwen2.5 writes ``</tool_call>`` as one token, and vLLM searches no stop string in the
+    first ``min_tokens=1`` token: a turn that opens with it goes on to the next
+    ``</tool_call>``, and the text the env parses holds both. The tokens trained on are
+    that whole turn, not the first token alone.
+    """
+    tok = one_token(tiny, "<tool_call>", "</tool_call>")
+    env_kwargs = PROTOCOLS["tool_call"]
+    question = one_hop_unknown()
+    _, right, _, _, _ = play(env_kwargs, question)
+    actions = ["</tool_call>" + right[0], right[-1]]
+    prompt, _, observations, rewards, trajectory = play(env_kwargs, question, actions)
+    assert not trajectory.format_ok and len(rewards) == 2  # the stray tag is a format error
+    engine = FakeVLLMEngine(
+        tok, ScriptedText(tok, [a + RAMBLE for a in actions]), tokens_per_step=tokens_per_step
+    )
+    params = SamplingParams.openrlhf(logprobs=True)
+    result = execute(
+        SearchGymAgentExecutor(config=AgentConfig(ENV_ID, env_kwargs)), question, engine, tok, params
+    )
+
+    first = engine.outputs[0]
+    assert first.text == actions[0] and first.token_ids[0] == tok.convert_tokens_to_ids("</tool_call>")
+    assert result["reward"] == sum(rewards) and result["extra_logs"]["format_errors"] == 1.0
+    tokens = result["observation_tokens"]
+    for (a, b), action in zip(result["action_ranges"], actions, strict=True):
+        assert tokens[a:b] == tok(action, add_special_tokens=False)["input_ids"]
+        assert tok.decode(tokens[a:b], skip_special_tokens=False) == action  # what the env parsed
+    text = tok.decode(tokens, skip_special_tokens=False)
+    assert text == ChatFormatter(tok).render([prompt, actions[0], observations[0], actions[1]])
+    assert len(result["rollout_log_probs"]) == len(tokens)
+
+
+def test_the_kept_tokens_read_the_text_vllm_returned_in_every_case(tiny):
+    """Random turns of pieces that make, break and repeat the stop strings, with EOS anywhere.
+
+    Whatever vLLM's rules (the fake engine) make of a turn, the tokens the agent keeps
+    decode to exactly the text vLLM returned: the action the env parses, plus the EOS text
+    where the turn ended at EOS. A first token that is a whole stop string included.
+    """
+    tok = one_token(tiny, "<tool_call>", "</tool_call>")
+    texts = ("</tool_call>", "<tool_call>", "</answer>", "</", "answer", "tool_call", ">", ">.", " x", "\n")
+    pieces = [tok(t, add_special_tokens=False)["input_ids"] for t in texts] + [[tok.eos_token_id]]
+    rng = random.Random(0)
+    first_token_stops = 0
+    for _ in range(300):
+        ids = [t for _ in range(rng.randint(1, 10)) for t in rng.choice(pieces)]
+        params = with_stop_strings(SamplingParams.openrlhf(len(ids)), ["</answer>", "</tool_call>"])
+        fake = FakeVLLMEngine(tok, lambda p, s, ids=ids: ids, tokens_per_step=rng.choice([1, 2, 4]))
+        out = asyncio.run(TurnEngine(fake, tok).generate([1, 2], params)).outputs[0]
+        assert tok.decode(out.token_ids, skip_special_tokens=False) == out.text, (ids, out)
+        assert (
+            out.token_ids == ids[: len(out.token_ids)] or out.token_ids[-1] == pieces[6][0]
+        )  # or cut to ">"
+        first_token_stops += ids[0] == pieces[0][0] and out.stop_reason == "</tool_call>"
+    assert first_token_stops > 5  # the case of the issue came up, several times

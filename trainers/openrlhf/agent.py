@@ -47,6 +47,10 @@ hands back and what the base loop asks of it:
 - Evaluation episodes (``--eval.dataset``, told apart by their sampling temperature, see
   :mod:`.eval_split`) are not written into the experience memory nor into the minimum
   tool-call store.
+- A sample whose ``reset`` or ``step`` raises ends as a failed episode (logged, counted in
+  ``extra_logs["failed"]``, the reward of a malformed turn), so one sample cannot end the
+  run through OpenRLHF's ``asyncio.gather`` (see :mod:`.failures`). One that fails at
+  ``reset`` generates a single token from the row's prompt, the sequence OpenRLHF trains.
 """
 
 from __future__ import annotations
@@ -64,9 +68,12 @@ import torch
 from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
 
 from ...envs.errors import InvalidArgumentError, SearchGymError
+from ...envs.records import Question
+from ...envs.search_env import question_from_options
 from .config import AGENT_CONFIG_VARIABLE, AgentConfig, agent_config_from_env, load_agent_config
 from .env_pool import env_pool
 from .eval_split import EvalSign, keep_out_of_stores, put_back, stores_written
+from .failures import failure_counter, failure_reward
 from .turns import TurnEngine, split_end_of_sequence
 
 __all__ = [
@@ -94,12 +101,15 @@ EXTRA_LOG_KEYS = (
     "format_errors",
     "retrieval_errors",
     "memory_chars",
+    "failed",
 )
 """The ``extra_logs`` keys of every step, all floats. OpenRLHF logs their batch means
 (``train/f1``, ``train/num_searches`` ...; ``searched`` is SR, ``num_searches`` ST);
 the TSAS hook reads ``num_searches`` and ``reasoning_steps``. ``episode_truncated`` is an
 episode that ended without an answer (out of turns or of context); OpenRLHF's own
-``truncated`` (the last generation hit ``max_tokens``) keeps its name."""
+``truncated`` (the last generation hit ``max_tokens``) keeps its name. ``failed`` is a
+sample whose ``reset`` or ``step`` raised (see :mod:`.failures`): ``train/failed`` is the
+share of failed samples."""
 
 _CONFIG_LOCK = threading.Lock()
 _CONFIG_CACHE: dict[str, AgentConfig] = {}
@@ -219,30 +229,57 @@ class SearchGymAgentInstance(AgentInstanceBase):
         self._final_logs: dict[str, float] | None = None
         self._restore: list[tuple[Any, str, Any]] = []
         self._lock = threading.Lock()
+        self.failed = False
+        """The sample failed (its reset or step raised) and ended as a failed episode."""
+        self._question: Question | None = None
+        self._started = False  # env.reset returned: the env's trajectory is this episode's
+        self._unpaid = 0.0  # a failed reset's reward, paid by the step after its one token
+        self._broken = False  # the env raised: closed, not lent again
 
     # -- OpenRLHF's interface ----------------------------------------------------------------
 
     async def reset(self, states: dict, **kwargs: Any) -> dict:
-        """Start the episode of ``states["label"]``; returns the rendered first turn."""
-        options = label_to_options(states.get("label"))
-        self._env = await asyncio.to_thread(self._pool.acquire)
+        """Start the episode of ``states["label"]``; returns the rendered first turn.
+
+        When the label cannot be read or the env's ``reset`` raises, the sample ends as a
+        failed episode (see :mod:`.failures`) and the first turn is the row's prompt, from
+        which one token is generated.
+        """
+        self._env = await asyncio.to_thread(self._pool.acquire)  # a failure here is the run's
         if self.evaluating:
             self._restore = keep_out_of_stores(self._env)
-        observation, info = await asyncio.to_thread(self._env.reset, options=options)
+        try:
+            options = label_to_options(states.get("label"))
+            self._question = question_from_options(options)
+            observation, info = await asyncio.to_thread(self._env.reset, options=options)
+        except Exception as exc:  # noqa: BLE001 - one sample's failure must not end the run
+            self._unpaid = self._fail("reset", exc, states.get("label"))
+            if self._engine is not None:
+                self._engine.next_cap = 1
+            prompt = states.get("observation")
+            return {
+                "observation": prompt if isinstance(prompt, str) and prompt else self.formatter.prompt("")
+            }
+        self._started = True
         self._memory_chars = sum(span[2] - span[1] for span in info.get("memory_spans", ()))
         return {"observation": self.formatter.prompt(observation)}
 
     async def step(self, states: dict, **kwargs: Any) -> dict:
         """Apply one generated action; returns OpenRLHF's step dict."""
-        if self.done:  # the base executor never gets here; another driver might
-            return self._result(0.0, "", True)
+        if self.done:  # after a failed reset; else the base executor never gets here
+            reward, self._unpaid = self._unpaid, 0.0
+            return self._result(reward, "", True)
         if self._env is None:
             raise SearchGymError("step() before reset(): OpenRLHF calls reset first; so must you.")
         text = states.get("action_text", "")
         action, ending = split_end_of_sequence(
             text if isinstance(text, str) else "", self.formatter.tokenizer
         )
-        observation, reward, terminated, truncated, info = await asyncio.to_thread(self._env.step, action)
+        try:
+            observation, reward, terminated, truncated, info = await asyncio.to_thread(self._env.step, action)
+        except Exception as exc:  # noqa: BLE001 - one sample's failure must not end the run
+            before = self.total_reward
+            return self._result(self._fail("step", exc, states.get("label")) - before, "", True)
         self._format_errors += "error" in info
         self._retrieval_errors += "retrieval_error" in info
         self.total_reward += float(reward)
@@ -276,7 +313,11 @@ class SearchGymAgentInstance(AgentInstanceBase):
         """
         if self.done or self._env is None:
             return 0.0
-        reward = await asyncio.to_thread(_end_truncated, self._env)
+        try:
+            reward = await asyncio.to_thread(_end_truncated, self._env)
+        except Exception as exc:  # noqa: BLE001 - one sample's failure must not end the run
+            before = self.total_reward
+            return self._fail("the ending of a truncated episode", exc, None) - before
         self.total_reward += reward
         self._finish()
         return reward
@@ -286,6 +327,23 @@ class SearchGymAgentInstance(AgentInstanceBase):
         self.done = True
         self._final_logs = self.extra_logs()
         self.close()
+        failure_counter().finished()
+
+    def _fail(self, where: str, exc: Exception, label: object) -> float:
+        """End the episode as failed (see :mod:`.failures`); returns its reward, now the total.
+
+        Raises:
+            SampleFailuresError: too many samples in a row have failed in this process.
+        """
+        reward = failure_reward(self._env, self._question, f"{type(exc).__name__}: {exc}")
+        logs = self.extra_logs() if self._started else dict.fromkeys(EXTRA_LOG_KEYS, 0.0)
+        logs.update(failed=1.0, format_ok=0.0, answered=0.0, episode_truncated=1.0)
+        self.failed = self.done = self._broken = True
+        self.total_reward = reward
+        self._final_logs = logs
+        self.close()
+        failure_counter().failed(where, exc, label if label is not None else "", reward)
+        return reward
 
     def extra_logs(self) -> dict[str, float]:
         """The :data:`EXTRA_LOG_KEYS` of the episode so far (or at its end), as floats."""
@@ -314,6 +372,7 @@ class SearchGymAgentInstance(AgentInstanceBase):
             "format_errors": float(self._format_errors),
             "retrieval_errors": float(self._retrieval_errors),
             "memory_chars": float(self._memory_chars),
+            "failed": 0.0,
         }
 
     def close(self) -> None:
@@ -321,9 +380,16 @@ class SearchGymAgentInstance(AgentInstanceBase):
         with self._lock:
             env, self._env = self._env, None
             restore, self._restore = self._restore, []
-        if env is not None:
-            put_back(restore)
+        if env is None:
+            return
+        put_back(restore)
+        if not self._broken:
             self._pool.release(env)
+            return
+        try:  # an env that raised is not lent to another episode
+            env.close()
+        except Exception:  # noqa: BLE001 - closing a broken env must not fail the sample twice
+            pass
 
 
 def _default_formatter(config: AgentConfig) -> Any:
@@ -428,6 +494,8 @@ class SearchGymAgentExecutor(MultiTurnAgentExecutor):
                     extra = await instance.finish_truncated()
                     result["reward"] = float(result.get("reward") or 0.0) + extra
                     result["scores"] = instance.total_reward
+                if instance.failed:  # its reward, whether or not the base loop reached a step
+                    result["reward"] = result["scores"] = instance.total_reward
                 result["extra_logs"] = instance.extra_logs()
             return result
         finally:

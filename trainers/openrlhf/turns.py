@@ -8,7 +8,10 @@ model sampled. Three things in that answer need care (see ``docs/gpu.md``):
   :func:`split_end_of_sequence` takes it off for the env.
 - vLLM cuts the text at a stop string but keeps every token of the engine step that hit
   it. :class:`TurnEngine` drops the tokens after the one that completes the stop string,
-  and cuts that token back to the stop string's end when it runs past it.
+  and cuts that token back to the stop string's end when it runs past it. The stop
+  string that ended the turn is the last one in its text: vLLM does not search the first
+  ``min_tokens`` token (OpenRLHF asks for 1), so a turn that opens with a whole stop string
+  (Qwen2.5's one-token ``</tool_call>``) goes on past it.
 - OpenRLHF's multi-turn loop sets ``max_tokens`` to the remaining context every turn.
   :class:`TurnEngine` applies a per-turn cap on top.
 
@@ -61,33 +64,59 @@ def split_end_of_sequence(text: str, tokenizer: Any = None) -> tuple[str, str]:
         end -= len(special)
 
 
-def _without_tokens_past_stop(request_output: Any, tokenizer: Any) -> Any:
-    """``request_output`` with its tokens ending where the stop string ends.
+def _stop_ends(text: str, stop: str) -> list[int]:
+    """Where each occurrence of ``stop`` in ``text`` ends, left to right (not overlapping)."""
+    ends, at = [], text.find(stop)
+    while at != -1:
+        ends.append(at + len(stop))
+        at = text.find(stop, at + len(stop))
+    return ends
+
+
+def _without_tokens_past_stop(request_output: Any, tokenizer: Any, include_stop: bool = True) -> Any:
+    """``request_output`` with its tokens ending where the stop string that ended it ends.
 
     vLLM cuts ``text`` at the stop string (``stop_reason``) but keeps every token of the
     engine step that produced it, so the tokens after the one that completes the stop
-    string are dropped. That token itself may carry text past the stop string (SmolLM2
-    writes ``</search>.`` as ``</``, ``search``, ``>.``): it is replaced by the tokens of the
-    stop string's rest (``>``), so the tokens trained on read exactly the action the env
-    parsed, as the built-in trainer and evaluation read it. The replacement takes the
-    replaced token's logprob (the rest get 0), so the turn's rollout logprob is unchanged.
-    Other outputs pass unchanged.
+    string are dropped. That stop string is not always the first occurrence in the
+    tokens: vLLM does not search the text of the first ``min_tokens`` tokens (OpenRLHF
+    asks for 1), so a turn whose first token is the whole stop string (Qwen2.5's
+    ``</tool_call>`` is one token) goes on past it, and that occurrence stays in ``text``.
+    The occurrence that ended the turn is the last one in ``text`` (with
+    ``include_stop_str_in_output``, as the agent asks; the one after it without), and the
+    tokens are cut after the token that completes that occurrence, so the tokens trained
+    on read the same text as the action the env parses.
+
+    That token itself may carry text past the stop string (SmolLM2 writes ``</search>.``
+    as ``</``, ``search``, ``>.``): it is replaced by the tokens of the stop string's rest
+    (``>``), so the tokens trained on read exactly the action the env parsed, as the
+    built-in trainer and evaluation read it. The replacement takes the replaced token's
+    logprob (the rest get 0), so the turn's rollout logprob is unchanged. Other outputs
+    pass unchanged, and so does one whose tokens hold fewer occurrences than its text
+    (a decoding that differs from vLLM's; nothing is cut then).
     """
     output = request_output.outputs[0]
     stop = getattr(output, "stop_reason", None)
-    if not isinstance(stop, str) or tokenizer is None:
+    if not isinstance(stop, str) or not stop or tokenizer is None:
         return request_output
+    nth = len(_stop_ends(getattr(output, "text", None) or "", stop)) + (0 if include_stop else 1)
     ids = list(output.token_ids)
+
+    def occurrences(n: int) -> int:
+        return len(_stop_ends(tokenizer.decode(ids[:n], skip_special_tokens=False), stop))
+
+    if nth < 1 or occurrences(len(ids)) < nth:
+        return request_output
     keep = len(ids)
-    while keep > 1 and stop in tokenizer.decode(ids[: keep - 1], skip_special_tokens=False):
+    while keep > 1 and occurrences(keep - 1) >= nth:
         keep -= 1
     logprobs = None if getattr(output, "logprobs", None) is None else list(output.logprobs)[:keep]
     head, last = ids[: keep - 1], ids[keep - 1 : keep]
     head_text = tokenizer.decode(head, skip_special_tokens=False)
     text = tokenizer.decode(head + last, skip_special_tokens=False)
-    end = text.find(stop, max(0, len(head_text) - len(stop) + 1)) + len(stop)
+    end = _stop_ends(text, stop)[nth - 1]
     tail = last
-    if len(stop) <= end < len(text) and text.startswith(head_text):  # the last token runs past it
+    if len(head_text) < end < len(text) and text.startswith(head_text):  # the last token runs past it
         tail = list(tokenizer(text[len(head_text) : end], add_special_tokens=False)["input_ids"])
         if logprobs is not None:
             logprobs = logprobs[:-1] + _moved_logprob(logprobs[-1].get(last[0]), tail)
@@ -129,19 +158,23 @@ class TurnEngine:
         """What the last turn's tokens wrote beyond the action the env sees: the EOS text
         (``<|im_end|>``), or the text of a token past the stop string where it could not be
         cut back; "" when nothing."""
+        self.next_cap: int | None = None
+        """A cap on the next turn only (1 for a sample that failed at ``reset``), then None."""
 
     async def generate(
         self, prompt_token_ids: Any, sampling_params: Any, multi_modal_data: Any = None
     ) -> Any:
         """The engine's answer, for at most ``max_turn_tokens`` tokens, with no tokens past a stop string."""
-        cap = self.max_turn_tokens
+        caps = [c for c in (self.max_turn_tokens, self.next_cap) if c is not None]
+        cap, self.next_cap = (min(caps) if caps else None), None
         if cap is not None and (sampling_params.max_tokens is None or sampling_params.max_tokens > cap):
             sampling_params = copy.copy(sampling_params)
             sampling_params.max_tokens = cap
         output = await self.engine.generate(
             prompt_token_ids, sampling_params, multi_modal_data=multi_modal_data
         )
-        output = _without_tokens_past_stop(output, self.tokenizer)
+        include = bool(getattr(sampling_params, "include_stop_str_in_output", False))
+        output = _without_tokens_past_stop(output, self.tokenizer, include)
         self.said = _said_past_action(output.outputs[0], self.tokenizer)
         return output
 
