@@ -343,6 +343,7 @@ def _numpy_globals() -> list[Any]:
 
 
 _GLOBAL = re.compile(r"GLOBAL ([\w.]+)")
+_GOT_CLASS = re.compile(r"but got <class '([\w.]+)'>")
 _ZIP = b"PK\x03\x04"
 
 
@@ -364,14 +365,15 @@ def _load_tensors(folder: Path, name: str, map_location: Any = None) -> Any:
         with torch.serialization.safe_globals(_numpy_globals()):
             return torch.load(file, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as exc:
-        named = _GLOBAL.search(str(exc))
-        if named is None:
-            raise damaged_file(file, "is truncated or corrupt: it is not a file torch.save writes") from exc
-        raise damaged_file(
-            file,
-            f"holds a {named.group(1)} object, not only tensors and numbers, and resuming never runs code "
-            "from a checkpoint",
-        ) from exc
+        named = _GLOBAL.search(str(exc)) or _GOT_CLASS.search(str(exc))
+        if named is not None:
+            raise damaged_file(
+                file,
+                f"holds a {named.group(1)} object, not only tensors and numbers, and resuming never runs code "
+                "from a checkpoint",
+            ) from exc
+        what = "its contents are not tensors and numbers" if head == _ZIP else "it is not a file torch.save writes"
+        raise damaged_file(file, f"is truncated or corrupt: {what}") from exc
     except Exception as exc:  # torch raises RuntimeError, EOFError, ValueError... on a damaged file
         what = (
             "its zip archive is incomplete or damaged"
