@@ -155,7 +155,9 @@ def both(*damages):
     return damage
 
 
-SIZE_DIFFERS = r"' holds [\d,]+ bytes where manifest\.json records [\d,]+: it is another run's file or a damaged one"
+SIZE_DIFFERS = (
+    r"' holds [\d,]+ bytes where manifest\.json records [\d,]+: it is another run's file or a damaged one"
+)
 
 
 # (damage, message with a manifest, message without one: a checkpoint written by an older searchgym)
@@ -393,7 +395,9 @@ def test_every_checkpoint_lists_its_files_and_its_runs_id(tiny_root, lightsearch
     for _, folder in list_checkpoints(lightsearcher_run):
         manifest = json.loads((folder / "manifest.json").read_text())
         files = {
-            str(p.relative_to(folder)): p for p in folder.rglob("*") if p.is_file() and p.name != "manifest.json"
+            str(p.relative_to(folder)): p
+            for p in folder.rglob("*")
+            if p.is_file() and p.name != "manifest.json"
         }
         assert set(manifest["files"]) == set(files) and "memory/trajectories.sqlite" in files
         for name, path in files.items():
@@ -455,7 +459,9 @@ def test_a_file_the_manifest_does_not_list_is_refused(tiny_root, lightsearcher_r
         resume(tiny_root, lightsearcher_run, tmp_path, add)
 
 
-def test_a_checkpoint_without_a_manifest_resumes_with_one_warning(tiny_root, lightsearcher_run, tmp_path, caplog):
+def test_a_checkpoint_without_a_manifest_resumes_with_one_warning(
+    tiny_root, lightsearcher_run, tmp_path, caplog
+):
     with caplog.at_level(logging.WARNING, logger="searchgym"):
         trainer = resume(tiny_root, lightsearcher_run, tmp_path, make_legacy)
     trainer.close()
@@ -466,7 +472,9 @@ def test_a_checkpoint_without_a_manifest_resumes_with_one_warning(tiny_root, lig
 
 
 def test_a_deleted_manifest_is_refused(tiny_root, lightsearcher_run, tmp_path):
-    with pytest.raises(DataFileError, match=r"has no manifest\.json although its trainer_state\.json was written"):
+    with pytest.raises(
+        DataFileError, match=r"has no manifest\.json although its trainer_state\.json was written"
+    ):
         resume(tiny_root, lightsearcher_run, tmp_path, drop("manifest.json"))
 
 
@@ -557,9 +565,15 @@ def sparse_memory(folder: Path) -> None:
 @pytest.mark.parametrize(
     ("damage", "message"),
     [
-        (cut_memory, r"memory/trajectories\.sqlite' holds [\d,]+ bytes where (manifest\.json records|its SQLite header)"),
+        (
+            cut_memory,
+            r"memory/trajectories\.sqlite' holds [\d,]+ bytes where (manifest\.json records|its SQLite header)",
+        ),
         (memory_loop, r"memory/loop' is a symbolic link"),
-        (sparse_memory, r"memory/trajectories\.sqlite' (holds 2,147,483,648 bytes where|is not a SQLite database)"),
+        (
+            sparse_memory,
+            r"memory/trajectories\.sqlite' (holds 2,147,483,648 bytes where|is not a SQLite database)",
+        ),
     ],
     ids=["truncated", "symlink-loop", "sparse-2GB"],
 )
@@ -591,7 +605,9 @@ def test_a_memory_copy_that_fails_the_integrity_check_is_refused(tiny_root, ligh
     assert tree_digest(live) == tree_digest(lightsearcher_run / "memory")
 
 
-def test_resuming_puts_the_checkpoints_memory_in_place_of_the_live_store(tiny_root, lightsearcher_run, tmp_path):
+def test_resuming_puts_the_checkpoints_memory_in_place_of_the_live_store(
+    tiny_root, lightsearcher_run, tmp_path
+):
     newest = lightsearcher_run / "checkpoints" / "step_000002" / "memory"
     trainer = resume(tiny_root, lightsearcher_run, tmp_path)
     trainer.close()
@@ -617,7 +633,9 @@ def test_a_huge_json_file_is_refused_without_reading_it(tiny_root, lightsearcher
     damage = sparse(name)
     tracemalloc.start()
     try:
-        with pytest.raises(DataFileError, match=rf"{re.escape(name)}' holds 2,147,483,648 bytes(, more than| where)"):
+        with pytest.raises(
+            DataFileError, match=rf"{re.escape(name)}' holds 2,147,483,648 bytes(, more than| where)"
+        ):
             resume(tiny_root, lightsearcher_run, tmp_path, both(make_legacy, damage) if legacy else damage)
         _, peak = tracemalloc.get_traced_memory()
     finally:
@@ -655,5 +673,8 @@ def test_a_bad_optimizer_file_says_what_is_wrong_not_how_to_load_it_unsafely(
 @pytest.mark.parametrize("legacy", [False, True], ids=["manifest", "no-manifest"])
 def test_a_damaged_tokenizer_is_refused(tiny_root, lightsearcher_run, tmp_path, legacy):
     damage = truncate("model/tokenizer.json")
-    with pytest.raises(DataFileError, match=r"step_000002/model(/tokenizer\.json' holds [\d,]+ bytes where|' cannot be loaded)"):
+    with pytest.raises(
+        DataFileError,
+        match=r"step_000002/model(/tokenizer\.json' holds [\d,]+ bytes where|' cannot be loaded)",
+    ):
         resume(tiny_root, lightsearcher_run, tmp_path, both(make_legacy, damage) if legacy else damage)

@@ -372,7 +372,11 @@ def _load_tensors(folder: Path, name: str, map_location: Any = None) -> Any:
                 f"holds a {named.group(1)} object, not only tensors and numbers, and resuming never runs code "
                 "from a checkpoint",
             ) from exc
-        what = "its contents are not tensors and numbers" if head == _ZIP else "it is not a file torch.save writes"
+        what = (
+            "its contents are not tensors and numbers"
+            if head == _ZIP
+            else "it is not a file torch.save writes"
+        )
         raise damaged_file(file, f"is truncated or corrupt: {what}") from exc
     except Exception as exc:  # torch raises RuntimeError, EOFError, ValueError... on a damaged file
         what = (

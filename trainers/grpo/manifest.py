@@ -259,7 +259,9 @@ def read_manifest(folder: Path) -> Manifest | None:
 
 def file_mismatch(path: Path, what: str) -> DataFileError:
     """The error for a file that is not the one the manifest records."""
-    return _refuse(path, f"{what}: it is another run's file or a damaged one, not the one this checkpoint wrote")
+    return _refuse(
+        path, f"{what}: it is another run's file or a damaged one, not the one this checkpoint wrote"
+    )
 
 
 def verify_files(folder: Path, manifest: Manifest, *, skip_digest: Iterable[str] = ()) -> None:
@@ -288,11 +290,15 @@ def verify_files(folder: Path, manifest: Manifest, *, skip_digest: Iterable[str]
         )
     missing = sorted(set(manifest.files) - set(present))
     if missing:
-        raise DataFileError(f"Checkpoint {str(folder)!r} has no {missing[0]} (listed in {MANIFEST}). {DAMAGED_ADVICE}")
+        raise DataFileError(
+            f"Checkpoint {str(folder)!r} has no {missing[0]} (listed in {MANIFEST}). {DAMAGED_ADVICE}"
+        )
     for name, record in manifest.files.items():
         size = (folder / name).lstat().st_size
         if size != record.size:
-            raise file_mismatch(folder / name, f"holds {size:,} bytes where {MANIFEST} records {record.size:,}")
+            raise file_mismatch(
+                folder / name, f"holds {size:,} bytes where {MANIFEST} records {record.size:,}"
+            )
     skipped = tuple(skip_digest)
     for name, record in manifest.files.items():
         if name.startswith(skipped):
