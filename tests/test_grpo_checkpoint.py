@@ -678,3 +678,21 @@ def test_a_damaged_tokenizer_is_refused(tiny_root, lightsearcher_run, tmp_path, 
         match=r"step_000002/model(/tokenizer\.json' holds [\d,]+ bytes where|' cannot be loaded)",
     ):
         resume(tiny_root, lightsearcher_run, tmp_path, both(make_legacy, damage) if legacy else damage)
+
+
+@pytest.mark.parametrize("swap", [True, False], ids=["exchange", "two-renames"])
+def test_the_memory_copy_replaces_the_whole_store_and_leaves_nothing_beside_it(tmp_path, monkeypatch, swap):
+    from searchgym.trainers.grpo import memory_restore
+
+    if not swap:  # a file system that cannot swap two folders in one step
+        monkeypatch.setattr(memory_restore, "_exchange", lambda a, b: False)
+    live = tmp_path / "memory"
+    live.mkdir()
+    (live / "trajectories.sqlite").write_bytes(b"old")
+    (live / "trajectories.sqlite-wal").write_bytes(b"old frames")  # must not survive next to the new file
+    staged = tmp_path / ".memory.restore-1"
+    staged.mkdir()
+    (staged / "trajectories.sqlite").write_bytes(b"new")
+    memory_restore.commit_memory(staged, live)
+    assert tree_digest(live) == {"trajectories.sqlite": hashlib.sha256(b"new").hexdigest()}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["memory"]

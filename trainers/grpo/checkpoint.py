@@ -30,8 +30,8 @@ Resuming runs no code from the folder: the ``.pt`` files are read with
 ``torch.load(weights_only=True)`` and the reward state is JSON. A damaged checkpoint (a file
 missing, truncated or garbage) is an error that names the file; resuming never falls back
 to an older checkpoint on its own, since the run would later overwrite the newer one. The
-one fallback: a checkpoint without its reward file resumes when the run's reward scheme
-keeps no state (nothing is lost), with a warning in the log.
+one fallback: a checkpoint without a manifest and without its reward file resumes when the
+run's reward scheme keeps no state (nothing is lost), with a warning in the log.
 
 Checkpoints written before ``reward.json`` hold ``reward.pkl`` instead. Resuming reads it
 only when it holds nothing but searchgym's own reward classes; for anything else the error
