@@ -12,18 +12,26 @@ A checkpoint is a folder ``{output_dir}/checkpoints/step_{N:06d}`` holding:
                         minima), from ``RewardScheme.state_dict()``
 ``memory/``             a copy of the experience-memory store, when there is one
 ``config.yaml``         the run's config
-``trainer_state.json``  the step and the metrics of every step so far (written last)
+``trainer_state.json``  the run id, the step and the metrics of every step so far
+``manifest.json``       the run id and the size and SHA-256 of every other file
+                        (:mod:`.manifest`), written last
 ======================  =========================================================
 
-A checkpoint is written into a hidden temporary folder and renamed into place, so a run
-killed while saving leaves the previous checkpoint intact and never a partial one.
+A checkpoint is written into a hidden temporary folder, synced, and renamed into place, so
+a run killed while saving leaves the previous checkpoint intact and never a partial one.
+
+Resuming checks the folder against its manifest before it reads anything for use, so a
+file from another run or a damaged one is an error naming it, and no file is read beyond
+the size the checkpoint wrote. A checkpoint without a manifest (written by an older
+searchgym) still resumes, with a warning that its files cannot be checked against each
+other; its JSON files are then read up to :data:`LEGACY_JSON_LIMIT` bytes.
 
 Resuming runs no code from the folder: the ``.pt`` files are read with
 ``torch.load(weights_only=True)`` and the reward state is JSON. A damaged checkpoint (a file
 missing, truncated or garbage) is an error that names the file; resuming never falls back
 to an older checkpoint on its own, since the run would later overwrite the newer one. The
-one fallback: a checkpoint without its reward file resumes when the run's reward scheme
-keeps no state (nothing is lost), with a warning in the log.
+one fallback: a checkpoint without a manifest and without its reward file resumes when the
+run's reward scheme keeps no state (nothing is lost), with a warning in the log.
 
 Checkpoints written before ``reward.json`` hold ``reward.pkl`` instead. Resuming reads it
 only when it holds nothing but searchgym's own reward classes; for anything else the error
@@ -37,6 +45,7 @@ import logging
 import os
 import pickle
 import random
+import re
 import shutil
 import tempfile
 from dataclasses import asdict, dataclass, field
@@ -49,6 +58,18 @@ import torch
 from ...envs.errors import DataFileError, InvalidArgumentError
 from ...envs.rewards import REWARDS, MinToolCallStore, RewardScheme
 from ...memory.store import MemoryStore
+from .manifest import (
+    DAMAGED_ADVICE,
+    MANIFEST,
+    Manifest,
+    checkpoint_files,
+    new_run_id,
+    open_regular,
+    read_bounded,
+    read_manifest,
+    verify_files,
+    write_manifest,
+)
 
 __all__ = [
     "TrainerState",
@@ -61,6 +82,8 @@ __all__ = [
     "save_checkpoint",
     "read_state",
     "load_checkpoint",
+    "check_optimizer_fits",
+    "LEGACY_JSON_LIMIT",
     "restore_reward",
     "rng_state",
     "set_rng_state",
@@ -73,10 +96,10 @@ logger = logging.getLogger(__name__)
 _STATE = "trainer_state.json"
 _REWARD = "reward.json"
 _LEGACY_REWARD = "reward.pkl"
-_DAMAGED = (
-    "Move the damaged folder aside to resume from the checkpoint before it (the run then redoes "
-    "the steps since), or set checkpoint.resume to another checkpoint folder."
-)
+_DAMAGED = DAMAGED_ADVICE
+LEGACY_JSON_LIMIT = 256 * 2**20
+"""Bytes read at most from ``trainer_state.json`` or ``reward.json`` of a checkpoint without a
+manifest (with one, the manifest's size of the file is the bound)."""
 
 
 @dataclass
@@ -86,10 +109,13 @@ class TrainerState:
     Attributes:
         step: Training steps completed.
         history: The metrics of each completed step, in order.
+        run_id: The run's id, the same in every checkpoint of the run and of its resumes
+            ("" in a checkpoint written without one).
     """
 
     step: int = 0
     history: list[dict[str, Any]] = field(default_factory=list)
+    run_id: str = ""
 
 
 def checkpoint_path(output_dir: str | os.PathLike[str], step: int) -> Path:
@@ -193,7 +219,13 @@ def save_checkpoint(
     reward_scheme: Any = None,
     memory_dir: str | os.PathLike[str] | None = None,
 ) -> Path:
-    """Write the checkpoint of ``state.step`` atomically and return its folder."""
+    """Write the checkpoint of ``state.step`` atomically and return its folder.
+
+    Every file is synced to disk, then ``manifest.json`` is written last, with
+    ``state.run_id`` (a new id is given to a state without one).
+    """
+    if not state.run_id:
+        state.run_id = new_run_id()
     target = checkpoint_path(output_dir, state.step)
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
@@ -210,39 +242,75 @@ def save_checkpoint(
             MemoryStore(memory_dir).copy_to(staging / "memory")  # each log as one consistent state
         (staging / "config.yaml").write_text(config_yaml, encoding="utf-8")
         (staging / _STATE).write_text(json.dumps(asdict(state), indent=1) + "\n", encoding="utf-8")
+        write_manifest(staging, state.run_id, state.step)
         if target.exists():
             shutil.rmtree(target)
         os.replace(staging, target)
+        _fsync_folder(target.parent)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
 
 
-def read_state(checkpoint: str | os.PathLike[str]) -> TrainerState:
+def _fsync_folder(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _json_limit(folder: Path, name: str, manifest: Manifest | None) -> tuple[int, str]:
+    """The most bytes file ``name`` of a checkpoint may have, and what sets that bound."""
+    if manifest is not None and name in manifest.files:
+        return manifest.files[name].size, f"the size {MANIFEST} records"
+    return LEGACY_JSON_LIMIT, f"a {name} this trainer reads from a checkpoint without {MANIFEST}"
+
+
+def read_state(checkpoint: str | os.PathLike[str], manifest: Manifest | None = None) -> TrainerState:
     """The :class:`TrainerState` saved in a checkpoint folder.
+
+    Reads no more of ``trainer_state.json`` than the size a valid one can have: the size
+    the manifest records, else :data:`LEGACY_JSON_LIMIT`.
+
+    Args:
+        checkpoint: The checkpoint folder.
+        manifest: Its manifest when already read (else it is read here).
 
     Raises:
         DataFileError: the folder is not a complete checkpoint.
     """
     folder = Path(checkpoint)
     file = folder / _STATE
+    if manifest is None and os.path.isdir(folder):
+        manifest = read_manifest(folder)
+    if not os.path.lexists(file):
+        raise DataFileError(
+            f"{str(folder)!r} is not a complete checkpoint ({file.name} missing). "
+            f"Pass a step_* folder under {str(folder.parent)!r}, or use checkpoint.resume: auto. "
+            f"{_DAMAGED}"
+        )
+    limit, bound = _json_limit(folder, _STATE, manifest)
+    raw = read_bounded(file, limit, bound)  # its errors name the file
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
+        data = json.loads(raw.decode("utf-8"))
         step, history = data["step"], data.get("history", [])
+        run_id = data.get("run_id", "")
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
             raise ValueError(f"step must be a non-negative int, got {step!r}")
         if not isinstance(history, list) or not all(isinstance(h, dict) for h in history):
             raise ValueError("history must be a list of objects")
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        reason = "missing" if isinstance(exc, FileNotFoundError) else f"unreadable: {exc}"
+        if not isinstance(run_id, str):
+            raise ValueError(f"run_id must be a string, got {run_id!r:.40}")
+    except (ValueError, KeyError, TypeError) as exc:
         raise DataFileError(
-            f"{str(folder)!r} is not a complete checkpoint ({file.name} {reason}). "
+            f"{str(folder)!r} is not a complete checkpoint ({file.name} unreadable: {exc}). "
             f"Pass a step_* folder under {str(folder.parent)!r}, or use checkpoint.resume: auto. "
             f"{_DAMAGED}"
         ) from exc
     if folder.name.startswith("step_") and folder.name[5:].isdigit() and int(folder.name[5:]) != step:
         raise DataFileError(f"{str(file)!r} says step {step}, but its folder is {folder.name!r}. {_DAMAGED}")
-    return TrainerState(step=step, history=list(history))
+    return TrainerState(step=step, history=list(history), run_id=run_id)
 
 
 @dataclass
@@ -256,6 +324,7 @@ class Checkpoint:
         scheduler: The schedule's ``state_dict``.
         rng: What :func:`rng_state` returned.
         reward: ``{"scheme": name, "state": {...}}``, or None when the folder has no reward file.
+        manifest: The folder's manifest, or None for a checkpoint written without one.
     """
 
     folder: Path
@@ -264,6 +333,7 @@ class Checkpoint:
     scheduler: dict[str, Any]
     rng: dict[str, Any]
     reward: dict[str, Any] | None
+    manifest: Manifest | None = None
 
 
 def _numpy_globals() -> list[Any]:
@@ -272,28 +342,49 @@ def _numpy_globals() -> list[Any]:
     return [np.ndarray, np.dtype, type(np.dtype(np.uint32)), core.multiarray._reconstruct]
 
 
+_GLOBAL = re.compile(r"GLOBAL ([\w.]+)")
+_GOT_CLASS = re.compile(r"but got <class '([\w.]+)'>")
+_ZIP = b"PK\x03\x04"
+
+
 def _load_tensors(folder: Path, name: str, map_location: Any = None) -> Any:
-    """``torch.load`` of a checkpoint file with ``weights_only=True``; errors name the file."""
+    """``torch.load`` of a checkpoint file with ``weights_only=True``; errors name the file.
+
+    The errors say what is wrong with the file, never torch's advice to load it with
+    ``weights_only=False`` (which would run code from the checkpoint).
+    """
     file = folder / name
-    if not file.is_file():
+    if not os.path.lexists(file):
         raise DataFileError(f"Checkpoint {str(folder)!r} has no {name}. {_DAMAGED}")
+    fd = open_regular(file)  # no link, no device
+    try:
+        head = os.pread(fd, 4, 0)
+    finally:
+        os.close(fd)
     try:
         with torch.serialization.safe_globals(_numpy_globals()):
             return torch.load(file, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as exc:
-        names_code = [line.strip() for line in str(exc).splitlines() if "GLOBAL" in line]
-        if not names_code:
-            raise DataFileError(
-                f"{str(file)!r} is truncated or corrupt (not a torch file). {_DAMAGED}"
+        named = _GLOBAL.search(str(exc)) or _GOT_CLASS.search(str(exc))
+        if named is not None:
+            raise damaged_file(
+                file,
+                f"holds a {named.group(1)} object, not only tensors and numbers, and resuming never runs code "
+                "from a checkpoint",
             ) from exc
-        raise DataFileError(
-            f"{str(file)!r} holds more than tensors and numbers, and resuming never runs code from a "
-            f"checkpoint ({names_code[0]}). {_DAMAGED}"
-        ) from exc
+        what = (
+            "its contents are not tensors and numbers"
+            if head == _ZIP
+            else "it is not a file torch.save writes"
+        )
+        raise damaged_file(file, f"is truncated or corrupt: {what}") from exc
     except Exception as exc:  # torch raises RuntimeError, EOFError, ValueError... on a damaged file
-        raise DataFileError(
-            f"{str(file)!r} is truncated or corrupt ({type(exc).__name__}: {exc}). {_DAMAGED}"
-        ) from exc
+        what = (
+            "its zip archive is incomplete or damaged"
+            if head == _ZIP
+            else "it is not a file torch.save writes"
+        )
+        raise damaged_file(file, f"is truncated or corrupt: {what} ({type(exc).__name__})") from exc
 
 
 def _check_rng(folder: Path, rng: Any) -> dict[str, Any]:
@@ -311,16 +402,44 @@ def _check_rng(folder: Path, rng: Any) -> dict[str, Any]:
 
 
 def load_checkpoint(checkpoint: str | os.PathLike[str], map_location: Any = None) -> Checkpoint:
-    """Read and check every file of a checkpoint except the model and the memory copy.
+    """Check a checkpoint folder and read every file of it except the model and the memory copy.
 
-    Runs no code from the folder (see the module docstring).
+    The folder is first checked against its manifest: every file present is listed, and
+    every file outside ``memory/`` has its recorded size and SHA-256 (``memory/`` has its
+    sizes checked here, its digests while it is copied back). A folder without a manifest
+    is read with a warning that its files cannot be checked against each other. Runs no
+    code from the folder (see the module docstring).
 
     Raises:
-        DataFileError: a file is missing, truncated or not what this module writes; the
-            message names it.
+        DataFileError: a file is a link, missing, not listed in the manifest, not the one
+            the manifest records, truncated, or not what this module writes; the message
+            names it.
     """
     folder = Path(checkpoint)
-    state = read_state(folder)
+    checkpoint_files(folder)  # no link and nothing but files and folders, before anything is read
+    manifest = read_manifest(folder)
+    state = read_state(folder, manifest)
+    if manifest is None:
+        if state.run_id:
+            raise damaged_file(
+                folder,
+                f"has no {MANIFEST} although its {_STATE} was written with one (run {state.run_id}); "
+                "it was deleted, so whether the files belong together cannot be checked",
+            )
+        logger.warning(
+            "Checkpoint %s has no %s (it was written by an older searchgym): resuming cannot check that its "
+            "files all belong to one run.",
+            folder,
+            MANIFEST,
+        )
+    else:
+        verify_files(folder, manifest, skip_digest=("memory/",))
+        if (state.run_id, state.step) != (manifest.run_id, manifest.step):
+            raise damaged_file(
+                folder / _STATE,
+                f"belongs to run {state.run_id or '(none)'} at step {state.step}, but {MANIFEST} to run "
+                f"{manifest.run_id} at step {manifest.step}",
+            )
     optimizer = _load_tensors(folder, "optimizer.pt", map_location)
     scheduler = _load_tensors(folder, "scheduler.pt")
     for name, value in (("optimizer.pt", optimizer), ("scheduler.pt", scheduler)):
@@ -329,7 +448,48 @@ def load_checkpoint(checkpoint: str | os.PathLike[str], map_location: Any = None
     rng = _check_rng(folder, _load_tensors(folder, "rng.pt"))
     if not (folder / "model").is_dir():
         raise DataFileError(f"Checkpoint {str(folder)!r} has no model/ folder. {_DAMAGED}")
-    return Checkpoint(folder, state, optimizer, scheduler, rng, _read_reward(folder))
+    return Checkpoint(folder, state, optimizer, scheduler, rng, _read_reward(folder, manifest), manifest)
+
+
+def _shape(value: Any) -> list[int] | None:
+    return list(value.shape) if isinstance(value, torch.Tensor) and value.dim() > 0 else None
+
+
+def check_optimizer_fits(saved: Checkpoint, optimizer: torch.optim.Optimizer) -> None:
+    """Check that the saved optimizer state is the state of ``optimizer``'s parameters.
+
+    ``optimizer`` holds the parameters of the model loaded from the checkpoint. Each saved
+    group must have as many parameters, and each saved per-parameter tensor (AdamW's moments)
+    the shape of its parameter, or the update would fail or mix two models' states.
+
+    Raises:
+        DataFileError: the saved state is another model's; the message names the first
+            parameter that differs.
+    """
+    file = saved.folder / "optimizer.pt"
+    groups, state = saved.optimizer.get("param_groups"), saved.optimizer.get("state")
+    if not isinstance(groups, list) or not isinstance(state, dict):
+        raise damaged_file(file, "does not hold an optimizer state_dict (no param_groups and state)")
+    live = [p for group in optimizer.param_groups for p in group["params"]]
+    saved_ids = [i for group in groups if isinstance(group, dict) for i in group.get("params", [])]
+    if len(saved_ids) != len(live) or len(groups) != len(optimizer.param_groups):
+        raise damaged_file(
+            file,
+            f"holds the state of {len(saved_ids)} parameters in {len(groups)} groups, but the model in "
+            f"{saved.folder / 'model'} has {len(live)} in {len(optimizer.param_groups)}: the two come from "
+            "different models",
+        )
+    for index, (saved_id, param) in enumerate(zip(saved_ids, live, strict=True)):
+        entry = state.get(saved_id, {})
+        for key, value in entry.items() if isinstance(entry, dict) else ():
+            shape = _shape(value)
+            if shape is not None and shape != list(param.shape):
+                raise damaged_file(
+                    file,
+                    f"holds {key} of shape {shape} for parameter {index}, but that parameter of the model "
+                    f"in {saved.folder / 'model'} has shape {list(param.shape)}: the two come from different "
+                    "models",
+                )
 
 
 def restore_reward(scheme: RewardScheme | None, saved: Checkpoint) -> None:
@@ -377,13 +537,15 @@ def restore_reward(scheme: RewardScheme | None, saved: Checkpoint) -> None:
         raise damaged_file(saved.folder / _REWARD, f"does not fit the {scheme.name!r} reward: {exc}") from exc
 
 
-def _read_reward(folder: Path) -> dict[str, Any] | None:
+def _read_reward(folder: Path, manifest: Manifest | None = None) -> dict[str, Any] | None:
     """The reward file's ``{"scheme", "state"}``, from ``reward.json`` or a safe legacy pickle."""
     file = folder / _REWARD
-    if file.is_file():
+    if os.path.lexists(file):
+        limit, bound = _json_limit(folder, _REWARD, manifest)
+        raw = read_bounded(file, limit, bound)
         try:
-            data = json.loads(file.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
+            data = json.loads(raw.decode("utf-8"))
+        except ValueError as exc:
             raise DataFileError(f"{str(file)!r} is unreadable ({exc}). {_DAMAGED}") from exc
         if not (
             isinstance(data, dict)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ...envs.errors import InvalidArgumentError, SearchGymError
+from ...envs.errors import DataFileError, InvalidArgumentError, SearchGymError
 from ...envs.models import resolve_model
 from ..config import ModelConfig
 
@@ -16,6 +17,7 @@ __all__ = [
     "model_source",
     "load_tokenizer_for",
     "load_model",
+    "check_same_architecture",
     "resolve_device",
     "cpu_threads",
     "set_cpu_threads",
@@ -118,6 +120,54 @@ def load_model(config: ModelConfig, folder: str | os.PathLike[str], device: torc
     if config.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     return model.eval()
+
+
+_SHAPE_KEYS = (
+    "model_type",
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "intermediate_size",
+    "head_dim",
+)
+"""The ``config.json`` fields that set the shapes of a model's parameters."""
+_CONFIG_LIMIT = 2**20
+
+
+def _shape_config(folder: Path) -> dict[str, Any]:
+    file = folder / "config.json"
+    if file.is_symlink() or not file.is_file():
+        raise DataFileError(f"{str(file)!r} is missing: {str(folder)!r} is not a save_pretrained folder.")
+    if file.stat().st_size > _CONFIG_LIMIT:
+        raise DataFileError(f"{str(file)!r} holds more than a model config can ({_CONFIG_LIMIT:,} bytes).")
+    try:
+        config = json.loads(file.read_bytes().decode("utf-8"))
+    except ValueError as exc:
+        raise DataFileError(f"{str(file)!r} is not a model config ({exc}).") from exc
+    if not isinstance(config, dict):
+        raise DataFileError(f"{str(file)!r} is not a model config (not a JSON object).")
+    return {key: config[key] for key in _SHAPE_KEYS if key in config}
+
+
+def check_same_architecture(saved: str | os.PathLike[str], source: str | os.PathLike[str]) -> None:
+    """Check that the model in ``saved`` has the parameter shapes of the model in ``source``.
+
+    Compares the shape-setting fields of both ``config.json`` files, before either model
+    is loaded.
+
+    Raises:
+        DataFileError: a field differs (named, with both values), or a config is unreadable.
+    """
+    ours, theirs = _shape_config(Path(saved)), _shape_config(Path(source))
+    for key in _SHAPE_KEYS:
+        if key in ours and key in theirs and ours[key] != theirs[key]:
+            raise DataFileError(
+                f"{str(Path(saved))!r} holds a model with {key} {ours[key]!r}, but this run's model "
+                f"({str(Path(source))!r}) has {theirs[key]!r}: the checkpoint is another model's. Resume "
+                "with the model config the checkpoint was written with, or start a new output_dir."
+            )
 
 
 def autocast(config: ModelConfig, device: torch.device) -> Any:

@@ -27,7 +27,6 @@ import logging
 import math
 import os
 import re
-import shutil
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -47,6 +46,7 @@ from .advantages import GroupFigures, group_advantages
 from .checkpoint import (
     Checkpoint,
     TrainerState,
+    check_optimizer_fits,
     damaged_file,
     latest_checkpoint,
     list_checkpoints,
@@ -69,8 +69,18 @@ from .envs import (
 )
 from .generation import SamplingSettings
 from .loss import clipped_token_loss, pad_values, token_weights
+from .manifest import new_run_id
+from .memory_restore import commit_memory, discard_staged, stage_memory
 from .metrics import rollout_metrics
-from .model import autocast, load_model, load_tokenizer_for, model_source, resolve_device, set_cpu_threads
+from .model import (
+    autocast,
+    check_same_architecture,
+    load_model,
+    load_tokenizer_for,
+    model_source,
+    resolve_device,
+    set_cpu_threads,
+)
 from .prefix import sequence_logprobs
 from .ptx import load_ptx_examples, ptx_nll, sample_ptx
 from .rollout import Episode, RolloutCollector, group_prefix_lengths
@@ -166,13 +176,18 @@ class GRPOTrainer:
         # Every file of the checkpoint is read and checked before anything is built from it.
         saved = load_checkpoint(checkpoint, map_location=self.device) if checkpoint is not None else None
         source = model_source(cfg.model)
-        self.tokenizer = load_tokenizer_for(cfg.model, source)
         torch.manual_seed(cfg.seed)
         np.random.seed(cfg.seed % 2**32)
         if checkpoint is None:
+            self.state = TrainerState(run_id=new_run_id())
+            self.tokenizer = load_tokenizer_for(cfg.model, source)
             self.model = load_model(cfg.model, source, self.device)
         else:
+            # The policy and its tokenizer come from the checkpoint; its model must be the
+            # architecture of the run's own (the reference model is loaded from that).
+            check_same_architecture(checkpoint / "model", source)
             try:
+                self.tokenizer = load_tokenizer_for(cfg.model, checkpoint / "model")
                 self.model = load_model(cfg.model, checkpoint / "model", self.device)
             except Exception as exc:  # transformers' errors vary: a damaged folder is one error
                 raise damaged_file(
@@ -263,24 +278,27 @@ class GRPOTrainer:
         return StoreClient(name, spec)
 
     def _restore(self, saved: Checkpoint) -> None:
+        """Apply a checked checkpoint; nothing on disk changes until every check has passed."""
         checkpoint = saved.folder
-        if self.store is not None:  # the actor starts on the restored files at its first call
-            self._restore_memory(checkpoint)
-        restore_reward(self.reward_scheme, saved)
-        self.state = saved.state
-        self.optimizer.load_state_dict(saved.optimizer)
-        self.scheduler.load_state_dict(saved.scheduler)
-        set_rng_state(saved.rng)
-        if self.store is None:
-            self._restore_memory(checkpoint)
+        check_optimizer_fits(saved, self.optimizer)
+        live = Path(os.path.realpath(self.memory_dir)) if self.memory_dir is not None else None
+        staged = stage_memory(checkpoint, saved.manifest, live) if live is not None else None
+        try:
+            if self.store is not None and staged is not None and live is not None:
+                commit_memory(staged, live)  # the actor starts on the restored files at its first call
+                staged = None
+            restore_reward(self.reward_scheme, saved)
+            self.state = saved.state
+            self.optimizer.load_state_dict(saved.optimizer)
+            self.scheduler.load_state_dict(saved.scheduler)
+            set_rng_state(saved.rng)
+            if staged is not None and live is not None:
+                commit_memory(staged, live)
+                staged = None
+        finally:
+            discard_staged(staged)
         self.resumed_from = checkpoint
         logger.info("Resumed from %s at step %d.", checkpoint, self.state.step)
-
-    def _restore_memory(self, checkpoint: Path) -> None:
-        if self.memory_dir is not None and (checkpoint / "memory").is_dir():
-            if self.memory_dir.exists():
-                shutil.rmtree(self.memory_dir)
-            shutil.copytree(checkpoint / "memory", self.memory_dir)
 
     def _start_wandb(self) -> None:
         from ..wandb_logger import WandbLogger
