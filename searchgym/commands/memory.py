@@ -155,15 +155,24 @@ def _repair(args: argparse.Namespace) -> int:
         if report.missing:
             first, last = report.missing
             count = last - first + 1
-            read_back = (
-                f"; {report.salvaged} read back from the intact frames of its WAL" if report.salvaged else ""
-            )
-            copies = f" (WAL copies kept: {', '.join(report.wal_copies)})" if report.wal_copies else ""
-            print(
-                f"{report.path}: {count} acknowledged record{'s' if count != 1 else ''} (ids {first}-{last}) were "
-                f"missing: its write-ahead log was deleted or damaged, or the file replaced by an older copy"
-                f"{read_back}; {report.lost} {'are' if report.lost != 1 else 'is'} lost{copies}."
-            )
+            plural = "s" if count != 1 else ""
+            if report.problems:  # the rebuild read the file and its WAL: the rest is unreadable
+                print(
+                    f"{report.path}: the {count} acknowledged record{plural} after the highest readable id "
+                    f"(ids {first}-{last}) could not be read from the damaged file; they are lost."
+                )
+            else:
+                read_back = (
+                    f"; {report.salvaged} read back from the intact frames of its WAL"
+                    if report.salvaged
+                    else ""
+                )
+                copies = f" (WAL copies kept: {', '.join(report.wal_copies)})" if report.wal_copies else ""
+                print(
+                    f"{report.path}: {count} acknowledged record{plural} (ids {first}-{last}) were missing: its "
+                    f"write-ahead log was deleted or damaged, or the file replaced by an older copy{read_back}; "
+                    f"{report.lost} {'are' if report.lost != 1 else 'is'} lost{copies}."
+                )
         if report.dropped:
             where = f"{report.path}.corrupt" if lines else "its 'rejected' table"
             print(
