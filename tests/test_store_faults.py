@@ -459,3 +459,19 @@ def test_a_shm_file_deleted_under_running_writers_is_named_as_the_cause_not_dama
     conn = sqlite3.connect(path)  # and what the message says is true: the file passes SQLite's check
     assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
     conn.close()
+
+
+def test_the_disk_use_table_is_the_one_generated_from_the_committed_results() -> None:
+    import importlib.util
+
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("store_wal_bench", root / "benchmarks" / "store_wal.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    results = json.loads((root / "benchmarks" / "results" / "store_wal.json").read_text(encoding="utf-8"))
+    page = (root / "docs" / "stores.md").read_text(encoding="utf-8")
+    assert page.split(bench.BEGIN, 1)[1].split(bench.END, 1)[0].strip() == bench.table(results).strip()
+    runs = {(r["layout"], r["kind"]): r for r in results["runs"]}
+    for kind in ("minimum", "trajectory"):  # what the page says: fewer WAL bytes per append
+        assert runs["current", kind]["wal_bytes_per_append"] < runs["older", kind]["wal_bytes_per_append"] / 4

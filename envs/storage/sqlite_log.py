@@ -8,29 +8,40 @@ their records in such logs, one database file each.
 
 ================  ===========================================================================
 ``records``       ``id`` (increasing, never reused), ``body`` (the record as JSON text),
-                  ``key`` (unique when given: a retried append with the same key is dropped)
+                  ``key`` (unique when given: a retried append with the same key is dropped;
+                  indexed only where given)
 ``snapshots``     ``step``, ``last_id``: the last record of each checkpointed training step
 ``rejected``      records moved out by :meth:`SqliteLog.repair` or an import, with the reason
 ``meta``          ``generation`` (changes when records are cut or repaired, so readers that
-                  remember an id read again from the start) and ``imported`` (an old
-                  JSON-lines file already imported)
+                  remember an id read again from the start), ``imported`` (an old
+                  JSON-lines file already imported), ``instance`` (a random id of this
+                  database; a copy gets its own) and ``id_floor`` (the highest id given
+                  before records were deleted: ids are never given twice)
 ================  ===========================================================================
 
 ## Concurrency and crashes
 
-The database is in WAL mode with a busy timeout: readers never wait for writers, writers
-wait for each other. Every append is one transaction (``BEGIN IMMEDIATE`` ... ``COMMIT``);
-once :meth:`SqliteLog.append` returns, the record survives the process being killed
+The database is in WAL mode with a busy timeout and 1 KiB pages (an append writes the last
+page of the table again): readers never wait for writers, writers wait for each other.
+Every append is one transaction (``BEGIN IMMEDIATE`` ... ``COMMIT``); once
+:meth:`SqliteLog.append` returns, the record survives the process being killed
 (``synchronous=NORMAL``), and with ``fsync=True`` a power cut too (``synchronous=FULL``).
+After the commit its id goes to ``<file>.acked`` (:mod:`~searchgym.envs.storage.acked`):
+a file that holds fewer ids than that (its WAL was deleted or damaged) is refused on open
+with the count of missing records, until a repair has read back what it can.
 :meth:`SqliteLog.writing` holds one write transaction over several reads and appends, so a
 read-then-write (a bank version number, a minimum lowered) is atomic across processes.
 
 A record that does not decode, or is not a record of the log's kind, is skipped by readers,
 logged once with its file and id and listed in :attr:`SqliteLog.corrupt`; training goes on.
 A file that is not a database, or a damaged one, is a one-line :class:`DataFileError`
-naming the file. :meth:`SqliteLog.repair` (``searchgym memory repair``) runs SQLite's
-integrity check, moves corrupt records to ``rejected``, and rebuilds a damaged file from
-what can be read, keeping the original beside it.
+naming the file, as is a file that cannot be written (with the cause: a read-only disk, no
+permission) and one whose ``-shm`` was deleted under running processes
+(:mod:`~searchgym.envs.storage.diagnose`). :meth:`SqliteLog.repair` (``searchgym memory
+repair``) runs SQLite's integrity check, moves corrupt records to ``rejected``, rebuilds a
+damaged file from every row that can be read, keeping the original beside it, so that a
+crash at any instant leaves the old file or the new one (:mod:`~searchgym.envs.storage.recovery`),
+and reads back the records of a lost WAL that its intact frames hold.
 
 WAL needs shared memory between the processes, so keep the file on a local disk of one
 machine (not NFS). On a cluster, one Ray actor owns the store (:mod:`searchgym.trainers.ray_store`).
