@@ -22,6 +22,7 @@ is the row id), the second text. A row of ``snapshots`` has three numbers.
 
 from __future__ import annotations
 
+import mmap
 import os
 import struct
 from collections.abc import Iterator
@@ -98,11 +99,10 @@ class _Pages:
     """The newest counting version of each page of a database and its WAL."""
 
     def __init__(self, path: str, wal_paths: list[str]):
-        with open(path, "rb") as handle:
-            self.main = handle.read()
+        self.main = _mapped(path)
         self.size = 4096
         self.reserved = 0
-        if self.main.startswith(_HEADER) and len(self.main) >= 100:
+        if len(self.main) >= 100 and self.main[:16] == _HEADER:
             raw = int.from_bytes(self.main[16:18], "big")
             size = 65536 if raw == 1 else raw
             if size >= 512 and size & (size - 1) == 0:
@@ -115,8 +115,7 @@ class _Pages:
                 self._read_wal(wal)
 
     def _read_wal(self, path: str) -> None:
-        with open(path, "rb") as handle:
-            data = handle.read()
+        data = _mapped(path)
         if len(data) < 32:
             return
         magic, _, size = struct.unpack(">III", data[:12])
@@ -163,6 +162,14 @@ class _Pages:
     def newest(self, number: int) -> bytes | None:
         found = self.versions(number)
         return found[0] if found else None
+
+
+def _mapped(path: str) -> bytes | mmap.mmap:
+    """The file's bytes, mapped rather than read (a store can be larger than memory)."""
+    with open(path, "rb") as handle:
+        if os.fstat(handle.fileno()).st_size == 0:
+            return b""
+        return mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
 
 
 def _checksum(previous: bytes, data: bytes, order: str) -> bytes:
@@ -273,7 +280,11 @@ def salvage(path: str, wal_paths: list[str] | None = None) -> Salvage:
                 first, body, key = values
                 if first is None and isinstance(body, str) and (key is None or isinstance(key, str)):
                     found.records.setdefault(rowid, (rowid, body, key))
-                elif isinstance(first, int) and isinstance(body, (int, float)) and isinstance(key, (int, float)):
+                elif (
+                    isinstance(first, int)
+                    and isinstance(body, (int, float))
+                    and isinstance(key, (int, float))
+                ):
                     snapshots.append((rowid, (first, int(body), float(key))))
             break  # the newest version of a page that is a table leaf counts
     found.snapshots = [row for _, row in sorted(dict(snapshots).items())]

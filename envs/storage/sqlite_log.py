@@ -679,6 +679,7 @@ class SqliteLog:
         self.close()
         self._repairing = True
         try:
+            recovery.finish_interrupted(self.path)  # an earlier repair's journal first
             self._repair(report)
         except OSError as exc:
             raise describe_error(self.path, exc, "repairing it") from None
