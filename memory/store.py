@@ -124,12 +124,21 @@ class MemoryStore:
         root: The folder, created when ``create`` is true (the default).
         fsync: Passed to every log.
         create: Make the folder now. ``False`` requires it to exist (for inspection).
+        readonly: Open every log read-only (:class:`SqliteLog` ``readonly``), for a store
+            that cannot be written (a read-only disk).
 
     Raises:
         DataFileError: ``root`` is a file, or is missing and ``create`` is false.
     """
 
-    def __init__(self, root: str | os.PathLike[str], *, fsync: bool = False, create: bool = True):
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        fsync: bool = False,
+        create: bool = True,
+        readonly: bool = False,
+    ):
         if not isinstance(root, (str, os.PathLike)):
             raise InvalidArgumentError(f"A store path must be a folder path, got {root!r}.")
         self.root = Path(root)
@@ -145,6 +154,7 @@ class MemoryStore:
                 )
             self.root.mkdir(parents=True, exist_ok=True)
         self.fsync = fsync
+        self.readonly = readonly
         self._logs: dict[str, SqliteLog] = {}
 
     def path_of(self, kind: str) -> str:
@@ -165,6 +175,7 @@ class MemoryStore:
                 schema=schema,
                 validate=_VALIDATORS.get(kind),
                 legacy=str(self.root / f"{kind}.jsonl"),
+                readonly=self.readonly,
             )
         return self._logs[kind]
 

@@ -4,7 +4,12 @@
   file (WAL mode), with snapshots for resume, corrupt-record handling and repair.
 - :mod:`~searchgym.envs.storage.records`: records to JSON text and back, with a format version.
 - :mod:`~searchgym.envs.storage.legacy`: the one-time import of an old JSON-lines store.
-- :mod:`~searchgym.envs.storage.recovery`: rebuilding a damaged database from what is readable.
+- :mod:`~searchgym.envs.storage.recovery`: rebuilding a damaged database from what is
+  readable, so that a crash leaves the old file or the new one.
+- :mod:`~searchgym.envs.storage.salvage`: the rows of a damaged database and its WAL, read
+  page by page.
+- :mod:`~searchgym.envs.storage.acked`: the highest acknowledged id, kept outside the database.
+- :mod:`~searchgym.envs.storage.diagnose`: one-line errors that name the cause.
 - :mod:`~searchgym.envs.storage.atomic`: :func:`write_atomically`, for whole-file documents.
 
 They live beside the envs because both the experience memory's store and LightSearcher's

@@ -1,85 +1,236 @@
-"""Rebuild a damaged store database from what can still be read: :func:`rebuild`.
+"""Rebuild a damaged store database from what can still be read: :func:`rebuild`, :func:`finish_interrupted`.
 
-SQLite's own ``.recover`` lives in its command-line shell, not in Python's ``sqlite3``, so
-this reads the ``records`` table row by row (skipping what the damaged pages hide), writes
-what it read to a new database beside the old one, keeps the old one (and its WAL) as
-``<file>.damaged-<time>`` and moves the new one into place.
+What is read: every row SQLite itself can still reach (the whole table, then id by id past
+a damaged page), and every row :func:`~searchgym.envs.storage.salvage.salvage` finds on
+the pages of the file and in the intact frames of its WAL.
+
+How the file is replaced, so that a crash at any instant leaves either the damaged file
+(with its WAL) or the rebuilt one at the live path:
+
+1. The rebuilt database is written to ``<file>.rebuilding-<pid>``, committed, checkpointed
+   and synced.
+2. A journal, ``<file>.repair``, names it and the name the original will keep
+   (``<file>.damaged-<time>``); it is written atomically.
+3. The original and its WAL get their kept names as hard links (a copy where the file
+   system has none), the live WAL and shared-memory files are removed, the rebuilt file is
+   moved over the live path (``os.replace``), and the journal is removed.
+
+Every step of 3 can be done again, so :func:`finish_interrupted`, which every
+:class:`~searchgym.envs.storage.sqlite_log.SqliteLog` calls before it opens its file,
+finishes a repair that has a journal and removes the half-written file of one that has
+none (its live file was never touched).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import json
+import logging
 import os
+import shutil
 import sqlite3
 import time
 from typing import Any
 
-__all__ = ["rebuild"]
+from .atomic import write_atomically
+from .salvage import salvage
+
+__all__ = ["rebuild", "finish_interrupted", "readable_rows"]
+
+logger = logging.getLogger("searchgym.memory")
 
 
-def _readable(path: str) -> tuple[list[tuple[int, str, Any]], list[tuple[Any, ...]]]:
-    """The records and snapshots of ``path`` that can be read (none when it is not a database)."""
+def readable_rows(
+    path: str, wal_paths: list[str] | None = None
+) -> tuple[list[tuple[int, str, Any]], list[tuple[Any, ...]], int]:
+    """The records and snapshots that can be read from ``path`` (and its WAL), and the highest id it gave.
+
+    SQLite's own reading comes first; rows only the page scan finds are added to it.
+    """
     records: dict[int, tuple[int, str, Any]] = {}
     snapshots: list[tuple[Any, ...]] = []
-    try:
+    highest = 0
+    with contextlib.suppress(sqlite3.Error):
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    except sqlite3.Error:
-        return [], []
+        try:
+            with contextlib.suppress(sqlite3.Error):
+                for row in conn.execute("SELECT id, body, key FROM records ORDER BY id"):
+                    records[row[0]] = row
+            for query in (
+                "SELECT MAX(id) FROM records",
+                "SELECT seq FROM sqlite_sequence WHERE name = 'records'",
+                "SELECT value FROM meta WHERE name = 'id_floor'",
+            ):
+                with contextlib.suppress(sqlite3.Error, TypeError, ValueError):
+                    highest = max(highest, int(conn.execute(query).fetchone()[0]))
+            for row_id in range(1, max(highest, max(records, default=0)) + 1):  # past a damaged page
+                if row_id not in records:
+                    with contextlib.suppress(sqlite3.Error):
+                        row = conn.execute(
+                            "SELECT id, body, key FROM records WHERE id = ?", (row_id,)
+                        ).fetchone()
+                        if row is not None:
+                            records[row_id] = row
+            with contextlib.suppress(sqlite3.Error):
+                snapshots = conn.execute(
+                    "SELECT step, last_id, time FROM snapshots ORDER BY rowid"
+                ).fetchall()
+        finally:
+            conn.close()
+    with contextlib.suppress(OSError):
+        pages = salvage(path, wal_paths)
+        for row_id, row in pages.records.items():
+            records.setdefault(row_id, row)
+        snapshots = snapshots or pages.snapshots
+    rows = [records[i] for i in sorted(records) if isinstance(records[i][1], str)]
+    return rows, snapshots, max(highest, max(records, default=0))
+
+
+def _sync_folder(path: str) -> None:
+    descriptor = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
     try:
-        with contextlib.suppress(sqlite3.Error):
-            for row in conn.execute("SELECT id, body, key FROM records ORDER BY id"):
-                records[row[0]] = row
-        highest = max(records, default=0)
-        for query in (
-            "SELECT MAX(id) FROM records",
-            "SELECT seq FROM sqlite_sequence WHERE name = 'records'",
-        ):
-            with contextlib.suppress(sqlite3.Error, TypeError):
-                highest = max(highest, int(conn.execute(query).fetchone()[0]))
-        for row_id in range(1, highest + 1):  # ids past a damaged page, one by one
-            if row_id not in records:
-                with contextlib.suppress(sqlite3.Error):
-                    row = conn.execute("SELECT id, body, key FROM records WHERE id = ?", (row_id,)).fetchone()
-                    if row is not None:
-                        records[row_id] = row
-        with contextlib.suppress(sqlite3.Error):
-            snapshots = conn.execute("SELECT step, last_id, time FROM snapshots ORDER BY rowid").fetchall()
+        os.fsync(descriptor)
     finally:
-        conn.close()
-    return [records[i] for i in sorted(records) if isinstance(records[i][1], str)], snapshots
+        os.close(descriptor)
 
 
-def rebuild(path: str) -> tuple[str, int]:
+def _keep(source: str, target: str) -> None:
+    """``target`` becomes a name of ``source`` (a hard link; a copy moved into place elsewhere)."""
+    try:
+        os.link(source, target)
+    except FileExistsError:
+        pass  # made by an earlier, interrupted try: the name was free when the journal was written
+    except OSError:
+        partial = target + ".partial"
+        shutil.copyfile(source, partial)
+        os.replace(partial, target)
+
+
+def _finish(path: str, journal: dict[str, str]) -> None:
+    """Step 3 of the module docstring; every part of it can be done again."""
+    fresh, original = journal["fresh"], journal["original"]
+    if os.path.exists(fresh):
+        for suffix in ("", "-wal"):
+            if os.path.exists(path + suffix):
+                _keep(path + suffix, original + suffix)
+        _sync_folder(path)
+        for suffix in ("-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path + suffix)
+        os.replace(fresh, path)
+        _sync_folder(path)
+    os.unlink(path + ".repair")
+    _sync_folder(path)
+
+
+def finish_interrupted(path: str) -> str | None:
+    """Finish (or undo) a repair of ``path`` that was interrupted; returns what was done, or ``None``."""
+    folder, name = os.path.split(path)
+    try:
+        leftovers = [n for n in os.listdir(folder or ".") if n.startswith(name + ".rebuilding-")]
+    except OSError:
+        return None
+    done = None
+    if os.path.exists(path + ".repair"):
+        try:
+            handle = open(path + ".repair", "rb")
+        except FileNotFoundError:
+            handle = None
+        if handle is not None:
+            with handle:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX)  # one process finishes it
+                if os.path.exists(path + ".repair"):
+                    journal = json.loads(handle.read().decode("utf-8"))
+                    _finish(path, journal)
+                    done = f"finished an interrupted repair; the original is kept as {journal['original']}"
+    for leftover in leftovers:
+        fresh, pid = os.path.join(folder, leftover), leftover[len(name) + len(".rebuilding-") :]
+        if not pid.isdigit() or _alive(int(pid)) or not os.path.exists(fresh):
+            continue  # a repair running now (or the rebuilt file's own -wal/-shm)
+        if not os.path.exists(path) and _is_store(fresh):  # an older searchgym moved the original first
+            os.replace(fresh, path)
+            _sync_folder(path)
+            done = f"put back the rebuilt file {fresh} an interrupted repair had left"
+            continue
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(fresh + suffix)
+        done = (
+            done
+            or f"removed {fresh}, the half-written file of an interrupted repair (the original was untouched)"
+        )
+    if done:
+        logger.warning("%s: %s.", path, done)
+    return done
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _is_store(path: str) -> bool:
+    with contextlib.suppress(sqlite3.Error):
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            return conn.execute("PRAGMA quick_check").fetchone()[0] == "ok" and bool(
+                conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'records'").fetchone()
+            )
+        finally:
+            conn.close()
+    return False
+
+
+def _free_name(path: str) -> str:
+    base = f"{path}.damaged-{time.strftime('%Y%m%dT%H%M%S')}"
+    name, n = base, 1
+    while any(os.path.exists(name + s) for s in ("", "-wal")):
+        name, n = f"{base}-{n}", n + 1
+    return name
+
+
+def rebuild(path: str, tables: tuple[str, ...], meta: dict[str, str]) -> tuple[str, int, int]:
     """Replace the damaged database at ``path`` by one holding every readable record.
 
-    Returns:
-        Where the original was kept, and the records kept.
-    """
-    from .sqlite_log import _TABLES
+    Args:
+        path: The live database file.
+        tables: The statements that create the tables of a new database.
+        meta: Rows of the ``meta`` table of the new database (its generation, instance, ...).
 
-    records, snapshots = _readable(path)
+    Returns:
+        Where the original was kept, the records kept, and the highest id the original gave.
+    """
+    records, snapshots, highest = readable_rows(path)
     fresh = f"{path}.rebuilding-{os.getpid()}"
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(fresh)
+    for suffix in ("", "-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(fresh + suffix)
     conn = sqlite3.connect(fresh, isolation_level=None)
     try:
+        conn.execute("PRAGMA page_size=1024")
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("BEGIN")
-        for statement in _TABLES:
+        for statement in tables:
             conn.execute(statement)
-        conn.executemany("INSERT INTO records (id, body, key) VALUES (?, ?, ?)", records)
+        conn.executemany("INSERT OR IGNORE INTO records (id, body, key) VALUES (?, ?, ?)", records)
         conn.executemany("INSERT INTO snapshots (step, last_id, time) VALUES (?, ?, ?)", snapshots)
-        conn.execute("INSERT INTO meta (name, value) VALUES ('generation', ?)", (str(time.time_ns()),))
+        rows = {**meta, "id_floor": str(highest)}
+        conn.executemany("INSERT INTO meta (name, value) VALUES (?, ?)", sorted(rows.items()))
         conn.execute("COMMIT")
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     finally:
         conn.close()
-    original = f"{path}.damaged-{time.strftime('%Y%m%dT%H%M%S')}"
-    for suffix in ("-wal", "-shm", ""):
-        with contextlib.suppress(FileNotFoundError):
-            os.rename(path + suffix, original + suffix)
-    os.rename(fresh, path)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(fresh + "-wal")
-        os.unlink(fresh + "-shm")
-    return original, len(records)
+    with open(fresh, "rb+") as handle:
+        os.fsync(handle.fileno())
+    original = _free_name(path)
+    write_atomically(path + ".repair", json.dumps({"fresh": fresh, "original": original}).encode("utf-8"))
+    _finish(path, {"fresh": fresh, "original": original})
+    return original, len(records), highest

@@ -8,29 +8,40 @@ their records in such logs, one database file each.
 
 ================  ===========================================================================
 ``records``       ``id`` (increasing, never reused), ``body`` (the record as JSON text),
-                  ``key`` (unique when given: a retried append with the same key is dropped)
+                  ``key`` (unique when given: a retried append with the same key is dropped;
+                  indexed only where given)
 ``snapshots``     ``step``, ``last_id``: the last record of each checkpointed training step
 ``rejected``      records moved out by :meth:`SqliteLog.repair` or an import, with the reason
 ``meta``          ``generation`` (changes when records are cut or repaired, so readers that
-                  remember an id read again from the start) and ``imported`` (an old
-                  JSON-lines file already imported)
+                  remember an id read again from the start), ``imported`` (an old
+                  JSON-lines file already imported), ``instance`` (a random id of this
+                  database; a copy gets its own) and ``id_floor`` (the highest id given
+                  before records were deleted: ids are never given twice)
 ================  ===========================================================================
 
 ## Concurrency and crashes
 
-The database is in WAL mode with a busy timeout: readers never wait for writers, writers
-wait for each other. Every append is one transaction (``BEGIN IMMEDIATE`` ... ``COMMIT``);
-once :meth:`SqliteLog.append` returns, the record survives the process being killed
+The database is in WAL mode with a busy timeout and 1 KiB pages (an append writes the last
+page of the table again): readers never wait for writers, writers wait for each other.
+Every append is one transaction (``BEGIN IMMEDIATE`` ... ``COMMIT``); once
+:meth:`SqliteLog.append` returns, the record survives the process being killed
 (``synchronous=NORMAL``), and with ``fsync=True`` a power cut too (``synchronous=FULL``).
+After the commit its id goes to ``<file>.acked`` (:mod:`~searchgym.envs.storage.acked`):
+a file that holds fewer ids than that (its WAL was deleted or damaged) is refused on open
+with the count of missing records, until a repair has read back what it can.
 :meth:`SqliteLog.writing` holds one write transaction over several reads and appends, so a
 read-then-write (a bank version number, a minimum lowered) is atomic across processes.
 
 A record that does not decode, or is not a record of the log's kind, is skipped by readers,
 logged once with its file and id and listed in :attr:`SqliteLog.corrupt`; training goes on.
 A file that is not a database, or a damaged one, is a one-line :class:`DataFileError`
-naming the file. :meth:`SqliteLog.repair` (``searchgym memory repair``) runs SQLite's
-integrity check, moves corrupt records to ``rejected``, and rebuilds a damaged file from
-what can be read, keeping the original beside it.
+naming the file, as is a file that cannot be written (with the cause: a read-only disk, no
+permission) and one whose ``-shm`` was deleted under running processes
+(:mod:`~searchgym.envs.storage.diagnose`). :meth:`SqliteLog.repair` (``searchgym memory
+repair``) runs SQLite's integrity check, moves corrupt records to ``rejected``, rebuilds a
+damaged file from every row that can be read, keeping the original beside it, so that a
+crash at any instant leaves the old file or the new one (:mod:`~searchgym.envs.storage.recovery`),
+and reads back the records of a lost WAL that its intact frames hold.
 
 WAL needs shared memory between the processes, so keep the file on a local disk of one
 machine (not NFS). On a cluster, one Ray actor owns the store (:mod:`searchgym.trainers.ray_store`).
@@ -38,8 +49,10 @@ machine (not NFS). On a cluster, one Ray actor owns the store (:mod:`searchgym.t
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import shutil
 import sqlite3
 import threading
 import time
@@ -49,8 +62,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import DataFileError, InvalidArgumentError
-from . import legacy
+from . import legacy, recovery
+from .acked import AckFile
+from .diagnose import describe_error, stale_shm_users, write_problem
 from .records import SCHEMA_VERSION, NewerSchemaError, Validator, decode_record, encode_record
+from .salvage import salvage
 
 __all__ = ["SqliteLog", "RepairReport", "BUSY_TIMEOUT_S"]
 
@@ -71,8 +87,23 @@ class _Busy(Exception):
     """Another process held the new database's lock while this one set it up."""
 
 
+PAGE_SIZE = 1024
+"""Page size of a new database: an append rewrites the last page of the table in the WAL."""
+
+_PRAGMAS = (
+    "PRAGMA journal_size_limit=1048576",  # the WAL is cut back to 1 MiB after a checkpoint
+    "PRAGMA secure_delete=ON",  # deleted rows are overwritten, so a salvage never brings them back
+)
+
+_HIGHEST = (
+    "SELECT MAX(COALESCE((SELECT MAX(id) FROM records), 0), "
+    "COALESCE((SELECT CAST(value AS INTEGER) FROM meta WHERE name = 'id_floor'), 0){sequence})"
+)
+"""The highest id the log has given: ids cut or moved out stay given (``id_floor``)."""
+
 _TABLES = (
-    "CREATE TABLE IF NOT EXISTS records (id INTEGER PRIMARY KEY AUTOINCREMENT, body TEXT NOT NULL, key TEXT UNIQUE)",
+    "CREATE TABLE IF NOT EXISTS records (id INTEGER PRIMARY KEY, body TEXT NOT NULL, key TEXT)",
+    "CREATE UNIQUE INDEX IF NOT EXISTS records_key ON records (key) WHERE key IS NOT NULL",
     "CREATE TABLE IF NOT EXISTS snapshots (step INTEGER NOT NULL, last_id INTEGER NOT NULL, time REAL NOT NULL)",
     "CREATE TABLE IF NOT EXISTS rejected (id INTEGER, body TEXT, reason TEXT NOT NULL, time REAL NOT NULL)",
     "CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -92,26 +123,23 @@ class RepairReport:
     """What SQLite's integrity check found (empty: the file is sound)."""
     original: str | None = None
     """Where a damaged file was kept when it was rebuilt (``None``: not rebuilt)."""
+    acknowledged: int = 0
+    """The highest record id acknowledged to a writer, as ``<file>.acked`` holds it (0: unknown)."""
+    missing: list[int] = field(default_factory=list)
+    """Acknowledged ids after the highest one the file held: ``[first, last]``, or empty."""
+    salvaged: int = 0
+    """Records of ``missing`` read back from the frames of a damaged or kept WAL."""
+    wal_copies: list[str] = field(default_factory=list)
+    """Copies of the WAL kept beside the file when records were missing."""
+
+    @property
+    def lost(self) -> int:
+        """Acknowledged records that could not be read back."""
+        return 0 if not self.missing else self.missing[1] - self.missing[0] + 1 - self.salvaged
 
     @property
     def changed(self) -> bool:
-        return bool(self.dropped or self.problems)
-
-
-def describe_error(path: str, exc: sqlite3.Error, action: str) -> DataFileError:
-    """A one-line error naming ``path`` for a SQLite failure while doing ``action``."""
-    text = str(exc).replace("\n", " ")
-    if isinstance(exc, sqlite3.DatabaseError) and (
-        "not a database" in text or "malformed" in text or "corrupt" in text
-    ):
-        store = os.path.dirname(path) or "."
-        error = DataFileError(
-            f"{path} is damaged or not a searchgym store ({text}) while {action}; run `searchgym memory "
-            f"repair {store}` (it keeps the original), or move the file away."
-        )
-        error.reason = text  # type: ignore[attr-defined]
-        return error
-    return DataFileError(f"{path}: cannot finish {action} ({text}).")
+        return bool(self.dropped or self.problems or self.missing)
 
 
 class SqliteLog:
@@ -129,6 +157,8 @@ class SqliteLog:
             is not a record of this kind.
         legacy: An old JSON-lines file to import once (default: ``path`` itself, when it
             holds one); it is kept as ``<legacy>.imported``.
+        readonly: Only read (``searchgym memory show``): nothing is created, set up or
+            finished, and a store on a read-only disk is read when no WAL is beside it.
     """
 
     def __init__(
@@ -139,6 +169,7 @@ class SqliteLog:
         schema: int | None = SCHEMA_VERSION,
         validate: Validator | None = None,
         legacy: str | os.PathLike[str] | None = None,
+        readonly: bool = False,
     ):
         if not isinstance(path, (str, os.PathLike)):
             raise InvalidArgumentError(f"path must be a file path, got {path!r}.")
@@ -149,6 +180,7 @@ class SqliteLog:
         self.schema = schema
         self.validate = validate
         self.legacy = os.fspath(legacy) if legacy is not None else None
+        self.readonly = bool(readonly)
         self.corrupt: list[tuple[int, str]] = []
         """``(id, reason)`` of each corrupt record this process skipped while reading."""
         self._seen: set[tuple[int, int]] = set()
@@ -156,6 +188,12 @@ class SqliteLog:
         self._pid = os.getpid()
         self._lock = threading.RLock()
         self._writing = False
+        self._ack = AckFile(self.path)
+        self._instance: str | None = None
+        self._appended = 0  # the highest id appended in the open write transaction
+        self._next_id = ""  # how an append picks its id (set when the connection opens)
+        self._highest_sql = _HIGHEST.format(sequence="")
+        self._repairing = False
 
     # -- the connection ------------------------------------------------------------------------
 
@@ -170,9 +208,15 @@ class SqliteLog:
         return self._conn
 
     def _open(self) -> sqlite3.Connection:
+        if self.readonly:
+            return self._open_readonly()
         folder = os.path.dirname(self.path)
-        if folder:
-            os.makedirs(folder, exist_ok=True)
+        try:
+            if folder:
+                os.makedirs(folder, exist_ok=True)
+            recovery.finish_interrupted(self.path)
+        except OSError as exc:
+            raise describe_error(self.path, exc, "opening it") from None
         with _OPENING:
             # Looking for an old JSON-lines file at our own path opens and closes the file, and
             # closing any descriptor drops this process's SQLite locks on it: only before the
@@ -187,7 +231,8 @@ class SqliteLog:
         deadline = time.monotonic() + BUSY_TIMEOUT_S
         while True:
             try:
-                return self._set_up(conn, source)
+                conn = self._set_up(conn, source)
+                break
             except _Busy:
                 # Switching a new file to WAL while another process does the same can answer
                 # "database is locked" at once, without SQLite's busy wait: wait and try again.
@@ -197,6 +242,88 @@ class SqliteLog:
                     ) from None
                 time.sleep(0.05)
                 conn = self._connect()
+        try:
+            self._learn(conn)
+            if not self._repairing:
+                self._check_acknowledged(conn)
+        except sqlite3.Error as exc:
+            conn.close()
+            raise describe_error(self.path, exc, "opening it") from None
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _open_readonly(self) -> sqlite3.Connection:
+        if not os.path.exists(self.path):
+            raise DataFileError(f"{self.path}: no such store file.")
+        uris = [f"file:{self.path}?mode=ro"]
+        if write_problem(self.path) and not os.path.exists(self.path + "-wal"):
+            uris.append(
+                f"file:{self.path}?immutable=1"
+            )  # nothing but the file to read, and none may write it
+        error: sqlite3.Error | None = None
+        for uri in uris:
+            try:
+                conn = sqlite3.connect(
+                    uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+                )
+                conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+                self._learn(conn)
+                return conn
+            except sqlite3.Error as exc:
+                error = exc
+        assert error is not None
+        raise describe_error(self.path, error, "opening it") from None
+
+    def _learn(self, conn: sqlite3.Connection) -> None:
+        """What this connection needs to know of the file: its instance and how ids are given."""
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        self._instance = self._meta(conn, "instance") if "meta" in tables else None
+        sequence = ", COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'records'), 0)"
+        self._highest_sql = _HIGHEST.format(sequence=sequence if "sqlite_sequence" in tables else "")
+        # A database made with AUTOINCREMENT keeps giving ids that way; a new one takes the
+        # highest id given + 1 (no sqlite_sequence page written per append).
+        self._next_id = "" if "sqlite_sequence" in tables else f"({self._highest_sql} + 1)"
+
+    def highest_id(self) -> int:
+        """The highest record id this log has given (ids of records cut or moved out included)."""
+        with self._lock, self._errors("reading"):
+            return int(self._db().execute(self._highest_sql).fetchone()[0])
+
+    def _check_acknowledged(self, conn: sqlite3.Connection) -> None:
+        """Refuse a file that holds fewer ids than it acknowledged (a lost or damaged WAL)."""
+        acked = self._ack.read()  # before the database: a commit after this only raises the database's
+        if acked is None or self._instance is None or acked[0] != self._instance:
+            return
+        highest = int(conn.execute(self._highest_sql).fetchone()[0])
+        if acked[1] <= highest:
+            return
+        if stale_shm_users(self.path):  # not lost: other processes write through a deleted index
+            raise describe_error(
+                self.path, sqlite3.DatabaseError("database disk image is malformed"), "opening it"
+            )
+        kept = self._keep_wal()
+        missing = acked[1] - highest
+        raise DataFileError(
+            f"{self.path}: {missing} acknowledged record{'s' if missing != 1 else ''} (ids {highest + 1}-"
+            f"{acked[1]}) are missing: its write-ahead log {self.path}-wal was deleted or damaged, or the file "
+            f"was replaced by an older copy{f'; the WAL is kept as {kept}' if kept else ''}. Run `searchgym "
+            f"memory repair {os.path.dirname(self.path) or '.'}` to read back what the WAL still holds and go on "
+            "without the rest."
+        )
+
+    def _keep_wal(self) -> str | None:
+        """Copy the live WAL aside before closing the connection lets SQLite checkpoint it away."""
+        wal = self.path + "-wal"
+        if not os.path.exists(wal) or os.path.getsize(wal) == 0:
+            return None
+        kept = f"{self.path}.wal-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{time.monotonic_ns()}"
+        try:
+            shutil.copyfile(wal, kept)
+        except OSError:
+            return None
+        return kept
 
     def _connect(self) -> sqlite3.Connection:
         return sqlite3.connect(
@@ -206,6 +333,7 @@ class SqliteLog:
     def _set_up(self, conn: sqlite3.Connection, source: str | None) -> sqlite3.Connection:
         """WAL mode, the sync level and the tables on a new connection; closes it on failure."""
         try:
+            conn.execute(f"PRAGMA page_size={PAGE_SIZE}")  # takes effect on a new, empty file only
             mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise DataFileError(
@@ -213,11 +341,17 @@ class SqliteLog:
                     "local disk, not a network file system."
                 )
             conn.execute(f"PRAGMA synchronous={'FULL' if self.fsync else 'NORMAL'}")
+            for pragma in _PRAGMAS:
+                conn.execute(pragma)
             if self._needs_setup(conn, source):  # a write only when there is something to set up
                 conn.execute("BEGIN IMMEDIATE")
                 try:
                     for statement in _TABLES:
                         conn.execute(statement)
+                    conn.execute(
+                        "INSERT OR IGNORE INTO meta (name, value) VALUES ('instance', ?)",
+                        (os.urandom(8).hex(),),
+                    )
                     if source is not None and self._meta(conn, "imported") is None:
                         self._import(conn, source)
                     conn.execute("COMMIT")
@@ -271,7 +405,7 @@ class SqliteLog:
     def _errors(self, action: str) -> Iterator[None]:
         try:
             yield
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OSError) as exc:
             raise describe_error(self.path, exc, action) from None
 
     # -- writing -------------------------------------------------------------------------------
@@ -286,13 +420,24 @@ class SqliteLog:
             if self._writing and self._pid == os.getpid():
                 yield self
                 return
+            if self.readonly:
+                raise InvalidArgumentError(
+                    f"{self.path} was opened read-only; open it without readonly=True to write."
+                )
             with self._errors("starting a write"):
                 conn = self._db()
                 conn.execute("BEGIN IMMEDIATE")
-            self._writing = True
+            self._writing, self._appended = True, 0
             try:
                 yield self
                 with self._errors("committing a write"):
+                    if self._appended and self._instance is None:
+                        self._instance = os.urandom(8).hex()
+                        conn.execute(
+                            "INSERT OR IGNORE INTO meta (name, value) VALUES ('instance', ?)",
+                            (self._instance,),
+                        )
+                        self._instance = self._meta(conn, "instance")
                     conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
@@ -300,6 +445,9 @@ class SqliteLog:
                 raise
             finally:
                 self._writing = False
+            if self._appended and self._instance is not None:
+                with self._errors("recording the acknowledged id"):
+                    self._ack.advance(self._instance, self._appended)
 
     def append(self, record: Mapping[str, Any], key: str | None = None) -> bool:
         """Append one record in one transaction (adds ``schema`` when the log has one).
@@ -320,10 +468,18 @@ class SqliteLog:
         if key is not None and not isinstance(key, str):
             raise InvalidArgumentError(f"key must be a str or None, got {key!r}.")
         with self.writing(), self._errors("appending"):
-            cursor = self._db().execute(
-                "INSERT OR IGNORE INTO records (body, key) VALUES (?, ?)", (text, key)
-            )
-            return cursor.rowcount == 1
+            conn = self._db()
+            if self._next_id:
+                cursor = conn.execute(
+                    f"INSERT OR IGNORE INTO records (id, body, key) VALUES ({self._next_id}, ?, ?)",
+                    (text, key),
+                )
+            else:
+                cursor = conn.execute("INSERT OR IGNORE INTO records (body, key) VALUES (?, ?)", (text, key))
+            if cursor.rowcount == 1:
+                self._appended = max(self._appended, int(cursor.lastrowid or 0))
+                return True
+            return False
 
     def append_after(
         self, build: Callable[[list[dict[str, Any]]], Mapping[str, Any] | None]
@@ -349,6 +505,13 @@ class SqliteLog:
         with self._lock, self._errors("reading"):
             value = self._meta(self._db(), "generation")
             return 0 if value is None else int(value)
+
+    def _hold_ids(self, conn: sqlite3.Connection) -> None:
+        """Before records are deleted: the ids given so far are never given again."""
+        conn.execute(
+            "INSERT INTO meta (name, value) VALUES ('id_floor', CAST((" + self._highest_sql + ") AS TEXT)) "
+            "ON CONFLICT(name) DO UPDATE SET value = excluded.value"
+        )
 
     def _bump_generation(self, conn: sqlite3.Connection) -> None:
         conn.execute(
@@ -465,17 +628,27 @@ class SqliteLog:
                     handle.write("".join(body + "\n" for (body,) in cut))
                     handle.flush()
                     os.fsync(handle.fileno())
+                self._hold_ids(conn)
                 conn.execute("DELETE FROM records WHERE id > ?", (last,))
                 self._bump_generation(conn)
             conn.execute("DELETE FROM snapshots WHERE step > ?", (step,))
             return len(cut)
 
     def backup(self, target: str | os.PathLike[str]) -> None:
-        """Copy the database, as one consistent state, to the new file ``target`` (SQLite's backup)."""
+        """Copy the database, as one consistent state, to the new file ``target`` (SQLite's backup).
+
+        The copy is a database of its own: it gets a new instance id, so its ids are not
+        compared with this file's acknowledged ones (see :mod:`~searchgym.envs.storage.acked`).
+        """
         with self._lock, self._errors("copying it"):
-            copy = sqlite3.connect(os.fspath(target))
+            copy = sqlite3.connect(os.fspath(target), isolation_level=None)
             try:
                 self._db().backup(copy)
+                copy.execute(
+                    "INSERT INTO meta (name, value) VALUES ('instance', ?) ON CONFLICT(name) DO UPDATE SET "
+                    "value = excluded.value",
+                    (os.urandom(8).hex(),),
+                )
             finally:
                 copy.close()
 
@@ -484,33 +657,93 @@ class SqliteLog:
     def repair(self) -> RepairReport:
         """Check the file and keep every readable record (``searchgym memory repair``).
 
-        Runs ``PRAGMA integrity_check``. A sound file has its corrupt records moved to the
-        ``rejected`` table. A damaged file (or one that is not a database) is rebuilt from
-        every record that can still be read, and the original is kept as
-        ``<file>.damaged-<time>``. Stop the processes that write the store first.
-        """
-        from .recovery import rebuild
+        Runs ``PRAGMA integrity_check``. A damaged file (or one that is not a database) is
+        rebuilt from every record that can still be read (:mod:`~searchgym.envs.storage.recovery`),
+        and the original is kept as ``<file>.damaged-<time>``. A file that holds fewer ids
+        than it acknowledged (its WAL was lost or damaged) gets back what the WAL's intact
+        frames still hold, and the report says how many records are lost. Corrupt records
+        are moved to the ``rejected`` table. Stop the processes that write the store first.
 
+        Raises:
+            DataFileError: the file cannot be written (a read-only disk, no permission).
+        """
         report = RepairReport(path=self.path)
         if not os.path.exists(self.path) and not (self.legacy and os.path.exists(self.legacy)):
             return report
+        problem = write_problem(self.path)
+        if problem is not None:
+            raise DataFileError(
+                f"{self.path}: cannot repair it: {problem}. A repair writes beside the file; copy the store "
+                "to a writable local disk and repair the copy."
+            )
         self.close()
+        self._repairing = True
         try:
-            conn = self._db()
+            recovery.finish_interrupted(self.path)  # an earlier repair's journal first
+            self._repair(report)
+        except OSError as exc:
+            raise describe_error(self.path, exc, "repairing it") from None
+        finally:
+            self._repairing = False
+        self.close()
+        return report
+
+    def _check(self) -> tuple[list[str], str | None]:
+        """SQLite's integrity check and the instance id, read without writing (no checkpoint)."""
+        if self._legacy_pending():
+            self._db()  # the import first: a JSON-lines file is not damage
+            self.close()
+        try:
+            conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+        except sqlite3.Error as exc:
+            return [str(exc)], None
+        try:
             rows = conn.execute("PRAGMA integrity_check").fetchall()
             problems = [x for (r,) in rows for x in str(r).splitlines() if x and not x.startswith("***")]
-        except (sqlite3.DatabaseError, DataFileError) as exc:
-            problems = [getattr(exc, "reason", str(exc))]
-        self.close()
+            instance = None
+            with contextlib.suppress(sqlite3.Error):
+                instance = self._meta(conn, "instance")
+            return problems, instance
+        except sqlite3.Error as exc:
+            return [str(exc)], None
+        finally:
+            conn.close()
+
+    def _legacy_pending(self) -> bool:
+        if self.legacy and os.path.exists(self.legacy):
+            return True
+        try:
+            with open(self.path, "rb") as handle:
+                return handle.read(4096).lstrip().startswith(b"{")
+        except OSError:
+            return False
+
+    def _repair(self, report: RepairReport) -> None:
+        acked = self._ack.read()
+        copy = self._keep_wal()  # before anything can checkpoint it away
+        problems, instance = self._check()
+        acknowledged = acked[1] if acked is not None and (instance is None or acked[0] == instance) else 0
+        instance = instance or (acked[0] if acked is not None else None) or os.urandom(8).hex()
+        report.acknowledged = acknowledged
         if problems != ["ok"]:
             report.problems = problems
-            report.original, report.kept = rebuild(self.path)
+            meta = {"generation": str(time.time_ns()), "instance": instance}
+            report.original, report.kept, highest = recovery.rebuild(self.path, _TABLES, meta)
             self._seen.clear()
             logger.warning(
                 "%s: rebuilt (%s); the original is kept as %s.", self.path, problems[0], report.original
             )
         with self.writing(), self._errors("repairing"):
             conn = self._db()
+            highest = int(conn.execute(self._highest_sql).fetchone()[0])
+            if acknowledged > highest:
+                report.missing = [highest + 1, acknowledged]
+                if report.original is None:  # a rebuild has read the WAL's frames already
+                    report.salvaged, report.wal_copies = self._salvage_wal(conn, highest, acknowledged)
+                    highest = int(conn.execute(self._highest_sql).fetchone()[0])
+                self._bump_generation(conn)
+            if copy is not None and not report.wal_copies:
+                os.unlink(copy)  # not needed: nothing was missing, or the original WAL is kept with the file
             rows = conn.execute("SELECT id, body FROM records ORDER BY id").fetchall()
             now = time.time()
             for row_id, body in rows:
@@ -524,11 +757,38 @@ class SqliteLog:
                         "INSERT INTO rejected (id, body, reason, time) VALUES (?, ?, ?, ?)",
                         (row_id, body, str(exc), now),
                     )
+                    self._hold_ids(conn)
                     conn.execute("DELETE FROM records WHERE id = ?", (row_id,))
             if report.dropped:
                 self._bump_generation(conn)
             report.kept = len(rows) - len(report.dropped)
-        return report
+            conn.execute(
+                "INSERT INTO meta (name, value) VALUES ('id_floor', ?) ON CONFLICT(name) DO UPDATE SET "
+                "value = MAX(CAST(value AS INTEGER), excluded.value)",
+                (max(acknowledged, highest),),
+            )
+            self._instance = self._meta(conn, "instance") or instance
+            if self._meta(conn, "instance") is None:
+                conn.execute("INSERT INTO meta (name, value) VALUES ('instance', ?)", (self._instance,))
+        self._ack.set(self._instance, max(acknowledged, highest))  # the loss is reported: start from here
+
+    def _salvage_wal(
+        self, conn: sqlite3.Connection, highest: int, acknowledged: int
+    ) -> tuple[int, list[str]]:
+        """Put back the records with ids in ``(highest, acknowledged]`` found in intact WAL frames;
+        returns how many, and the WAL copies read."""
+        folder, name = os.path.split(self.path)
+        kept = sorted(
+            os.path.join(folder, n) for n in os.listdir(folder or ".") if n.startswith(name + ".wal-")
+        )
+        found: dict[int, tuple[int, str, str | None]] = {}
+        for wal in [*kept, self.path + "-wal"]:
+            if os.path.exists(wal):
+                found.update(salvage(self.path, [wal]).records)
+        rows = [found[i] for i in sorted(found) if highest < i <= acknowledged]
+        before = conn.total_changes
+        conn.executemany("INSERT OR IGNORE INTO records (id, body, key) VALUES (?, ?, ?)", rows)
+        return conn.total_changes - before, kept
 
     # -- protocol ------------------------------------------------------------------------------
 
@@ -538,11 +798,12 @@ class SqliteLog:
             if self._conn is not None and self._pid == os.getpid():
                 self._conn.close()
             self._conn, self._writing = None, False
+            self._ack.close()
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         del state["_lock"]
-        state["_conn"], state["_writing"] = None, False
+        state["_conn"], state["_writing"], state["_ack"] = None, False, AckFile(self.path)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:

@@ -74,14 +74,16 @@ def _print_levels(hierarchy: Any) -> None:
 
 
 def _show(args: argparse.Namespace) -> int:
+    from searchgym.envs.storage.diagnose import write_problem
     from searchgym.memory import HierarchicalExperience, MemoryStore, read_bank_history
 
-    store = MemoryStore(args.path, create=False)
+    # A store that cannot be written (a read-only disk) is read without setting anything up.
+    store = MemoryStore(args.path, create=False, readonly=write_problem(f"{args.path}/x") is not None)
     present = store.kinds_present()
     if not present:
         print(f"{store.root}: an empty store (no store files yet).")
         return 0
-    history = read_bank_history(store)
+    history = read_bank_history(store) if "bank" in present else []
     trajectories = store.log("trajectories").count() if "trajectories" in present else 0
     print(f"Store {store.root}: {trajectories} trajectories, {len(history)} bank versions.")
     if args.history:
@@ -150,6 +152,27 @@ def _repair(args: argparse.Namespace) -> int:
                 f"{report.path}: damaged ({'; '.join(report.problems[:3])}); rebuilt with the {report.kept} "
                 f"readable records, the original kept as {report.original}."
             )
+        if report.missing:
+            first, last = report.missing
+            count = last - first + 1
+            plural = "s" if count != 1 else ""
+            if report.problems:  # the rebuild read the file and its WAL: the rest is unreadable
+                print(
+                    f"{report.path}: the {count} acknowledged record{plural} after the highest readable id "
+                    f"(ids {first}-{last}) could not be read from the damaged file; they are lost."
+                )
+            else:
+                read_back = (
+                    f"; {report.salvaged} read back from the intact frames of its WAL"
+                    if report.salvaged
+                    else ""
+                )
+                copies = f" (WAL copies kept: {', '.join(report.wal_copies)})" if report.wal_copies else ""
+                print(
+                    f"{report.path}: {count} acknowledged record{plural} (ids {first}-{last}) were missing: its "
+                    f"write-ahead log was deleted or damaged, or the file replaced by an older copy{read_back}; "
+                    f"{report.lost} {'are' if report.lost != 1 else 'is'} lost{copies}."
+                )
         if report.dropped:
             where = f"{report.path}.corrupt" if lines else "its 'rejected' table"
             print(
