@@ -35,10 +35,11 @@ from typing import Any, TextIO
 from ...envs.errors import InvalidArgumentError, SearchGymError
 from ...envs.models import resolve_model
 from .advantage_hook import HOOK, TSAS_ESTIMATORS, needs_hook
-from .batch_checks import check_batch_arithmetic
+from .batch_checks import check_batch_arithmetic, step_line
 from .cluster import cluster_runtime_env
 from .config import AGENT_CONFIG_VARIABLE, BASEDIR_VARIABLE, RunConfig, load_run_config
-from .flags import check_flags, flatten, openrlhf_parser, to_argv
+from .epochs import check_data_files, whole_batches
+from .flags import check_flags, flatten, nested, openrlhf_parser, to_argv
 from .resume import prepare_stores, run_stores
 
 __all__ = [
@@ -123,6 +124,8 @@ class LaunchPlan:
     """The OpenRLHF flags alone."""
     warnings: list[str] = field(default_factory=list)
     """OpenRLHF's printed warnings about the flags, and searchgym's."""
+    notes: list[str] = field(default_factory=list)
+    """What the run will do: the rows per episode and the tail left out, each step's shares."""
 
     def shell(self) -> str:
         """The command as one shell line, with its variables in front."""
@@ -186,13 +189,20 @@ def compose(config: RunConfig, basedir: str | None = None) -> LaunchPlan:
     cluster_env: dict[str, Any] = {"env_vars": {}}  # the store actor; a cluster run's shipped files
     warnings += cluster_runtime_env(config, flat, cluster_env)
     _check_fresh_stores(config, flat, basedir)
+    check_data_files(flat)
     info = openrlhf_parser()
-    argv = to_argv(flat, info)
+    notes: list[str] = []
     if info is None:
         warnings.append("searchgym: openrlhf is not installed here, so the flags were not checked.")
+        notes += whole_batches(flat, nested(flat))[1]
+        argv = to_argv(flat, info)
     else:
-        args, printed = check_flags(argv, info)
+        args, printed = check_flags(to_argv(flat, info), info)
         check_batch_arithmetic(args)
+        notes += whole_batches(flat, args)[1]  # sets data.max_samples
+        argv = to_argv(flat, info)
+        args, printed = check_flags(argv, info)
+        notes.append(step_line(args))
         warnings += [f"openrlhf: {line}" for line in printed]
 
     env_vars = {AGENT_CONFIG_VARIABLE: config.path, BASEDIR_VARIABLE: basedir}
@@ -211,7 +221,7 @@ def compose(config: RunConfig, basedir: str | None = None) -> LaunchPlan:
         python = config.launch.python or sys.executable
         command = [python, "-m", "searchgym.trainers.openrlhf.train_ppo", *argv]
         env = {RUNTIME_ENV_VARIABLE: json.dumps(local_env, sort_keys=True)}
-        return LaunchPlan(command, env, local_env, argv, warnings)
+        return LaunchPlan(command, env, local_env, argv, warnings, notes)
     python = config.launch.python or "python3"
     command = [
         "ray",
@@ -227,7 +237,7 @@ def compose(config: RunConfig, basedir: str | None = None) -> LaunchPlan:
         "openrlhf.cli.train_ppo_ray",
         *argv,
     ]
-    return LaunchPlan(command, {}, runtime_env, argv, warnings)
+    return LaunchPlan(command, {}, runtime_env, argv, warnings, notes)
 
 
 def _missing_runtime() -> list[str]:
@@ -254,7 +264,7 @@ def launch(config_path: str | os.PathLike[str], dry_run: bool = False, *, out: T
     out = out or sys.stdout
     config = load_run_config(config_path)
     plan = compose(config)
-    for line in plan.warnings:
+    for line in plan.warnings + plan.notes:
         print(f"# {line}", file=sys.stderr)
     if dry_run:
         print(plan.shell(), file=out)
