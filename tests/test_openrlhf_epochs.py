@@ -131,7 +131,9 @@ def openrlhf_code():
             else:
                 sys.modules[name] = module
     # openrlhf/datasets/__init__ imports the datasets package for other datasets; this file needs only torch
-    spec = importlib.util.spec_from_file_location("openrlhf_prompts", _openrlhf_file("datasets/prompts_dataset.py"))
+    spec = importlib.util.spec_from_file_location(
+        "openrlhf_prompts", _openrlhf_file("datasets/prompts_dataset.py")
+    )
     prompts = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(prompts)
     PromptDataset = prompts.PromptDataset
@@ -151,7 +153,9 @@ def openrlhf_code():
             "RemoteExperienceMaker.split_rollout_samples",
             {"Experience": Experience},
         ),
-        deal=openrlhf_function("trainer/ray/launcher.py", "RayActorGroup.async_run_method_batch", {"ray": FAKE_RAY}),
+        deal=openrlhf_function(
+            "trainer/ray/launcher.py", "RayActorGroup.async_run_method_batch", {"ray": FAKE_RAY}
+        ),
     )
 
 
@@ -174,10 +178,25 @@ class _Strategy:
     def is_rank_0(self):
         return True
 
-    def setup_dataloader(self, dataset, batch_size, pin_memory=False, shuffle=True, collate_fn=None, drop_last=True, num_workers=0, **_):
+    def setup_dataloader(
+        self,
+        dataset,
+        batch_size,
+        pin_memory=False,
+        shuffle=True,
+        collate_fn=None,
+        drop_last=True,
+        num_workers=0,
+        **_,
+    ):
         generator = torch.Generator().manual_seed(self.args.train.seed)
         return torch.utils.data.DataLoader(
-            dataset, batch_size=batch_size, shuffle=shuffle, drop_last=drop_last, collate_fn=collate_fn, generator=generator
+            dataset,
+            batch_size=batch_size,
+            shuffle=shuffle,
+            drop_last=drop_last,
+            collate_fn=collate_fn,
+            generator=generator,
         )
 
 
@@ -186,8 +205,15 @@ def episode_shares(code, args) -> list[list[int] | None]:
     (``None`` for a step that OpenRLHF refuses to deal)."""
     strategy = _Strategy(args)
     dataloader, _, _ = code.prepare_datasets(strategy, types.SimpleNamespace(pad_token_id=0))
-    dp = args.actor.num_nodes * args.actor.num_gpus_per_node // args.ds.ring_attn_size // args.ds.tensor_parallel_size
-    generator = code.SamplesGenerator(strategy, dataloader, None, None, [FakeEngine() for _ in range(args.vllm.num_engines)])
+    dp = (
+        args.actor.num_nodes
+        * args.actor.num_gpus_per_node
+        // args.ds.ring_attn_size
+        // args.ds.tensor_parallel_size
+    )
+    generator = code.SamplesGenerator(
+        strategy, dataloader, None, None, [FakeEngine() for _ in range(args.vllm.num_engines)]
+    )
     # Every response is the same four tokens, so OpenRLHF's conversion (1.4 ms a call on this
     # loaded CPU) runs once and each sample gets its own copy with its prompt and label.
     template = generator._process_response_into_experience(FakeEngine._generate("", "", None, 0, None, 1)[0])
@@ -208,7 +234,9 @@ def episode_shares(code, args) -> list[list[int] | None]:
             continue
         experiences = code.split(maker, samples)
         received: list[Any] = []
-        group = types.SimpleNamespace(_actor_handlers=[FakeActor(received) for _ in range(dp)], duplicate_actors=1)
+        group = types.SimpleNamespace(
+            _actor_handlers=[FakeActor(received) for _ in range(dp)], duplicate_actors=1
+        )
         try:
             code.deal(group, method_name="append", experience=experiences)
         except ValueError:  # "Insufficient batch size": fewer experiences than ranks
@@ -221,7 +249,11 @@ def episode_shares(code, args) -> list[list[int] | None]:
 
 
 def write_prompts(path: Path, rows: int) -> None:
-    path.write_text("".join(json.dumps({"prompt": f"q{i}", "label": json.dumps({"id": str(i)})}) + "\n" for i in range(rows)))
+    path.write_text(
+        "".join(
+            json.dumps({"prompt": f"q{i}", "label": json.dumps({"id": str(i)})}) + "\n" for i in range(rows)
+        )
+    )
 
 
 def lightsearcher_run(tmp_path: Path, rows: int, extra: str = "") -> Path:
@@ -272,12 +304,27 @@ def test_the_dry_runs_shares_are_openrlhfs(openrlhf_code, tmp_path, rows, batch,
     """``rank_shares`` against the real dealing, for full and short batches."""
     path = tmp_path / "p.jsonl"
     write_prompts(path, rows)
-    flags = ["--data.prompt_dataset", str(path), "--rollout.batch_size", str(batch), "--vllm.num_engines", "1"]
-    flags += ["--actor.model_name_or_path", "m", "--train.batch_size", str(batch * n), "--train.agent_func_path", "a.py"]
+    flags = [
+        "--data.prompt_dataset",
+        str(path),
+        "--rollout.batch_size",
+        str(batch),
+        "--vllm.num_engines",
+        "1",
+    ]
+    flags += [
+        "--actor.model_name_or_path",
+        "m",
+        "--train.batch_size",
+        str(batch * n),
+        "--train.agent_func_path",
+        "a.py",
+    ]
     flags += ["--data.input_key", "prompt", "--data.label_key", "label"]
     flags += ["--rollout.n_samples_per_prompt", str(n), "--rollout.micro_batch_size", str(micro)]
     args, _ = check_flags(flags + ["--actor.num_gpus_per_node", str(gpus)], openrlhf_parser())
     steps = episode_shares(openrlhf_code, args)
+
     def shares(samples):  # OpenRLHF stops when a batch has fewer experiences than ranks
         return rank_shares(samples, micro, gpus) if -(-samples // micro) >= gpus else None
 
@@ -287,7 +334,9 @@ def test_the_dry_runs_shares_are_openrlhfs(openrlhf_code, tmp_path, rows, batch,
 
 def test_a_file_of_fewer_rows_than_a_batch_is_refused(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(FlagError, match=r"gives 100 rows, fewer than one rollout batch \(rollout.batch_size = 192\)"):
+    with pytest.raises(
+        FlagError, match=r"gives 100 rows, fewer than one rollout batch \(rollout.batch_size = 192\)"
+    ):
         compose(load_run_config(lightsearcher_run(tmp_path, 100)), basedir=str(tmp_path))
 
 
@@ -322,5 +371,7 @@ def test_a_missing_prompt_file_is_refused(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     run = lightsearcher_run(tmp_path, 7000)
     (tmp_path / "data" / "lightsearcher_train.jsonl").unlink()
-    with pytest.raises(Exception, match=r"openrlhf.data.prompt_dataset: .*lightsearcher_train.jsonl' does not exist"):
+    with pytest.raises(
+        Exception, match=r"openrlhf.data.prompt_dataset: .*lightsearcher_train.jsonl' does not exist"
+    ):
         compose(load_run_config(run), basedir=str(tmp_path))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -19,11 +20,19 @@ pytestmark = [
 ]
 
 
-def dry_run(script: str, tmp_path: Path, **env: str) -> str:
+def training_rows(folder: Path) -> Path:
+    """LightSearcher's 7,000 training rows as `searchgym prepare` writes them (the dry run counts them)."""
+    path = folder / "data" / "lightsearcher_train.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"prompt": f"q{i}", "label": "{}"}) + "\n" for i in range(7000)))
+    return path
+
+
+def dry_run(script: str, tmp_path: Path, cwd: Path = ROOT, **env: str) -> str:
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     done = subprocess.run(
         ["bash", str(RECIPES / script)],
-        cwd=ROOT,
+        cwd=cwd,
         env={**os.environ, "PATH": path, "DRY_RUN": "1", "DATA": str(tmp_path / "data"), **env},
         capture_output=True,
         text=True,
@@ -41,7 +50,13 @@ def test_prepare_data_covers_parquet_and_flashrag(tmp_path):
 
 
 def test_one_node_recipe_checks_its_run_file(tmp_path):
-    out = dry_run("one_node_8gpu.sh", tmp_path)
+    # The recipe's own step 3 writes the rows; its dry run only prints that step.
+    run = tmp_path / "lightsearcher.yaml"
+    run.write_text(
+        f"extends: {ROOT / 'configs' / 'openrlhf' / 'lightsearcher.yaml'}\n"
+        f"openrlhf: {{data: {{prompt_dataset: {training_rows(tmp_path / 'rows')}}}}}\n"
+    )
+    out = dry_run("one_node_8gpu.sh", tmp_path, CONFIG=str(run))
     assert "searchgym serve --index" in out and "e5_Flat.index" in out
     # the train step really ran `searchgym train --dry-run`: the composed, checked command
     train = next(line for line in out.splitlines() if "searchgym.trainers.openrlhf.train_ppo" in line)
@@ -50,7 +65,10 @@ def test_one_node_recipe_checks_its_run_file(tmp_path):
 
 
 def test_multi_node_recipe_submits_a_job_with_the_runtime_env(tmp_path):
-    out = dry_run("multi_node.sh", tmp_path, ROLE="submit", SHARED=str(tmp_path), HEAD="10.0.0.1")
+    training_rows(tmp_path)  # relative paths are taken from the launch directory
+    out = dry_run(
+        "multi_node.sh", tmp_path, cwd=tmp_path, ROLE="submit", SHARED=str(tmp_path), HEAD="10.0.0.1"
+    )
     submit = next(line for line in out.splitlines() if line.startswith("ray job submit"))
     assert "--address http://10.0.0.1:8265" in submit and "worker_process_setup_hook" in submit
     assert "--actor.num_nodes 2" in submit and "--vllm.num_engines 16" in submit

@@ -146,7 +146,7 @@ def check_data_files(flat: dict[str, Any]) -> None:
             if part and _is_local(part) and not os.path.exists(name):
                 raise DataFileError(
                     f"openrlhf.{key}: {name!r} does not exist. Write it with `searchgym prepare --dataset NAME "
-                    f"--out {os.path.basename(name) or 'train.jsonl'}` (relative paths are taken from the "
+                    f"--out {name}` (relative paths are taken from the "
                     "directory you launch in)."
                 )
 
