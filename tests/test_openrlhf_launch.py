@@ -125,6 +125,7 @@ def test_dry_run_prints_a_command_openrlhf_accepts(path, monkeypatch, tmp_path):
         config.agent.advantage is not None
         or getattr(config.agent.memory, "kind", None) == "lightsearcher"
         or store is not None  # the minimum tool-call store follows the checkpoints
+        or args.ckpt.save_hf  # the HF copies are rotated with the checkpoints
     )
     assert args.ckpt.path.startswith(str(tmp_path))  # relative output folders made absolute
 

@@ -115,7 +115,11 @@ class EvalSign:
             InvalidArgumentError: ``stores`` is non-empty and :attr:`ambiguous`.
         """
         if stores and self.ambiguous:
-            other = 0.5 if math.isclose(vllm_temperature(self.train_temperature), OPENRLHF_EVAL_TEMPERATURE) else 0.6
+            other = (
+                0.5
+                if math.isclose(vllm_temperature(self.train_temperature), OPENRLHF_EVAL_TEMPERATURE)
+                else 0.6
+            )
             raise InvalidArgumentError(
                 f"openrlhf.eval.temperature and openrlhf.rollout.temperature are both sampled at "
                 f"{vllm_temperature(self.train_temperature)}, so the agent cannot tell evaluation episodes from "

@@ -36,6 +36,7 @@ from ...envs.errors import InvalidArgumentError, SearchGymError
 from ...envs.models import resolve_model
 from .advantage_hook import HOOK, TSAS_ESTIMATORS, needs_hook
 from .batch_checks import check_batch_arithmetic, step_line
+from .checkpoints import disk_lines
 from .cluster import cluster_runtime_env
 from .config import AGENT_CONFIG_VARIABLE, BASEDIR_VARIABLE, RunConfig, load_run_config
 from .epochs import check_data_files, whole_batches
@@ -199,10 +200,13 @@ def compose(config: RunConfig, basedir: str | None = None) -> LaunchPlan:
     else:
         args, printed = check_flags(to_argv(flat, info), info)
         check_batch_arithmetic(args)
-        notes += whole_batches(flat, args)[1]  # sets data.max_samples
+        epochs, lines = whole_batches(flat, args)  # sets data.max_samples
+        notes += lines
         argv = to_argv(flat, info)
         args, printed = check_flags(argv, info)
         notes.append(step_line(args))
+        steps = None if epochs is None else epochs.steps * args.train.num_episodes
+        notes += disk_lines(args, steps)
         warnings += [f"openrlhf: {line}" for line in printed]
 
     env_vars = {AGENT_CONFIG_VARIABLE: config.path, BASEDIR_VARIABLE: basedir}
@@ -212,7 +216,7 @@ def compose(config: RunConfig, basedir: str | None = None) -> LaunchPlan:
     env_vars.update(config.launch.env)
     env_vars.update(cluster_env.pop("env_vars"))
     runtime_env: dict[str, Any] = {"env_vars": dict(env_vars), **cluster_env}
-    if needs_hook(config.agent):
+    if needs_hook(config.agent) or flat.get("ckpt.save_hf"):  # the hook also rotates save_hf's copies
         runtime_env["worker_process_setup_hook"] = HOOK
 
     if config.launch.ray_address is None:
