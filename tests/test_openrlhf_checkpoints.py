@@ -19,7 +19,7 @@ import pytest
 from test_openrlhf_epochs import openrlhf_function
 
 from searchgym.trainers.openrlhf import compose, load_run_config
-from searchgym.trainers.openrlhf.advantage_hook import HOOK, _patch_actor
+from searchgym.trainers.openrlhf.advantage_hook import HOOK
 from searchgym.trainers.openrlhf.checkpoints import disk_lines, prune_hf_copies, wrap_save_checkpoint
 from searchgym.trainers.openrlhf.flags import check_flags, openrlhf_parser
 
@@ -135,6 +135,8 @@ def test_without_deepspeed_checkpoints_the_newest_are_kept(tmp_path):
 
 
 def test_the_hook_wraps_the_actor_once():
+    from searchgym.trainers.openrlhf.advantage_hook import _patch_actor
+
     cls = actor_class()
     module = types.SimpleNamespace(PolicyModelActor=cls)
     _patch_actor(module)

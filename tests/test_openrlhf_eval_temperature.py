@@ -88,3 +88,4 @@ def test_the_dry_run_stops_with_one_line(tmp_path, monkeypatch, capsys):
     )
     captured = capsys.readouterr()
     assert captured.out == "" and len(captured.err.strip().splitlines()) == 1
+    assert "eval.temperature is 0.005, which vLLM samples at 0.01" in captured.err
