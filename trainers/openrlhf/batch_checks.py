@@ -11,7 +11,8 @@ a run), restated here so a dry run catches them. All of them read OpenRLHF 0.11.
 - ``RayActorGroup.async_run_method_batch``: the rollout batch is cut into experiences of
   ``rollout.micro_batch_size`` samples and dealt out in equal chunks to the ``dp`` ranks. A
   rank that gets fewer samples takes fewer optimizer steps and the others wait for it in
-  ZeRO's collectives, so every rank must get the same number of samples;
+  ZeRO's collectives, so every rank must get the same number of samples (:func:`rank_shares`;
+  the short last batch of an episode is dropped by :mod:`~searchgym.trainers.openrlhf.epochs`);
 - ``PolicyModelActor.ppo_train``: a rank steps the optimizer every ``train.batch_size / dp``
   samples, so a rollout batch that is not a multiple of ``train.batch_size`` leaves a
   partial step (or, when smaller, no step at all);
