@@ -81,6 +81,12 @@ class SamplingParams:
     include_stop_str_in_output: bool = False
     ignore_eos: bool = False
 
+    def __post_init__(self) -> None:
+        # vllm/sampling_params.py (0.29): `if 0 < self.temperature < _MAX_TEMP:` (1e-2) the
+        # temperature is raised to _MAX_TEMP; 0 stays 0 (greedy).
+        if 0 < self.temperature < 1e-2:
+            self.temperature = 1e-2
+
     @classmethod
     def openrlhf(cls, max_new_tokens: int | None = None, temperature: float = 1.0, logprobs: bool = False):
         """What ``SamplesGenerator._dispatch_prompts_to_vllm`` builds (openrlhf 0.11.2)."""

@@ -102,12 +102,13 @@ class Checked:
 # ----------------------------------------------------------------------------------------- running
 
 
-def run_recipe(script: str, tmp_path: Path, **env: str) -> list[Call]:
-    """Run ``examples/openrlhf/<script>`` from the repository root with every program recorded.
+def run_recipe(script: str, tmp_path: Path, cwd: Path = ROOT, **env: str) -> list[Call]:
+    """Run ``examples/openrlhf/<script>`` from ``cwd`` (the repository root) with every program recorded.
 
     Args:
         script: The recipe's file name.
         tmp_path: A fresh folder for the shims and the call log (``DATA`` defaults under it).
+        cwd: The folder the recipe is launched in.
         **env: Variables for the script (``ROLE``, ``HEAD``, ...).
 
     Returns:
@@ -138,7 +139,7 @@ def run_recipe(script: str, tmp_path: Path, **env: str) -> list[Call]:
     }
     done = subprocess.run(
         [shutil.which("bash") or "/bin/bash", str(ROOT / "examples" / "openrlhf" / script)],
-        cwd=ROOT,
+        cwd=cwd,
         env=variables,
         capture_output=True,
         text=True,
@@ -171,6 +172,8 @@ def shim_main(program: str) -> int:
             check_hf(call, fetch=True)
         elif program == "huggingface-cli":
             check_console_script(call)
+        elif call.args[:1] == ("prepare",):  # writes its --out file, one row per question
+            _write_prepared_rows(call.args)
         elif call.args[:1] == ("serve",):  # a server runs until it is stopped
             seconds = os.environ.get("RECIPE_SERVE_SECONDS")
             while seconds is None:
@@ -180,6 +183,18 @@ def shim_main(program: str) -> int:
         print(exc, file=sys.stderr)
         return 1
     return 0
+
+
+def _write_prepared_rows(args: tuple[str, ...]) -> None:
+    """What ``searchgym prepare`` leaves behind: its ``--out`` file with one row per question
+    (``--dataset NAME:N`` asks for N; 100 where no N is given)."""
+    out = args[args.index("--out") + 1]
+    counts = [args[i + 1].partition(":")[2] for i, word in enumerate(args) if word == "--dataset"]
+    rows = sum(int(n) if n else 100 for n in counts)
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "w", encoding="utf-8") as handle:
+        for i in range(rows):
+            handle.write(json.dumps({"prompt": f"Question {i}?", "label": json.dumps({"index": i})}) + "\n")
 
 
 # ---------------------------------------------------------------------------------------- checking

@@ -28,6 +28,8 @@ openrlhf:
 
 
 def compose_text(tmp_path: Path, text: str):
+    rows = "".join('{"prompt": "q", "label": "{}"}\n' for _ in range(80))  # 10 rollout batches of 8
+    (tmp_path / "train.jsonl").write_text(rows)
     path = tmp_path / "run.yaml"
     path.write_text(text)
     return compose(load_run_config(path), basedir=str(tmp_path))

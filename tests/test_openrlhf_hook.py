@@ -307,4 +307,4 @@ def test_ray_runs_the_hook_in_every_worker_from_the_runtime_env(tmp_path):
     finally:
         ray.shutdown()
     assert installed and warmup == 7 and not imported
-    assert targets == ["openrlhf.trainer.ppo_trainer", EM]
+    assert targets == ["openrlhf.trainer.ppo_trainer", EM, "openrlhf.trainer.ray.ppo_actor"]

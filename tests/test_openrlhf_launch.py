@@ -23,6 +23,20 @@ CONFIGS = sorted((ROOT / "configs" / "openrlhf").glob("*.yaml"))
 needs_openrlhf = pytest.mark.skipif(openrlhf_parser() is None, reason="needs openrlhf==0.11.2 (--no-deps)")
 
 
+def write_prompts(path: Path, rows: int = 7000) -> Path:
+    """A prompt file of ``rows`` rows in `searchgym prepare`'s columns (the dry run counts them)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"prompt": f"q{i}", "label": "{}"}) + "\n" for i in range(rows)))
+    return path
+
+
+def shipped_data(folder: Path) -> Path:
+    """The training rows the shipped configs read (``data/*_train.jsonl``), under ``folder``."""
+    for name in ("lightsearcher", "light_search", "sem", "hiexp"):
+        write_prompts(folder / "data" / f"{name}_train.jsonl")
+    return folder
+
+
 def dry_run(path: Path) -> list[str]:
     out = io.StringIO()
     assert launch(path, dry_run=True, out=out) == 0
@@ -58,7 +72,10 @@ def test_every_scheme_ships_for_3b_and_7b():
 
 @needs_openrlhf
 def test_searchgym_train_dispatches_to_launch(tmp_path):
-    done = cli("train", "--config", str(ROOT / "configs" / "openrlhf" / "sem_7b.yaml"), "--dry-run")
+    shipped_data(tmp_path)
+    done = cli(
+        "train", "--config", str(ROOT / "configs" / "openrlhf" / "sem_7b.yaml"), "--dry-run", cwd=tmp_path
+    )
     assert done.returncode == 0, done.stderr
     assert (
         "searchgym.trainers.openrlhf.train_ppo" in done.stdout and "Qwen/Qwen2.5-7B-Instruct" in done.stdout
@@ -86,7 +103,7 @@ def test_train_ppo_takes_the_runtime_env_from_launch(monkeypatch, tmp_path):
 @needs_openrlhf
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
 def test_dry_run_prints_a_command_openrlhf_accepts(path, monkeypatch, tmp_path):
-    monkeypatch.chdir(tmp_path)
+    monkeypatch.chdir(shipped_data(tmp_path))
     words = dry_run(path)
     env, rest = [w for w in words if "=" in w and not w.startswith("-")][:1], words
     assert env and env[0].startswith("SEARCHGYM_RAY_RUNTIME_ENV=")
@@ -108,13 +125,14 @@ def test_dry_run_prints_a_command_openrlhf_accepts(path, monkeypatch, tmp_path):
         config.agent.advantage is not None
         or getattr(config.agent.memory, "kind", None) == "lightsearcher"
         or store is not None  # the minimum tool-call store follows the checkpoints
+        or args.ckpt.save_hf  # the HF copies are rotated with the checkpoints
     )
     assert args.ckpt.path.startswith(str(tmp_path))  # relative output folders made absolute
 
 
 @needs_openrlhf
 def test_paper_settings_reach_the_flags(monkeypatch, tmp_path):
-    monkeypatch.chdir(tmp_path)
+    monkeypatch.chdir(shipped_data(tmp_path))
     configs = {p.stem: p for p in CONFIGS}
     ls = flag_values(dry_run(configs["lightsearcher"]))
     # LightSearcher: GRPO, 192 questions x 12 rollouts, lr 1e-6, 10 epochs
@@ -146,12 +164,13 @@ def test_paper_settings_reach_the_flags(monkeypatch, tmp_path):
     assert load_run_config(configs["hiexp"]).agent.memory.kind == "hiexp"
 
 
-def test_module_entry_point_dry_run():
+def test_module_entry_point_dry_run(tmp_path):
     out = subprocess.run(
         [sys.executable, "-m", "searchgym.trainers.openrlhf", "--dry-run", str(CONFIGS[0])],
         capture_output=True,
         text=True,
         timeout=120,
+        cwd=shipped_data(tmp_path),
     )
     assert out.returncode == 0, out.stderr
     assert "openrlhf" in out.stdout and "--train.agent_func_path" in out.stdout
@@ -161,8 +180,10 @@ def test_module_entry_point_dry_run():
 
 
 def write(tmp_path: Path, text: str) -> Path:
+    """``run.yaml`` in ``tmp_path``; its ``prompt_dataset: train.jsonl`` becomes a 64-row file there."""
+    prompts = write_prompts(tmp_path / "train.jsonl", 64)
     path = tmp_path / "run.yaml"
-    path.write_text(text)
+    path.write_text(text.replace("prompt_dataset: train.jsonl", f"prompt_dataset: {prompts}"))
     return path
 
 
@@ -371,9 +392,9 @@ def test_a_real_run_without_vllm_says_how_to_install(tmp_path):
 # -- searchgym prepare -----------------------------------------------------------------------------
 
 
-def cli(*args: str) -> subprocess.CompletedProcess:
+def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "searchgym", *args], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "searchgym", *args], capture_output=True, text=True, timeout=120, cwd=cwd
     )
 
 

@@ -4,6 +4,7 @@ real parser (huggingface_hub's ``hf``, searchgym's, the scripts', Ray's, OpenRLH
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -32,6 +33,14 @@ pytestmark = [
     pytest.mark.skipif(openrlhf_parser() is None, reason="needs openrlhf==0.11.2 (--no-deps)"),
     pytest.mark.slow,  # each recipe starts Python processes
 ]
+
+
+def training_rows(folder: Path) -> Path:
+    """LightSearcher's 7,000 training rows as `searchgym prepare` writes them (the dry run counts them)."""
+    path = folder / "data" / "lightsearcher_train.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"prompt": f"q{i}", "label": "{}"}) + "\n" for i in range(7000)))
+    return path
 
 
 def only(checked: list[Checked], kind: str) -> list[Checked]:
@@ -64,8 +73,21 @@ def test_prepare_data_downloads_what_it_prepares(tmp_path):
     assert (data / "musique_train.jsonl").is_file() and (data / "musique_dev.jsonl").is_file()
 
 
+def run_file(tmp_path: Path, prompts: Path) -> Path:
+    """The recipe's run file with its training rows at ``prompts`` (relative paths are taken from
+    the launch directory, the repository root, where the tests write nothing)."""
+    run = tmp_path / "lightsearcher.yaml"
+    run.write_text(
+        f"extends: {ROOT / 'configs' / 'openrlhf' / 'lightsearcher.yaml'}\n"
+        f"openrlhf: {{data: {{prompt_dataset: {prompts}}}}}\n"
+    )
+    return run
+
+
 def test_one_node_recipe_calls_pass_their_parsers(tmp_path):
-    checked = check_calls(run_recipe("one_node_8gpu.sh", tmp_path))
+    # the run reads the rows the recipe's `searchgym prepare` writes
+    run = run_file(tmp_path, tmp_path / "data" / "lightsearcher_train.jsonl")
+    checked = check_calls(run_recipe("one_node_8gpu.sh", tmp_path, CONFIG=str(run)))
     index = tmp_path / "data" / "wiki18"
     # the downloads give Search-R1's layout, which the recipe reassembles for the server
     (serve,) = only(checked, "searchgym serve")
@@ -103,8 +125,16 @@ def test_multi_node_recipe_calls_pass_their_parsers(tmp_path):
     assert only(worker, "ray start")[0].parsed["address"] == f"10.0.0.1:{start.parsed['port']}"
 
     shared = tmp_path / "shared"
+    launch = training_rows(tmp_path / "launch").parents[1]  # the run file's paths are relative to it
     submit = check_calls(
-        run_recipe("multi_node.sh", tmp_path / "submit", ROLE="submit", SHARED=str(shared), HEAD="10.0.0.1")
+        run_recipe(
+            "multi_node.sh",
+            tmp_path / "submit",
+            cwd=launch,
+            ROLE="submit",
+            SHARED=str(shared),
+            HEAD="10.0.0.1",
+        )
     )
     ((args, plan),) = [item.parsed for item in only(submit, "searchgym train")]
     from searchgym.trainers.openrlhf import load_run_config
@@ -176,13 +206,21 @@ def test_evaluate_call_with_a_misspelled_flag_is_caught(tmp_path):
 
 @pytest.mark.parametrize(
     ("script", "env"),
-    [("prepare_data.sh", {}), ("one_node_8gpu.sh", {}), ("multi_node.sh", {"ROLE": "submit"})],
+    [
+        ("prepare_data.sh", {}),
+        ("one_node_8gpu.sh", {"CONFIG": "rows"}),
+        ("multi_node.sh", {"ROLE": "submit"}),
+    ],
 )
 def test_dry_run_changes_nothing(tmp_path, script, env):
+    # the train step's dry run counts the rows a real step 3 (or prepare_data.sh) would have written
+    rows = training_rows(tmp_path / "rows")
+    if env.get("CONFIG") == "rows":
+        env = {"CONFIG": str(run_file(tmp_path, rows))}
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     done = subprocess.run(
         ["bash", str(RECIPES / script)],
-        cwd=ROOT,
+        cwd=ROOT if script != "multi_node.sh" else rows.parents[1],  # its run file's paths are relative
         env={
             **os.environ,
             "PATH": path,

@@ -214,6 +214,9 @@ def test_a_fresh_run_refuses_a_store_that_holds_an_earlier_run(tmp_path, hook, m
     with pytest.raises(StoreStateError, match="earlier run"):
         compose(load_run_config(run), basedir=str(tmp_path))
     (tmp_path / "ckpt" / "_actor").mkdir(parents=True)  # a checkpoint to resume from: the trainer restores
+    (tmp_path / "train.jsonl").write_text(
+        '{"prompt": "q", "label": "{}"}\n' * 8
+    )  # the dry run counts its rows
     compose(load_run_config(run), basedir=str(tmp_path))
 
 

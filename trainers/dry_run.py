@@ -20,7 +20,7 @@ from ..envs.errors import DataFileError, InvalidArgumentError, SearchGymError, d
 from ..envs.models import MODELS, ModelNotPulledError, resolve_model
 from .config import EnvConfig, MemoryConfig, TrainConfig
 
-__all__ = ["check_run", "check_model_path", "work_estimate", "time_estimate", "prefixed"]
+__all__ = ["check_device", "check_run", "check_model_path", "work_estimate", "time_estimate", "prefixed"]
 
 
 def prefixed(exc: SearchGymError, prefix: str) -> SearchGymError:
@@ -213,6 +213,23 @@ def time_estimate(config: TrainConfig) -> str | None:
     )
 
 
+def check_device(device: str) -> str | None:
+    """Check that ``model.device`` exists on this machine; return how it is found (None for the CPU)."""
+    if not device.startswith("cuda"):
+        return None
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    index = int(device[5:]) if device.startswith("cuda:") else 0
+    if index >= count:
+        raise InvalidArgumentError(
+            f"model.device: {device!r}, but this machine has "
+            + (f"{count} CUDA device(s)" if count else "no CUDA device")
+            + ". Set model.device: auto (CUDA when there is one) or cpu, or run on a machine with the GPU."
+        )
+    return f"  device: {device} ({torch.cuda.get_device_name(index)})"
+
+
 def check_run(config: TrainConfig) -> list[str]:
     """Build and check what a run of ``config`` builds before training; return the plan's extra lines.
 
@@ -223,6 +240,9 @@ def check_run(config: TrainConfig) -> list[str]:
     _check_writable(Path(config.output_dir), "output_dir")
     if config.model.path is not None:
         lines.append(f"  model: {check_model_path(config.model.path)}")
+    device = check_device(config.model.device)
+    if device is not None:
+        lines.append(device)
     if config.algo.ptx_data is not None and not Path(config.algo.ptx_data).is_file():
         raise DataFileError(f"algo.ptx_data: {config.algo.ptx_data!r} is not a file.")
     memory = _check_memory(config)

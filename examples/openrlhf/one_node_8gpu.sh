@@ -3,7 +3,8 @@
 # retrieval server, data, training, evaluation. Run it from the repository root.
 #
 #   bash examples/openrlhf/one_node_8gpu.sh
-#   DRY_RUN=1 bash examples/openrlhf/one_node_8gpu.sh   # print the steps; check the run file (CI runs this)
+#   DRY_RUN=1 bash examples/openrlhf/one_node_8gpu.sh   # print the steps; check the run file against
+#                                                       # the training rows prepare_data.sh wrote (CI runs this)
 #
 # Needs: pip install 'openrlhf[vllm]==0.11.2' -e '.[retrieval,serve,openrlhf,wandb]', and faiss-gpu
 # for a fast index (faiss-cpu works, slower). Disk: ~60 GB for the index and corpus, ~40 GB per

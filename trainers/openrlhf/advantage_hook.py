@@ -74,6 +74,7 @@ and OpenRLHF checks they have ``n_samples_per_prompt > 1``."""
 
 _EXPERIENCE_MAKER = "openrlhf.trainer.ppo_utils.experience_maker"
 _TRAINER = "openrlhf.trainer.ppo_trainer"
+_ACTOR = "openrlhf.trainer.ray.ppo_actor"
 _WRAPPED = "__searchgym_wrapped__"
 
 
@@ -100,10 +101,15 @@ def needs_hook(config: AgentConfig) -> bool:
 
 
 def setup_worker() -> None:
-    """Ray's ``worker_process_setup_hook``: read ``$SEARCHGYM_AGENT_CONFIG`` and :func:`install`."""
+    """Ray's ``worker_process_setup_hook``: read ``$SEARCHGYM_AGENT_CONFIG`` and :func:`install`.
+
+    In every run it also makes the trainer ranks rotate ``ckpt.save_hf``'s copies with the
+    checkpoints (:mod:`~searchgym.trainers.openrlhf.checkpoints`).
+    """
     path = os.environ.get(AGENT_CONFIG_VARIABLE)
     if not path:
         return
+    _after_import(_ACTOR, _patch_actor)
     config = load_agent_config(path)
     if needs_hook(config):
         install(config)
@@ -221,6 +227,16 @@ def _patch_trainer(module: ModuleType) -> None:
             wrapped = wrap(method, lambda: _STATE.config)
             setattr(wrapped, _WRAPPED, True)
             setattr(cls, name, wrapped)
+
+
+def _patch_actor(module: ModuleType) -> None:
+    from .checkpoints import wrap_save_checkpoint
+
+    cls = module.PolicyModelActor
+    if not getattr(cls.save_checkpoint, _WRAPPED, False):
+        wrapped = wrap_save_checkpoint(cls.save_checkpoint)
+        setattr(wrapped, _WRAPPED, True)
+        cls.save_checkpoint = wrapped
 
 
 # -- TSAS -------------------------------------------------------------------------------------

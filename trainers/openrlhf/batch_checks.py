@@ -11,7 +11,8 @@ a run), restated here so a dry run catches them. All of them read OpenRLHF 0.11.
 - ``RayActorGroup.async_run_method_batch``: the rollout batch is cut into experiences of
   ``rollout.micro_batch_size`` samples and dealt out in equal chunks to the ``dp`` ranks. A
   rank that gets fewer samples takes fewer optimizer steps and the others wait for it in
-  ZeRO's collectives, so every rank must get the same number of samples;
+  ZeRO's collectives, so every rank must get the same number of samples (:func:`rank_shares`;
+  the short last batch of an episode is dropped by :mod:`~searchgym.trainers.openrlhf.epochs`);
 - ``PolicyModelActor.ppo_train``: a rank steps the optimizer every ``train.batch_size / dp``
   samples, so a rollout batch that is not a multiple of ``train.batch_size`` leaves a
   partial step (or, when smaller, no step at all);
@@ -25,7 +26,7 @@ from typing import Any
 
 from .flags import FlagError
 
-__all__ = ["check_batch_arithmetic"]
+__all__ = ["check_batch_arithmetic", "rank_shares", "step_line"]
 
 
 def _get(args: Any, dotted: str, default: Any = None) -> Any:
@@ -45,6 +46,46 @@ def _suggest(total: int, per: int, current: int) -> str:
     """A value for a micro batch near ``current`` such that ``total`` splits into ``per`` × it."""
     fits = _divisors_up_to(total // per, max(current, 1))
     return str(fits[-1]) if fits else "1"
+
+
+def rank_shares(samples: int, micro_batch: int, dp: int) -> list[int]:
+    """The samples each data-parallel rank trains on when one rollout batch of ``samples`` is dealt.
+
+    ``RemoteExperienceMaker.split_rollout_samples`` cuts the batch into experiences of
+    ``micro_batch`` samples (the last one shorter), and
+    ``RayActorGroup.async_run_method_batch`` gives rank ``r`` the experiences
+    ``[r·c, (r+1)·c)`` with ``c = ceil(experiences / dp)``.
+    """
+    sizes = [min(micro_batch, samples - start) for start in range(0, samples, micro_batch)]
+    chunk = -(-len(sizes) // dp)
+    return [sum(sizes[rank * chunk : (rank + 1) * chunk]) for rank in range(dp)]
+
+
+def _dp(args: Any) -> int:
+    actor_gpus = _get(args, "actor.num_nodes", 1) * _get(args, "actor.num_gpus_per_node", 8)
+    return actor_gpus // (_get(args, "ds.ring_attn_size", 1) * _get(args, "ds.tensor_parallel_size", 1))
+
+
+def step_line(args: Any) -> str:
+    """What one training step does on each rank, for the dry run (after :func:`check_batch_arithmetic`)."""
+    dp = _dp(args)
+    samples = _get(args, "rollout.batch_size", 1) * _get(args, "rollout.n_samples_per_prompt", 1)
+    rollout_micro = _get(args, "rollout.micro_batch_size", 1)
+    shares = rank_shares(samples, rollout_micro, dp)
+    if _get(args, "train.dynamic_batch_enable", False):
+        return (
+            f"searchgym: each step deals {samples:,} samples to {dp} ranks in length-balanced micro batches "
+            "(train.dynamic_batch_enable)."
+        )
+    micro, batch = _get(args, "train.micro_batch_size", 1), _get(args, "train.batch_size", 128)
+    accumulation = batch // micro // dp
+    micro_steps = shares[0] // micro
+    return (
+        f"searchgym: each step deals {samples:,} samples as {-(-samples // rollout_micro)} experiences of "
+        f"{rollout_micro}, {shares[0]:,} samples to each of {dp} ranks: {micro_steps} micro-steps of {micro} = "
+        f"{micro_steps // accumulation} optimizer step(s) of {accumulation} accumulated micro-steps per rank "
+        f"(× train.max_epochs = {_get(args, 'train.max_epochs', 1)})."
+    )
 
 
 def check_batch_arithmetic(args: Any) -> None:

@@ -37,6 +37,7 @@ from ...envs.errors import DataFileError, InvalidArgumentError, UnknownNameError
 from ...envs.models import resolve_model
 from ..config_base import ConfigError, check, check_finite, check_int, from_dict
 from ..memory_config import MemoryConfig
+from .eval_split import EvalSign, stores_written
 
 __all__ = [
     "AGENT_CONFIG_VARIABLE",
@@ -330,6 +331,9 @@ def load_run_config(path: str | os.PathLike[str], basedir: str | None = None) ->
         DataFileError: the file cannot be read.
         ConfigError: an unknown key (with "did you mean"), a missing ``agent`` section, or a
             value of the wrong type or range; the message names the file and the dotted field.
+        InvalidArgumentError: a sampling temperature vLLM would change, or evaluation
+            episodes the agent could not tell from training ones
+            (:class:`~searchgym.trainers.openrlhf.eval_split.EvalSign`).
     """
     data = read_yaml(path)
     try:
@@ -346,4 +350,8 @@ def load_run_config(path: str | os.PathLike[str], basedir: str | None = None) ->
         raise exc.within(source=str(path)) from None
     config = replace(config, agent=config.agent.resolved(basedir))
     config.path = str(Path(path).expanduser().resolve())
+    try:
+        EvalSign.from_flags(config.openrlhf).check(stores_written(config.agent))
+    except InvalidArgumentError as exc:
+        raise InvalidArgumentError(f"{path}: {exc}") from None
     return config

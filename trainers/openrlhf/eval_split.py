@@ -7,7 +7,15 @@ temperature: ``PPOTrainer.fit`` evaluates with ``--eval.temperature`` (default 0
 training samples at ``--rollout.temperature`` (default 1.0). The agent keeps evaluation
 episodes out of the experience memory and the minimum tool-call store by that sign, so
 the two temperatures must differ when a run has an eval set and either store
-(:meth:`EvalSign.check` says so before the run starts).
+(:meth:`EvalSign.check` says so when the run file is loaded).
+
+The temperatures compared are the ones vLLM samples at. vLLM 0.29's
+``SamplingParams.__post_init__`` raises any temperature in ``(0, _MAX_TEMP)`` to
+``_MAX_TEMP = 1e-2`` (``vllm/sampling_params.py``: ``if 0 < self.temperature < _MAX_TEMP:
+... self.temperature = max(self.temperature, _MAX_TEMP)``), and OpenRLHF builds that object
+on the driver, so the agent sees ``0.01`` for a configured ``0.005``. A configured
+temperature in that range is refused (:func:`vllm_temperature` names the rule); ``0``
+stays greedy.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ if TYPE_CHECKING:
     from .config import AgentConfig
 
 __all__ = [
+    "VLLM_MIN_TEMPERATURE",
     "OPENRLHF_EVAL_TEMPERATURE",
     "OPENRLHF_ROLLOUT_TEMPERATURE",
     "EvalSign",
@@ -32,12 +41,20 @@ __all__ = [
     "keep_out_of_stores",
     "put_back",
     "stores_written",
+    "vllm_temperature",
 ]
 
 OPENRLHF_ROLLOUT_TEMPERATURE = 1.0
 """``--rollout.temperature``'s default in openrlhf 0.11.2."""
 OPENRLHF_EVAL_TEMPERATURE = 0.6
 """``--eval.temperature``'s default in openrlhf 0.11.2."""
+VLLM_MIN_TEMPERATURE = 1e-2
+"""vLLM's ``_MAX_TEMP``: the lowest non-zero temperature it samples at."""
+
+
+def vllm_temperature(temperature: float) -> float:
+    """The temperature vLLM samples at when asked for ``temperature`` (0 stays 0, greedy)."""
+    return VLLM_MIN_TEMPERATURE if 0 < temperature < VLLM_MIN_TEMPERATURE else temperature
 
 
 @dataclass(frozen=True)
@@ -60,9 +77,16 @@ class EvalSign:
         train = flat.get("rollout.temperature", OPENRLHF_ROLLOUT_TEMPERATURE)
         evaluates = bool(flat.get("eval.dataset"))
         evals = flat.get("eval.temperature", OPENRLHF_EVAL_TEMPERATURE)
-        for name, value in (("rollout.temperature", train), ("eval.temperature", evals)):
+        used = [("rollout.temperature", train)] + ([("eval.temperature", evals)] if evaluates else [])
+        for name, value in used:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise InvalidArgumentError(f"openrlhf.{name} must be a number, got {value!r}.")
+            if value < 0 or 0 < value < VLLM_MIN_TEMPERATURE:
+                raise InvalidArgumentError(
+                    f"openrlhf.{name} is {value}, which vLLM samples at {vllm_temperature(value)} (it raises any "
+                    f"temperature in (0, {VLLM_MIN_TEMPERATURE}) to {VLLM_MIN_TEMPERATURE}, and refuses a negative "
+                    f"one): set {name} to 0 (greedy) or to at least {VLLM_MIN_TEMPERATURE}."
+                )
         return cls(float(train), float(evals) if evaluates else None)
 
     @classmethod
@@ -75,9 +99,9 @@ class EvalSign:
 
     @property
     def ambiguous(self) -> bool:
-        """Whether the run has an eval set sampled at the training temperature."""
+        """Whether the run has an eval set that vLLM samples at the training temperature."""
         return self.eval_temperature is not None and math.isclose(
-            self.eval_temperature, self.train_temperature
+            vllm_temperature(self.eval_temperature), vllm_temperature(self.train_temperature)
         )
 
     def check(self, stores: str) -> None:
@@ -91,11 +115,16 @@ class EvalSign:
             InvalidArgumentError: ``stores`` is non-empty and :attr:`ambiguous`.
         """
         if stores and self.ambiguous:
+            other = (
+                0.5
+                if math.isclose(vllm_temperature(self.train_temperature), OPENRLHF_EVAL_TEMPERATURE)
+                else 0.6
+            )
             raise InvalidArgumentError(
-                f"openrlhf.eval.temperature equals openrlhf.rollout.temperature ({self.train_temperature}), so "
-                f"the agent cannot tell evaluation episodes from training ones and would write them into "
-                f"{stores}. Set eval.temperature to another value (OpenRLHF's default is "
-                f"{OPENRLHF_EVAL_TEMPERATURE}), or drop eval.dataset."
+                f"openrlhf.eval.temperature and openrlhf.rollout.temperature are both sampled at "
+                f"{vllm_temperature(self.train_temperature)}, so the agent cannot tell evaluation episodes from "
+                f"training ones and would write them into {stores}: set openrlhf.eval.temperature to another "
+                f"value (e.g. {other}), or drop eval.dataset."
             )
 
     def is_eval(self, sampling_params: Any) -> bool:
@@ -103,7 +132,9 @@ class EvalSign:
         if self.eval_temperature is None or self.ambiguous:
             return False
         temperature = getattr(sampling_params, "temperature", None)
-        return isinstance(temperature, (int, float)) and math.isclose(temperature, self.eval_temperature)
+        return isinstance(temperature, (int, float)) and math.isclose(
+            vllm_temperature(temperature), vllm_temperature(self.eval_temperature)
+        )
 
 
 class ReadOnlyStore:

@@ -32,7 +32,7 @@ from typing import Any
 
 from ...envs.errors import InvalidArgumentError, UnknownNameError
 
-__all__ = ["FlagError", "ParserInfo", "check_flags", "flatten", "openrlhf_parser", "to_argv"]
+__all__ = ["FlagError", "ParserInfo", "check_flags", "flatten", "nested", "openrlhf_parser", "to_argv"]
 
 _MODULE = "openrlhf.cli.train_ppo_ray"
 
@@ -215,6 +215,11 @@ def _hierarchize(flat: argparse.Namespace) -> types.SimpleNamespace:
         return types.SimpleNamespace(**{k: build(v) for k, v in x.items()}) if isinstance(x, dict) else x
 
     return build(root)
+
+
+def nested(flat: Mapping[str, Any]) -> types.SimpleNamespace:
+    """Dotted flags as OpenRLHF's nested args (``args.rollout.batch_size``), without its defaults."""
+    return _hierarchize(argparse.Namespace(**flat))
 
 
 def check_flags(argv: list[str], info: ParserInfo) -> tuple[types.SimpleNamespace, list[str]]:

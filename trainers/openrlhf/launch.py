@@ -34,10 +34,12 @@ from typing import Any, TextIO
 from ...envs.errors import InvalidArgumentError, SearchGymError
 from ...envs.models import resolve_model
 from .advantage_hook import HOOK, TSAS_ESTIMATORS, needs_hook
-from .batch_checks import check_batch_arithmetic
+from .batch_checks import check_batch_arithmetic, step_line
+from .checkpoints import disk_lines
 from .cluster import cluster_runtime_env
 from .config import AGENT_CONFIG_VARIABLE, BASEDIR_VARIABLE, RunConfig, load_run_config
-from .flags import check_flags, flatten, openrlhf_parser, to_argv
+from .epochs import check_data_files, whole_batches
+from .flags import check_flags, flatten, nested, openrlhf_parser, to_argv
 from .resume import prepare_stores, run_stores
 from .secrets import KEY_VARIABLE, redacted_shell, take_wandb_key
 
@@ -123,6 +125,8 @@ class LaunchPlan:
     """The OpenRLHF flags alone."""
     warnings: list[str] = field(default_factory=list)
     """OpenRLHF's printed warnings about the flags, and searchgym's."""
+    notes: list[str] = field(default_factory=list)
+    """What the run will do: the rows per episode and the tail left out, each step's shares."""
     secrets: dict[str, str] = field(default_factory=dict, repr=False)
     """Variables the command needs that are never printed (``WANDB_API_KEY``); set them in its
     environment. A submitted job's runtime env in ``command`` holds them too."""
@@ -191,13 +195,23 @@ def compose(config: RunConfig, basedir: str | None = None) -> LaunchPlan:
     cluster_env: dict[str, Any] = {"env_vars": {}}  # the store actor; a cluster run's shipped files
     warnings += cluster_runtime_env(config, flat, cluster_env)
     _check_fresh_stores(config, flat, basedir)
+    check_data_files(flat)
     info = openrlhf_parser()
-    argv = to_argv(flat, info)
+    notes: list[str] = []
     if info is None:
         warnings.append("searchgym: openrlhf is not installed here, so the flags were not checked.")
+        notes += whole_batches(flat, nested(flat))[1]
+        argv = to_argv(flat, info)
     else:
-        args, printed = check_flags(argv, info)
+        args, printed = check_flags(to_argv(flat, info), info)
         check_batch_arithmetic(args)
+        epochs, lines = whole_batches(flat, args)  # sets data.max_samples
+        notes += lines
+        argv = to_argv(flat, info)
+        args, printed = check_flags(argv, info)
+        notes.append(step_line(args))
+        steps = None if epochs is None else epochs.steps * args.train.num_episodes
+        notes += disk_lines(args, steps)
         warnings += [f"openrlhf: {line}" for line in printed]
 
     env_vars = {AGENT_CONFIG_VARIABLE: config.path, BASEDIR_VARIABLE: basedir}
@@ -207,7 +221,7 @@ def compose(config: RunConfig, basedir: str | None = None) -> LaunchPlan:
     env_vars.update(config.launch.env)
     env_vars.update(cluster_env.pop("env_vars"))
     runtime_env: dict[str, Any] = {"env_vars": dict(env_vars), **cluster_env}
-    if needs_hook(config.agent):
+    if needs_hook(config.agent) or flat.get("ckpt.save_hf"):  # the hook also rotates save_hf's copies
         runtime_env["worker_process_setup_hook"] = HOOK
 
     if config.launch.ray_address is None:
@@ -216,7 +230,7 @@ def compose(config: RunConfig, basedir: str | None = None) -> LaunchPlan:
         python = config.launch.python or sys.executable
         command = [python, "-m", "searchgym.trainers.openrlhf.train_ppo", *argv]
         env = {RUNTIME_ENV_VARIABLE: json.dumps(local_env, sort_keys=True)}
-        return LaunchPlan(command, env, local_env, argv, warnings, secrets)
+        return LaunchPlan(command, env, local_env, argv, warnings, notes, secrets)
     python = config.launch.python or "python3"
     runtime_env["env_vars"].update(secrets)  # the job's workers get the key from here alone
     command = [
@@ -234,7 +248,7 @@ def compose(config: RunConfig, basedir: str | None = None) -> LaunchPlan:
         *argv,
     ]
     runtime_env["env_vars"] = {k: v for k, v in runtime_env["env_vars"].items() if k not in secrets}
-    return LaunchPlan(command, {}, runtime_env, argv, warnings, secrets)
+    return LaunchPlan(command, {}, runtime_env, argv, warnings, notes, secrets)
 
 
 def _missing_runtime() -> list[str]:
@@ -261,7 +275,7 @@ def launch(config_path: str | os.PathLike[str], dry_run: bool = False, *, out: T
     out = out or sys.stdout
     config = load_run_config(config_path)
     plan = compose(config)
-    for line in plan.warnings:
+    for line in plan.warnings + plan.notes:
         print(f"# {line}", file=sys.stderr)
     if dry_run:
         print(plan.shell(), file=out)

@@ -59,9 +59,12 @@ def main(argv: list[str] | None = None) -> None:
     import ray
 
     env = runtime_env()
+    flags = sys.argv[1:] if argv is None else argv
+    if "--ckpt.save_hf" in flags:  # the hook rotates the HF copies with the checkpoints
+        env.setdefault("worker_process_setup_hook", HOOK)
     if not ray.is_initialized():
         ray.init(runtime_env=env)
-    sys.argv = ["openrlhf.cli.train_ppo_ray", *(sys.argv[1:] if argv is None else argv)]
+    sys.argv = ["openrlhf.cli.train_ppo_ray", *flags]
     runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__", alter_sys=True)
 
 

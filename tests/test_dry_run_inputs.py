@@ -1,0 +1,23 @@
+"""The built-in trainer's dry run checks the device it is told to train on (issue 47)."""
+
+from __future__ import annotations
+
+import pytest
+
+from searchgym.cli import main
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.mark.skipif(
+    torch.cuda.is_available(), reason="this machine has CUDA: model.device: cuda is fine here"
+)
+@pytest.mark.parametrize("device", ["cuda", "cuda:1"])
+def test_a_cuda_device_on_a_machine_without_one_stops_the_dry_run(tmp_path, capsys, device):
+    path = tmp_path / "run.yaml"
+    path.write_text(f"steps: 2\noutput_dir: {tmp_path / 'out'}\nmodel: {{tiny: {{}}, device: '{device}'}}\n")
+    assert main(["train", "--config", str(path), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"model.device: '{device}', but this machine has no CUDA device" in err[0]
+    path.write_text(f"steps: 2\noutput_dir: {tmp_path / 'out'}\nmodel: {{tiny: {{}}, device: auto}}\n")
+    assert main(["train", "--config", str(path), "--dry-run"]) == 0  # the fix the message gives
