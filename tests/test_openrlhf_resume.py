@@ -68,7 +68,13 @@ def openrlhf_trainer_class(ray_get, extra=()):
     )
     tree = ast.parse(Path(source).read_text(encoding="utf-8"))
     base = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "BasePPOTrainer")
-    wanted = {"init_checkpoint_states", "save_logs_and_checkpoints", "save_best_checkpoint", "train_step", *extra}
+    wanted = {
+        "init_checkpoint_states",
+        "save_logs_and_checkpoints",
+        "save_best_checkpoint",
+        "train_step",
+        *extra,
+    }
     methods = [n for n in base.body if isinstance(n, ast.FunctionDef) and n.name in wanted]
     assert {m.name for m in methods} == wanted
     namespace = {"os": os, "ray": SimpleNamespace(get=ray_get), "Dict": dict, "Tuple": tuple}
@@ -432,13 +438,23 @@ def async_run(classes, module, ckpt: Path, store: Path, crash_at: int | None):
     )
     rollout_queue, slots = queue.Queue(maxsize=1), queue.Queue(maxsize=1)
     slots.put(0)
-    lock = SimpleNamespace(acquire=SimpleNamespace(remote=lambda: None), release=SimpleNamespace(remote=lambda: None))
+    lock = SimpleNamespace(
+        acquire=SimpleNamespace(remote=lambda: None), release=SimpleNamespace(remote=lambda: None)
+    )
     generator = object.__new__(classes["GenerateSamplesActor"])
     prompts = Prompts(4)
     vars(generator).update(
-        args=args, generate_kwargs={}, prompts_dataloader=prompts, eval_dataloader=["eval"],
-        samples_generator=Rollouts(prompts, store), vllm_lock=lock, _partial_rollout=False,
-        rollout_queue=rollout_queue, rollout_slots=slots, _last_eval_step=-1, _eval_just_done=False,
+        args=args,
+        generate_kwargs={},
+        prompts_dataloader=prompts,
+        eval_dataloader=["eval"],
+        samples_generator=Rollouts(prompts, store),
+        vllm_lock=lock,
+        _partial_rollout=False,
+        rollout_queue=rollout_queue,
+        rollout_slots=slots,
+        _last_eval_step=-1,
+        _eval_just_done=False,
     )
     generator.load_state_dict = prompts.load_state_dict
 
@@ -449,7 +465,9 @@ def async_run(classes, module, ckpt: Path, store: Path, crash_at: int | None):
 
     trainer = object.__new__(classes["TrainingActor"])
     vars(trainer).update(vars(_trainer_fields(module, ckpt, args)))
-    vars(trainer).update(vllm_lock=lock, _partial_rollout=False, rollout_queue=rollout_queue, rollout_slots=slots)
+    vars(trainer).update(
+        vllm_lock=lock, _partial_rollout=False, rollout_queue=rollout_queue, rollout_slots=slots
+    )
     trainer.train_step = advantage_hook.wrap_train_step(ppo_step, advantage_hook._STATE).__get__(trainer)
     trainer.broadcast_to_vllm = lambda: None
     run = object.__new__(classes["PPOTrainerAsync"])
@@ -471,7 +489,9 @@ def test_async_training_resumes_from_its_best_checkpoint(tmp_path, hook, monkeyp
         "searchgym/SyntheticFacts-v0",
         memory=MemoryConfig(kind="lightsearcher", path=str(store), update_every=2),
     )
-    module = openrlhf_trainer_class(ray_get_threads, ("restore_best_checkpoint_state", "_detect_eval_metric_key"))
+    module = openrlhf_trainer_class(
+        ray_get_threads, ("restore_best_checkpoint_state", "_detect_eval_metric_key")
+    )
     advantage_hook._patch_trainer(module)
     classes = openrlhf_async_classes(module)
     start_process(config, monkeypatch)
@@ -489,8 +509,12 @@ def test_async_training_resumes_from_its_best_checkpoint(tmp_path, hook, monkeyp
     assert (ckpt / "_actor" / "latest").read_text() == "global_step4"
     memory = ExperienceMemory(str(store))
     assert memory.steps == 4 and memory.experience.version == 2  # updates at steps 2 and 4, once each
-    kept = [json.loads(body)["trajectory"]["question"]["id"] for _, body in rows(store / "trajectories.sqlite")]
-    batches = [[finished_trajectory((2 * b + i) % 6, good=i == 0).question.id for i in range(2)] for b in range(4)]
+    kept = [
+        json.loads(body)["trajectory"]["question"]["id"] for _, body in rows(store / "trajectories.sqlite")
+    ]
+    batches = [
+        [finished_trajectory((2 * b + i) % 6, good=i == 0).question.id for i in range(2)] for b in range(4)
+    ]
     assert kept[:6] == batches[0] + batches[1] + batches[2]  # as the best checkpoint's step 3 left them
     # OpenRLHF's generator runs ahead: batch 3's episodes may be written before the best
     # checkpoint's snapshot, and the resumed run generates batch 3 again.

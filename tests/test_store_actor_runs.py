@@ -74,13 +74,14 @@ try:
     module = openrlhf_trainer_class(ray_get=lambda refs: refs)  # OpenRLHF's own init_checkpoint_states
     advantage_hook._patch_trainer(module)
     advantage_hook._STATE.config = run.agent
-    trainer(module, os.path.join(os.path.dirname(run_file), "ckpt"), load_enable=False).init_checkpoint_states()
+    from pathlib import Path
+    trainer(module, Path(run_file).parent / "ckpt", load_enable=False).init_checkpoint_states()
 except SearchGymError as exc:
     print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}), flush=True)
     sys.exit(0)
 memory = open_memory(run.agent.memory, run.agent)  # what the agents use
 before = len(memory)
-for i in range(3):
+for i in range(3 if mode != "hold" else 0):  # a held run is still loading its models
     memory.add(finished_trajectory(i, good=i == 0))
 info = store_client(run.agent).call("describe")
 out = {"name": store_client(run.agent).name, "before": before, "after": len(memory), "pid": info["pid"],
@@ -102,12 +103,26 @@ def cluster() -> Any:
     """A Ray head started with ``ray start --head --block`` (its process group is ended after)."""
     if ray.is_initialized():
         ray.shutdown()
-    port = _free_port()
+    saved = os.environ.get("RAY_AUTH_MODE")
+    os.environ["RAY_AUTH_MODE"] = "disabled"  # no token for the drivers to find (Ray 2.60 asks for one)
+    port, client, agent = _free_port(), _free_port(), _free_port()
     temp = tempfile.mkdtemp(prefix="sgray", dir="/tmp")
     ray_bin = Path(sys.executable).with_name("ray")
     head = subprocess.Popen(
-        [str(ray_bin), "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1",
-         "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp}"],
+        [
+            str(ray_bin),
+            "start",
+            "--head",
+            "--block",
+            f"--port={port}",
+            f"--ray-client-server-port={client}",
+            f"--dashboard-agent-listen-port={agent}",
+            "--node-ip-address=127.0.0.1",
+            "--num-cpus=2",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+            f"--temp-dir={temp}",
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
@@ -133,6 +148,10 @@ def cluster() -> Any:
     except subprocess.TimeoutExpired:
         os.killpg(head.pid, signal.SIGKILL)
     shutil.rmtree(temp, ignore_errors=True)
+    if saved is None:
+        os.environ.pop("RAY_AUTH_MODE", None)
+    else:
+        os.environ["RAY_AUTH_MODE"] = saved
 
 
 def write_run(folder: Path, update_every: int) -> Path:
@@ -227,7 +246,7 @@ def test_two_live_runs_on_one_store_are_refused(cluster: str, tmp_path: Path) ->
         finish(first)
     wait_for_no_actors(cluster)
     again = start_run(cluster, run_file)  # the first run has ended: the store is free
-    assert result(again)["before"] == 3
+    assert result(again)["after"] == 3
     finish(again)
 
 
@@ -248,10 +267,16 @@ def test_a_stale_detached_actor_is_named_and_ended_by_the_command(cluster: str, 
     refused = result(start_run(cluster, run_file))
     assert f"'{stale}'" in refused["error"] and f"--kill {stale}`" in refused["error"]
     listed = memory_cli(cluster)
-    assert listed.returncode == 0 and f"{stale}: no run recorded" in listed.stdout and "detached" in listed.stdout
+    assert (
+        listed.returncode == 0
+        and f"{stale}: no run recorded" in listed.stdout
+        and "detached" in listed.stdout
+    )
     assert f"memory {runs / 'memory'} (update_every 1)" in listed.stdout
     typo = memory_cli(cluster, "--kill", stale[:-1])
-    assert typo.returncode != 0 and "Did you mean" in typo.stderr and len(typo.stderr.strip().splitlines()) == 1
+    assert (
+        typo.returncode != 0 and "Did you mean" in typo.stderr and len(typo.stderr.strip().splitlines()) == 1
+    )
     killed = memory_cli(cluster, "--kill", stale)
     assert killed.returncode == 0 and f"Ended the store actor {stale}" in killed.stdout, killed.stderr
     assert "No store actor lives" in wait_for_no_actors(cluster)
@@ -265,7 +290,9 @@ def test_actors_serving_matches_paths_and_old_names(tmp_path: Path) -> None:
     actors = [
         StoreActorInfo("a", memory_path=str(tmp_path / "other")),
         StoreActorInfo("b", min_tool_calls_path=str(tmp_path / "x" / ".." / "mins.sqlite")),  # same file
-        StoreActorInfo("searchgym-store-abc", error="an actor of an older searchgym"),  # named after our paths
+        StoreActorInfo(
+            "searchgym-store-abc", error="an actor of an older searchgym"
+        ),  # named after our paths
         StoreActorInfo("searchgym-store-abd", error="an actor of an older searchgym"),
     ]
     found = actors_serving(mine, actors, names=["searchgym-store-abc"])

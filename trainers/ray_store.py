@@ -235,7 +235,9 @@ class StoreServer:
         return {
             "memory_path": self.spec.memory_path,
             "min_tool_calls_path": self.spec.min_tool_calls_path,
-            "settings": {k: v if isinstance(v, (int, float, str, bool)) else repr(v) for k, v in kwargs.items()},
+            "settings": {
+                k: v if isinstance(v, (int, float, str, bool)) else repr(v) for k, v in kwargs.items()
+            },
             "owner": None if self.owner is None else asdict(self.owner),
             "detached": self.detached,
             "pid": os.getpid(),

@@ -83,7 +83,9 @@ class StoreActorInfo:
         since = time.strftime("%Y-%m-%d %H:%M", time.localtime(self.started)) if self.started else "?"
         run = f"run {self.run_id}" if self.run_id else "no run recorded"
         owner = self.owner or {}
-        where = f"started by pid {owner['pid']} on {owner['host']}" if owner else f"pid {self.pid} on {self.host}"
+        where = (
+            f"started by pid {owner['pid']} on {owner['host']}" if owner else f"pid {self.pid} on {self.host}"
+        )
         return f"{run}, {where}, since {since}{', detached' if self.detached else ''}"
 
 
@@ -108,7 +110,9 @@ def list_store_actors(timeout: float = 10.0) -> list[StoreActorInfo]:
         try:
             data = ray.get(handle.describe.remote(), timeout=timeout)
         except AttributeError:
-            out.append(StoreActorInfo(name, error="an actor of an older searchgym, which cannot describe itself"))
+            out.append(
+                StoreActorInfo(name, error="an actor of an older searchgym, which cannot describe itself")
+            )
             continue
         except GetTimeoutError:
             out.append(StoreActorInfo(name, error=f"it did not answer within {timeout:g} s"))

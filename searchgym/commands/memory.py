@@ -175,6 +175,7 @@ def _repair(args: argparse.Namespace) -> int:
 
 
 def _connect(address: str | None) -> None:
+    import logging
     import os
 
     from searchgym.envs.errors import SearchGymError
@@ -187,7 +188,7 @@ def _connect(address: str | None) -> None:
         ) from None
     address = address or os.environ.get("RAY_ADDRESS") or "auto"
     try:
-        ray.init(address=address, include_dashboard=None, log_to_driver=False, logging_level="ERROR")
+        ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
     except ConnectionError as exc:
         raise SearchGymError(
             f"No Ray cluster at {address!r} ({str(exc).splitlines()[0]}); give --ray-address HOST:6379 (or set "

@@ -142,7 +142,9 @@ def _store_names(config: AgentConfig, spec: Any) -> list[tuple[str, str]]:
 def _in_use(config: AgentConfig, spec: Any, actor: Any) -> Any:
     from ..store_actors import KILL_COMMAND, StoreInUseError
 
-    shared = [f"{key} {path}" for key, path in _store_names(config, spec) if os.path.abspath(path) in actor.paths()]
+    shared = [
+        f"{key} {path}" for key, path in _store_names(config, spec) if os.path.abspath(path) in actor.paths()
+    ]
     what = " and ".join(shared) or "this run's store"
     return StoreInUseError(
         f"{what} is in use by another run: the Ray store actor {actor.name!r} ({actor.who()}) serves it, and "
