@@ -60,14 +60,21 @@ def finished_trajectory(question_index: int, good: bool):
     return env.unwrapped.trajectory
 
 
-def openrlhf_trainer_class(ray_get):
-    """``BasePPOTrainer`` with OpenRLHF's own checkpoint methods, in a module the hook can patch."""
+def openrlhf_trainer_class(ray_get, extra=()):
+    """``BasePPOTrainer`` with OpenRLHF's own checkpoint methods (and those named in ``extra``),
+    in a module the hook can patch."""
     source = os.path.join(
         os.path.dirname(importlib.util.find_spec("openrlhf").origin), "trainer", "ppo_trainer.py"
     )
     tree = ast.parse(Path(source).read_text(encoding="utf-8"))
     base = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "BasePPOTrainer")
-    wanted = {"init_checkpoint_states", "save_logs_and_checkpoints", "save_best_checkpoint", "train_step"}
+    wanted = {
+        "init_checkpoint_states",
+        "save_logs_and_checkpoints",
+        "save_best_checkpoint",
+        "train_step",
+        *extra,
+    }
     methods = [n for n in base.body if isinstance(n, ast.FunctionDef) and n.name in wanted]
     assert {m.name for m in methods} == wanted
     namespace = {"os": os, "ray": SimpleNamespace(get=ray_get), "Dict": dict, "Tuple": tuple}
@@ -296,3 +303,222 @@ def test_a_best_checkpoint_snapshots_the_stores_too(tmp_path, hook, monkeypatch)
     )
     save(None, {"eval_pass1": 0.5}, 7)
     assert saved == [7] and run_stores(config)[0].steps() == [7]
+
+
+# -- OpenRLHF's async trainer: its best checkpoint records the trainer's step, not the eval's --------
+
+
+def openrlhf_async_classes(base_module):
+    """``TrainingActor``, ``GenerateSamplesActor`` and ``PPOTrainerAsync`` with OpenRLHF 0.11.2's own
+    ``fit`` methods (compiled from ``ppo_trainer_async.py``, which imports vLLM through
+    ``ppo_trainer``), over ``base_module``'s patched ``BasePPOTrainer``. What stands in is Ray:
+    ``.remote`` runs the method in a thread, ``ray.get`` waits for it, queues are ``queue.Queue``."""
+    source = os.path.join(
+        os.path.dirname(importlib.util.find_spec("openrlhf").origin), "trainer", "ppo_trainer_async.py"
+    )
+    tree = ast.parse(Path(source).read_text(encoding="utf-8"))
+    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+    wanted = {
+        "GenerateSamplesActor": {"_should_eval", "_run_eval", "fit"},
+        "TrainingActor": {"fit"},
+        "PPOTrainerAsync": {"fit"},
+    }
+    namespace = {
+        "ray": SimpleNamespace(get=ray_get_threads),
+        "time": __import__("time"),
+        "tqdm": lambda *a, **k: SimpleNamespace(update=lambda n: None, close=lambda: None),
+        "logger": logging.getLogger("openrlhf"),
+        "compute_eval_metrics": lambda loader, samples, n: {"eval_searchgym_pass1": 0.5},
+        "BasePPOTrainer": base_module.BasePPOTrainer,
+    }
+    out = {}
+    for name, methods in wanted.items():
+        body = [n for n in classes[name].body if isinstance(n, ast.FunctionDef) and n.name in methods]
+        assert {m.name for m in body} == methods
+        exec(compile(ast.Module(body=body, type_ignores=[]), source, "exec"), namespace)
+        bases = (base_module.BasePPOTrainer,) if name == "TrainingActor" else ()
+        out[name] = type(name, bases, {m: namespace[m] for m in methods})
+    return out
+
+
+def ray_get_threads(refs, timeout=120):
+    """``ray.get`` over the stand-in's futures (and the plain values the checkpoint fakes return)."""
+    from concurrent.futures import Future
+
+    if isinstance(refs, list):
+        return [ray_get_threads(r, timeout) for r in refs]
+    return refs.result(timeout=timeout) if isinstance(refs, Future) else refs
+
+
+class Remote:
+    """A Ray actor handle stand-in: ``handle.method.remote(...)`` runs the method in its own thread."""
+
+    def __init__(self, obj):
+        self._obj = obj
+
+    def __getattr__(self, name):
+        import threading
+        from concurrent.futures import Future
+
+        def remote(*args, **kwargs):
+            future: Future = Future()
+
+            def run():
+                try:
+                    future.set_result(getattr(self._obj, name)(*args, **kwargs))
+                except BaseException as exc:  # noqa: BLE001  (handed to ray.get, as Ray does)
+                    future.set_exception(exc)
+
+            threading.Thread(target=run, daemon=True).start()
+            return future
+
+        return SimpleNamespace(remote=remote)
+
+
+class LatestCheckpoints(DeepSpeedCheckpoints):
+    """DeepSpeed's ``save_checkpoint(save_latest=True)`` and ``load_checkpoint(tag=None)``: the tag
+    saved last is written to ``latest``, and that is the one loaded; a new best replaces the old."""
+
+    def async_run_method(self, method_name, **kwargs):
+        if method_name == "save_checkpoint":
+            if kwargs["tag"].startswith("best"):
+                for old in self.folder.glob("best*"):
+                    if old.name != kwargs["tag"]:
+                        import shutil
+
+                        shutil.rmtree(old)
+            super().async_run_method(method_name, **kwargs)
+            (self.folder / "latest").write_text(kwargs["tag"])
+            return []
+        tag = (self.folder / "latest").read_text()
+        return [json.loads((self.folder / tag / "client_states.json").read_text())]
+
+
+class Prompts:
+    """OpenRLHF's stateful prompts dataloader: its position is its state."""
+
+    def __init__(self, batches):
+        self.batches, self.position = batches, 0
+
+    def __len__(self):
+        return self.batches
+
+    def state_dict(self):
+        return {"position": self.position}
+
+    def load_state_dict(self, state):
+        self.position = state["position"]
+
+
+class Rollouts:
+    """vLLM's side of ``SamplesGenerator``: each batch's agents add their episodes to the memory."""
+
+    def __init__(self, prompts, store):
+        self.prompts, self.store = prompts, store
+
+    def generate_samples(self, **kwargs):
+        batch = self.prompts.position
+        memory = ExperienceMemory(str(self.store))
+        for i in range(2):
+            memory.add(finished_trajectory((2 * batch + i) % 6, good=i == 0))
+        self.prompts.position += 1
+        return [f"batch{batch}"], 1.0, 1, self.prompts.position == len(self.prompts)
+
+    def generate_eval_samples(self, **kwargs):
+        return []
+
+
+def async_run(classes, module, ckpt: Path, store: Path, crash_at: int | None):
+    """One ``PPOTrainerAsync.fit`` with queue size 1, eval and checkpoints every 2 steps, 4 batches."""
+    import queue
+
+    args = SimpleNamespace(
+        ckpt=SimpleNamespace(path=str(ckpt), load_enable=True, save_steps=2),
+        logger=SimpleNamespace(logging_steps=1),
+        eval=SimpleNamespace(steps=2, temperature=0.6, n_samples_per_prompt=1),
+        train=SimpleNamespace(num_episodes=1),
+        algo=SimpleNamespace(dynamic_filtering_enable=False),
+    )
+    rollout_queue, slots = queue.Queue(maxsize=1), queue.Queue(maxsize=1)
+    slots.put(0)
+    lock = SimpleNamespace(
+        acquire=SimpleNamespace(remote=lambda: None), release=SimpleNamespace(remote=lambda: None)
+    )
+    generator = object.__new__(classes["GenerateSamplesActor"])
+    prompts = Prompts(4)
+    vars(generator).update(
+        args=args,
+        generate_kwargs={},
+        prompts_dataloader=prompts,
+        eval_dataloader=["eval"],
+        samples_generator=Rollouts(prompts, store),
+        vllm_lock=lock,
+        _partial_rollout=False,
+        rollout_queue=rollout_queue,
+        rollout_slots=slots,
+        _last_eval_step=-1,
+        _eval_just_done=False,
+    )
+    generator.load_state_dict = prompts.load_state_dict
+
+    def ppo_step(self, rollout_samples, global_step):  # the DeepSpeed update is not the unit here
+        if global_step + 1 == crash_at:
+            raise RuntimeError("the node died")
+        return {"loss": 0.0}, global_step + 1
+
+    trainer = object.__new__(classes["TrainingActor"])
+    vars(trainer).update(vars(_trainer_fields(module, ckpt, args)))
+    vars(trainer).update(
+        vllm_lock=lock, _partial_rollout=False, rollout_queue=rollout_queue, rollout_slots=slots
+    )
+    trainer.train_step = advantage_hook.wrap_train_step(ppo_step, advantage_hook._STATE).__get__(trainer)
+    trainer.broadcast_to_vllm = lambda: None
+    run = object.__new__(classes["PPOTrainerAsync"])
+    run.generator_actor, run.trainer_actor = Remote(generator), Remote(trainer)
+    run.fit()
+
+
+def _trainer_fields(module, ckpt, args):
+    t = trainer(module, ckpt, load_enable=True)
+    t.args = args
+    t.actor_model_group = LatestCheckpoints(ckpt)
+    t.best_eval_metric_value = float("-inf")
+    return t
+
+
+def test_async_training_resumes_from_its_best_checkpoint(tmp_path, hook, monkeypatch):
+    store, ckpt = tmp_path / "memory", tmp_path / "ckpt"
+    config = AgentConfig(
+        "searchgym/SyntheticFacts-v0",
+        memory=MemoryConfig(kind="lightsearcher", path=str(store), update_every=2),
+    )
+    module = openrlhf_trainer_class(
+        ray_get_threads, ("restore_best_checkpoint_state", "_detect_eval_metric_key")
+    )
+    advantage_hook._patch_trainer(module)
+    classes = openrlhf_async_classes(module)
+    start_process(config, monkeypatch)
+    with pytest.raises(RuntimeError, match="the node died"):
+        async_run(classes, module, ckpt, store, crash_at=4)
+    # The eval ran on the step-2 token while the trainer trained batch 3; its best checkpoint
+    # holds the trainer's step: OpenRLHF's own bookkeeping, which the resume below loads.
+    best = json.loads((ckpt / "_actor" / "best_global_step2" / "client_states.json").read_text())
+    assert (ckpt / "_actor" / "latest").read_text() == "best_global_step2" and best["global_step"] == 3
+    assert best["data_loader_state_dict"] == {"position": 3}
+    assert 3 in run_stores(config)[0].steps()
+
+    start_process(config, monkeypatch)  # the resumed run: a new trainer process
+    async_run(classes, module, ckpt, store, crash_at=None)  # resumes at step 3 and trains batch 4
+    assert (ckpt / "_actor" / "latest").read_text() == "global_step4"
+    memory = ExperienceMemory(str(store))
+    assert memory.steps == 4 and memory.experience.version == 2  # updates at steps 2 and 4, once each
+    kept = [
+        json.loads(body)["trajectory"]["question"]["id"] for _, body in rows(store / "trajectories.sqlite")
+    ]
+    batches = [
+        [finished_trajectory((2 * b + i) % 6, good=i == 0).question.id for i in range(2)] for b in range(4)
+    ]
+    assert kept[:6] == batches[0] + batches[1] + batches[2]  # as the best checkpoint's step 3 left them
+    # OpenRLHF's generator runs ahead: batch 3's episodes may be written before the best
+    # checkpoint's snapshot, and the resumed run generates batch 3 again.
+    assert kept[-2:] == batches[3] and set(kept[6:]) == set(batches[3])

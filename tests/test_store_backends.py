@@ -166,10 +166,12 @@ def test_launch_names_one_store_actor_per_store(tmp_path: Path) -> None:
     plan = plan_of(run_file(tmp_path))
     name = plan.runtime_env["env_vars"]["SEARCHGYM_STORE_ACTOR"]
     assert name.startswith("searchgym-store-") and "py_modules" not in plan.runtime_env  # one node
-    assert plan_of(run_file(tmp_path)).runtime_env["env_vars"]["SEARCHGYM_STORE_ACTOR"] == name  # resume
+    again = plan_of(run_file(tmp_path)).runtime_env["env_vars"]["SEARCHGYM_STORE_ACTOR"]
+    assert again != name and again.rsplit("-", 1)[0] == name.rsplit("-", 1)[0]  # each launch its own
     other = tmp_path / "other"
     other.mkdir()
-    assert plan_of(run_file(other)).runtime_env["env_vars"]["SEARCHGYM_STORE_ACTOR"] != name  # other paths
+    named = plan_of(run_file(other)).runtime_env["env_vars"]["SEARCHGYM_STORE_ACTOR"]
+    assert named.rsplit("-", 1)[0] != name.rsplit("-", 1)[0]  # other paths
     files = plan_of(run_file(tmp_path, launch_env="SEARCHGYM_STORE_ACTOR: file"))
     assert files.runtime_env["env_vars"]["SEARCHGYM_STORE_ACTOR"] == "file"
     with pytest.raises(InvalidArgumentError, match=r"loopback.*--host 0.0.0.0"):

@@ -8,8 +8,11 @@ on any node reach it by name through a :class:`StoreClient`; no shared file syst
 needed.
 
 The actor
-    - is **named and detached** (namespace :data:`NAMESPACE`), so every process of the job
-      finds it by name, and a resumed job finds it (or starts it again from its files);
+    - is **named** (namespace :data:`NAMESPACE`), so every process of the job finds it by
+      name. Under OpenRLHF it belongs to one run: its name carries the launch, the trainer
+      starts it (not detached, so it ends with the run) and records the run in it
+      (:class:`StoreOwner`, :meth:`StoreServer.describe`), and a resumed run starts its
+      own from the files (:mod:`searchgym.trainers.store_actors` finds and ends actors);
     - is **pinned to the head node** (the resource ``node:__internal_head__``), whose local
       disk holds its files under the paths of the config, and restarts there
       (``max_restarts=-1``); calls in flight when it died are retried
@@ -34,8 +37,10 @@ few-shot example, and once to read and lower a question's minimum of searches
 from __future__ import annotations
 
 import os
+import socket
+import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -50,6 +55,7 @@ from ..memory.store import MemoryStore
 
 __all__ = [
     "NAMESPACE",
+    "StoreOwner",
     "StoreSpec",
     "StoreServer",
     "StoreClient",
@@ -86,14 +92,42 @@ class StoreSpec:
             raise InvalidArgumentError("A StoreSpec needs memory_path, min_tool_calls_path or both.")
 
 
+@dataclass(frozen=True)
+class StoreOwner:
+    """The run a store actor belongs to, recorded in the actor (:meth:`StoreServer.describe`).
+
+    Attributes:
+        run_id: The run: made by its first launch, recorded in each of its checkpoints and
+            taken from there by a resumed run.
+        host: The machine that started the actor's run.
+        pid: The process that started it (under OpenRLHF the trainer actor).
+        started: When, in seconds since the epoch.
+        checkpoint: The run's checkpoint folder (``openrlhf.ckpt.path``), or ``""``.
+    """
+
+    run_id: str
+    host: str = field(default_factory=socket.gethostname)
+    pid: int = field(default_factory=os.getpid)
+    started: float = field(default_factory=time.time)
+    checkpoint: str = ""
+
+
 class StoreServer:
     """The state a store actor owns (a plain class: Ray wraps it in :func:`start_store_actor`).
 
     Every method is one actor call; arguments and results are plain data.
+
+    Args:
+        spec: What it owns.
+        owner: The run it belongs to (``None``: not recorded).
+        detached: Whether it was started detached (it then outlives its run); for :meth:`describe`.
     """
 
-    def __init__(self, spec: StoreSpec):
+    def __init__(self, spec: StoreSpec, owner: StoreOwner | None = None, detached: bool = True):
         self.spec = spec
+        self.owner = owner
+        self.detached = detached
+        self.started = time.time()
         self.memory: ExperienceMemory | None = None
         self.mins: MinToolCallStore | None = None
         self._open()
@@ -195,8 +229,33 @@ class StoreServer:
     def pid(self) -> int:
         return os.getpid()
 
+    def describe(self) -> dict[str, Any]:
+        """What the actor serves and whose it is: plain data for ``searchgym memory actors``."""
+        kwargs = self.spec.memory_kwargs
+        return {
+            "memory_path": self.spec.memory_path,
+            "min_tool_calls_path": self.spec.min_tool_calls_path,
+            "settings": {
+                k: v if isinstance(v, (int, float, str, bool)) else repr(v) for k, v in kwargs.items()
+            },
+            "owner": None if self.owner is None else asdict(self.owner),
+            "detached": self.detached,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "started": self.started,
+            "trajectories": len(self.memory) if self.memory is not None else None,
+        }
 
-def start_store_actor(spec: StoreSpec, name: str, *, on_head: bool = True) -> Any:
+
+def start_store_actor(
+    spec: StoreSpec,
+    name: str,
+    *,
+    on_head: bool = True,
+    detached: bool = True,
+    owner: StoreOwner | None = None,
+    get_if_exists: bool = True,
+) -> Any:
     """The store actor called ``name``: found when it exists, else started with ``spec``.
 
     Needs ``ray.init`` first. Two processes that start it at once get the same actor.
@@ -206,21 +265,27 @@ def start_store_actor(spec: StoreSpec, name: str, *, on_head: bool = True) -> An
         name: Its name in :data:`NAMESPACE`.
         on_head: Pin it to the head node (whose disk holds its files); ``False`` lets Ray
             place it (tests, one machine).
+        detached: Let it outlive the process that starts it (the built-in trainer ends it
+            itself). ``False``: Ray ends it with that process, so it ends with its run.
+        owner: The run it belongs to, recorded in it.
+        get_if_exists: Return a living actor of that name. ``False``: raise Ray's
+            ``ValueError`` when the name is taken.
     """
     import ray
 
     options: dict[str, Any] = {
         "name": name,
         "namespace": NAMESPACE,
-        "lifetime": "detached",
-        "get_if_exists": True,
+        "get_if_exists": get_if_exists,
         "max_restarts": -1,
         "max_task_retries": -1,
         "num_cpus": 0,
     }
+    if detached:
+        options["lifetime"] = "detached"
     if on_head:
         options["resources"] = {HEAD_RESOURCE: 0.001}
-    return ray.remote(StoreServer).options(**options).remote(spec)
+    return ray.remote(StoreServer).options(**options).remote(spec, owner, detached)
 
 
 class StoreClient:
@@ -231,12 +296,16 @@ class StoreClient:
         spec: Start the actor with this when it does not exist yet; ``None`` requires it
             to exist.
         timeout: Seconds a call waits for the actor (a restart included).
+        detached: Start it detached (see :func:`start_store_actor`).
     """
 
-    def __init__(self, name: str, spec: StoreSpec | None = None, *, timeout: float = 300.0):
+    def __init__(
+        self, name: str, spec: StoreSpec | None = None, *, timeout: float = 300.0, detached: bool = True
+    ):
         self.name = name
         self.spec = spec
         self.timeout = timeout
+        self.detached = detached
         self._actor: Any = None
 
     @property
@@ -252,7 +321,7 @@ class StoreClient:
                         f"No store actor {self.name!r} in Ray namespace {NAMESPACE!r}: the launcher starts "
                         "it; check that this process runs in the same Ray cluster."
                     ) from None
-                self._actor = start_store_actor(self.spec, self.name)
+                self._actor = start_store_actor(self.spec, self.name, detached=self.detached)
         return self._actor
 
     def call(self, method: str, *args: Any) -> Any:

@@ -6,7 +6,10 @@ records by level (read with ``HierarchicalExperience.load``) when the store hold
 corrupt records that reading skipped. ``searchgym memory repair PATH`` checks every file of
 the store (the bank, trajectories, updates, LightSearcher's ``min_tool_calls.sqlite``: SQLite's
 integrity check, a damaged file rebuilt from what is readable with the original kept; HiExp's
-levels file) and keeps every readable record.
+levels file) and keeps every readable record. ``searchgym memory actors`` lists the store
+actors living in the Ray cluster (the stores of an OpenRLHF run, or of the built-in trainer
+with ``memory.backend: ray``): each one's name, run, process and store paths;
+``--kill NAME`` ends one (its files stay).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import textwrap
 from typing import Any
 
 NAME = "memory"
-HELP = "show or repair an experience-memory store"
+HELP = "show or repair an experience-memory store, or list and end store actors"
 
 _WIDTH = 100
 
@@ -31,6 +34,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     repair.add_argument(
         "path", help="the store folder, or a minimum tool-call store file (reward_kwargs.store)"
+    )
+    actors = actions.add_parser(
+        "actors", help="list the store actors living in a Ray cluster, or end one (--kill NAME)"
+    )
+    actors.add_argument("--kill", metavar="NAME", help="end the store actor NAME (its files stay)")
+    actors.add_argument(
+        "--ray-address",
+        help="the Ray cluster (default: $RAY_ADDRESS, else the cluster `ray start` runs on this machine)",
     )
 
 
@@ -186,5 +197,58 @@ def _repair(args: argparse.Namespace) -> int:
     return 0
 
 
+def _connect(address: str | None) -> None:
+    import logging
+    import os
+
+    from searchgym.envs.errors import SearchGymError
+
+    try:
+        import ray
+    except ModuleNotFoundError:
+        raise SearchGymError(
+            "`searchgym memory actors` needs Ray: pip install 'searchgym[ray]'. Without Ray there are no store actors."
+        ) from None
+    address = address or os.environ.get("RAY_ADDRESS") or "auto"
+    try:
+        ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
+    except ConnectionError as exc:
+        raise SearchGymError(
+            f"No Ray cluster at {address!r} ({str(exc).splitlines()[0]}); give --ray-address HOST:6379 (or set "
+            "RAY_ADDRESS). With no cluster running, no store actor lives."
+        ) from None
+
+
+def _actors(args: argparse.Namespace) -> int:
+    import ray
+
+    from searchgym.trainers.store_actors import kill_store_actor, list_store_actors
+
+    _connect(args.ray_address)
+    try:
+        if args.kill:
+            actor = kill_store_actor(args.kill)
+            paths = ", ".join(sorted(actor.paths())) or "its store"
+            print(f"Ended the store actor {actor.name} ({actor.who()}); its files stay at {paths}.")
+            return 0
+        actors = list_store_actors()
+        if not actors:
+            print("No store actor lives in this Ray cluster.")
+            return 0
+        for actor in actors:
+            print(f"{actor.name}: {actor.who()}")
+            if actor.memory_path:
+                settings = ", ".join(f"{k} {v}" for k, v in sorted(actor.settings.items()))
+                print(f"  memory {actor.memory_path}" + (f" ({settings})" if settings else ""))
+            if actor.min_tool_calls_path:
+                print(f"  minimum tool calls {actor.min_tool_calls_path}")
+        print("End one with `searchgym memory actors --kill NAME` (a running run's actor ends with it).")
+        return 0
+    finally:
+        ray.shutdown()
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.memory_action == "actors":
+        return _actors(args)
     return _show(args) if args.memory_action == "show" else _repair(args)

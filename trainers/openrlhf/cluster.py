@@ -5,10 +5,13 @@ and from the agents (:func:`store_client`). See ``docs/openrlhf.md`` (several no
 
 - **Stores.** By default an OpenRLHF run keeps the experience memory and LightSearcher's
   minimum tool-call store in one Ray actor (:mod:`searchgym.trainers.ray_store`) named
-  by ``$SEARCHGYM_STORE_ACTOR``, which ``launch`` sets to a name derived from the store
-  paths (so a resumed run finds the same actor, or starts it again from its files). The
-  first process that needs it starts it on the head node, whose local disk holds its files
-  at the config's paths. ``launch.env: {SEARCHGYM_STORE_ACTOR: file}`` keeps the file
+  by ``$SEARCHGYM_STORE_ACTOR``, which ``launch`` sets to a name made of the store paths
+  and the launch (``searchgym-store-<paths>-<launch>``), so each launch has its own. The
+  trainer starts it (:func:`claim_store_actor`) on the head node, whose local disk holds
+  its files at the config's paths, with this launch's settings and its run recorded in it;
+  it is not detached, so it ends with the run, and a resumed run starts its own on the
+  files. Before that, a run whose store another living actor serves is refused
+  (:func:`check_store_free`). ``launch.env: {SEARCHGYM_STORE_ACTOR: file}`` keeps the file
   stores instead (one machine, or a shared file system).
 - **Package.** A run on more than one node, or submitted to a cluster
   (``launch.ray_address``), ships this searchgym to every worker through the runtime env's
@@ -25,6 +28,7 @@ import json
 import os
 import shutil
 import tempfile
+import uuid
 from typing import Any
 from urllib.parse import urlparse
 
@@ -36,6 +40,8 @@ __all__ = [
     "FILE_STORES",
     "store_actor_name",
     "store_client",
+    "check_store_free",
+    "claim_store_actor",
     "remote_env_kwargs",
     "num_nodes",
     "cluster_runtime_env",
@@ -87,8 +93,12 @@ def store_spec(config: AgentConfig) -> Any:
     )
 
 
-def store_actor_name(config: AgentConfig) -> str | None:
-    """A name that depends only on the store paths (the same on resume), or ``None``."""
+def store_actor_name(config: AgentConfig, launch: str | None = None) -> str | None:
+    """The store actor's name for ``config``'s store paths and ``launch``, or ``None`` (no store).
+
+    Without ``launch``: the part every actor of these paths shares, ``searchgym-store-<hash>``
+    (the whole name of the actors older searchgym versions started).
+    """
     memory = (
         config.memory.path if config.memory is not None and config.memory.kind == "lightsearcher" else None
     )
@@ -96,18 +106,116 @@ def store_actor_name(config: AgentConfig) -> str | None:
     if memory is None and mins is None:
         return None
     digest = hashlib.sha1(json.dumps([memory, mins]).encode()).hexdigest()[:12]
-    return f"searchgym-store-{digest}"
+    return f"searchgym-store-{digest}" if launch is None else f"searchgym-store-{digest}-{launch}"
+
+
+def new_launch_id() -> str:
+    """A new launch's id (8 hex digits), the last part of its store actor's name."""
+    return uuid.uuid4().hex[:8]
 
 
 def store_client(config: AgentConfig) -> Any:
-    """A :class:`~searchgym.trainers.ray_store.StoreClient` when ``$SEARCHGYM_STORE_ACTOR`` names an actor."""
+    """A :class:`~searchgym.trainers.ray_store.StoreClient` when ``$SEARCHGYM_STORE_ACTOR`` names an actor.
+
+    Should no actor of that name live yet, the client starts it (not detached) on first use;
+    under OpenRLHF the trainer has started it already (:func:`claim_store_actor`).
+    """
     name = os.environ.get(STORE_ACTOR_VARIABLE, "").strip()
     spec = store_spec(config)
     if name.lower() in FILE_STORES or spec is None:
         return None
     from ..ray_store import StoreClient
 
-    return StoreClient(name, spec)
+    return StoreClient(name, spec, detached=False)
+
+
+def _store_names(config: AgentConfig, spec: Any) -> list[tuple[str, str]]:
+    """``(config key, path)`` of each store of ``spec``."""
+    out = []
+    if spec.memory_path is not None:
+        out.append(("agent.memory.path", spec.memory_path))
+    if spec.min_tool_calls_path is not None:
+        out.append(("agent.env_kwargs.reward_kwargs.store", spec.min_tool_calls_path))
+    return out
+
+
+def _in_use(config: AgentConfig, spec: Any, actor: Any) -> Any:
+    from ..store_actors import KILL_COMMAND, StoreInUseError
+
+    shared = [
+        f"{key} {path}" for key, path in _store_names(config, spec) if os.path.abspath(path) in actor.paths()
+    ]
+    what = " and ".join(shared) or "this run's store"
+    return StoreInUseError(
+        f"{what} is in use by another run: the Ray store actor {actor.name!r} ({actor.who()}) serves it, and "
+        f"two runs on one store would mix their records. Stop that run; if it has ended, end its actor with "
+        f"`{KILL_COMMAND} {actor.name}` (`searchgym memory actors` lists them)."
+    )
+
+
+def check_store_free(config: AgentConfig, own: str | None = None) -> None:
+    """Refuse a run whose store another living store actor serves (needs ``ray.init``).
+
+    Args:
+        config: The run's agent config.
+        own: This launch's actor name, which may live already (it is not another run's).
+
+    Raises:
+        StoreInUseError: an actor other than ``own`` serves one of the run's store paths
+            (or is an older searchgym's actor named after them). The message names it and
+            the command that ends it.
+    """
+    from ..store_actors import actors_serving, list_store_actors
+
+    spec = store_spec(config)
+    prefix = store_actor_name(config)
+    if spec is None or prefix is None:
+        return
+    paths = [path for _, path in _store_names(config, spec)]
+    others = [a for a in list_store_actors() if a.name != own]
+    busy = actors_serving(paths, others, names=[prefix])
+    if busy:
+        raise _in_use(config, spec, busy[0])
+
+
+_CLAIMED: dict[str, Any] = {}
+"""The store actors this process started, by name (their handles live as long as the process)."""
+
+
+def claim_store_actor(config: AgentConfig, run_id: str, checkpoint: str = "") -> Any:
+    """Start this launch's store actor (named by ``$SEARCHGYM_STORE_ACTOR``) for run ``run_id``.
+
+    The trainer calls it once, before it checks or restores the stores. The actor is not
+    detached: Ray ends it when this process ends, so it never serves a later run. It opens
+    the files at the config's paths with this launch's settings. Needs ``ray.init``.
+
+    Returns:
+        The :class:`~searchgym.trainers.ray_store.StoreClient`, or ``None`` for file stores.
+
+    Raises:
+        StoreInUseError: another living actor serves one of the run's stores, or an actor
+            of this launch's name lives already (the same launch started twice).
+    """
+    client = store_client(config)
+    if client is None:
+        return None
+    if client.name in _CLAIMED:
+        client._actor = _CLAIMED[client.name]
+        return client
+    from ..ray_store import StoreOwner, start_store_actor
+    from ..store_actors import list_store_actors
+
+    check_store_free(config, client.name)
+    owner = StoreOwner(run_id, checkpoint=checkpoint)
+    try:
+        handle = start_store_actor(client.spec, client.name, detached=False, owner=owner, get_if_exists=False)
+    except ValueError:  # Ray: the name is taken
+        same = [a for a in list_store_actors() if a.name == client.name]
+        if not same:
+            raise
+        raise _in_use(config, client.spec, same[0]) from None
+    _CLAIMED[client.name] = client._actor = handle
+    return client
 
 
 def remote_env_kwargs(config: AgentConfig, client: Any) -> dict[str, Any]:
@@ -198,7 +306,7 @@ def cluster_runtime_env(
 
     warnings: list[str] = []
     env_vars = runtime_env.setdefault("env_vars", {})
-    name = store_actor_name(config.agent)
+    name = store_actor_name(config.agent, new_launch_id())
     if name is not None and STORE_ACTOR_VARIABLE not in config.launch.env:
         env_vars[STORE_ACTOR_VARIABLE] = name
     nodes = num_nodes(flat)

@@ -3,8 +3,11 @@
 It starts Ray with the runtime env ``launch`` composed (``$SEARCHGYM_RAY_RUNTIME_ENV``):
 ``SEARCHGYM_AGENT_CONFIG`` and friends for every worker, OpenRLHF's own defaults, and the
 worker hook when the config needs it, plus ``WANDB_API_KEY`` from this process's environment
-(``launch`` passes the key there, never in the printed command). Then it runs ``openrlhf.cli.train_ppo_ray`` as
-``__main__`` with the same flags; that module sees Ray already started and keeps it.
+(``launch`` passes the key there, never in the printed command). Before any model loads it
+refuses a run whose store another run's store actor serves
+(:func:`~searchgym.trainers.openrlhf.cluster.check_store_free`). Then it runs
+``openrlhf.cli.train_ppo_ray`` as ``__main__`` with the same flags; that module sees Ray
+already started and keeps it.
 """
 
 from __future__ import annotations
@@ -16,11 +19,12 @@ import sys
 
 from ...envs.errors import InvalidArgumentError
 from .advantage_hook import HOOK, needs_hook
-from .config import AGENT_CONFIG_VARIABLE, BASEDIR_VARIABLE, agent_config_from_env
+from .cluster import FILE_STORES, STORE_ACTOR_VARIABLE, check_store_free
+from .config import AGENT_CONFIG_VARIABLE, BASEDIR_VARIABLE, agent_config_from_env, load_agent_config
 from .launch import OPENRLHF_ENV_DEFAULTS, RUNTIME_ENV_VARIABLE
 from .secrets import KEY_VARIABLE
 
-__all__ = ["main", "runtime_env"]
+__all__ = ["check_stores", "main", "runtime_env"]
 
 
 def runtime_env() -> dict:
@@ -54,8 +58,23 @@ def _composed_env() -> dict:
     return out
 
 
+def check_stores(env: dict) -> None:
+    """Refuse (``StoreInUseError``) a run whose store a living store actor of another run serves.
+
+    ``env`` is the run's runtime env; its ``env_vars`` name the run file and the store
+    actor. Needs ``ray.init``.
+    """
+    env_vars = env.get("env_vars") or {}
+    name = str(env_vars.get(STORE_ACTOR_VARIABLE, "")).strip()
+    path = env_vars.get(AGENT_CONFIG_VARIABLE)
+    if name.lower() in FILE_STORES or not path:
+        return
+    check_store_free(load_agent_config(path, basedir=env_vars.get(BASEDIR_VARIABLE)), name)
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Start Ray with :func:`runtime_env`, then run ``openrlhf.cli.train_ppo_ray`` with ``argv``."""
+    """Start Ray with :func:`runtime_env`, check the stores (:func:`check_stores`), then run
+    ``openrlhf.cli.train_ppo_ray`` with ``argv``."""
     import ray
 
     env = runtime_env()
@@ -64,9 +83,16 @@ def main(argv: list[str] | None = None) -> None:
         env.setdefault("worker_process_setup_hook", HOOK)
     if not ray.is_initialized():
         ray.init(runtime_env=env)
+    check_stores(env)
     sys.argv = ["openrlhf.cli.train_ppo_ray", *flags]
     runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__", alter_sys=True)
 
 
 if __name__ == "__main__":
-    main()
+    from ...envs.errors import SearchGymError
+
+    try:
+        main()
+    except SearchGymError as exc:  # one line, as the searchgym CLI prints it
+        print(f"searchgym: error: {exc}", file=sys.stderr)
+        sys.exit(2)
