@@ -69,6 +69,7 @@ def ray_config(tiny_root: Path, out: Path, steps: int) -> TrainConfig:
 
 
 def stored(memory_dir: Path) -> list[dict[str, Any]]:
+    # left open on purpose: a reader beside a checkpoint's copy (its -shm) must not stop a resume
     return MemoryStore(memory_dir).log("trajectories").read()[0]
 
 

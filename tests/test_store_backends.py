@@ -150,6 +150,7 @@ openrlhf:
 def run_file(tmp_path: Path, retriever: str = "bm25", nodes: int = 1, launch_env: str = "") -> Path:
     path = tmp_path / "run.yaml"
     path.write_text(RUN.format(retriever=retriever, nodes=nodes, launch_env=launch_env))
+    (tmp_path / "train.jsonl").write_text('{"prompt": "q", "label": "{}"}\n' * 8)  # the dry run counts rows
     return path
 
 

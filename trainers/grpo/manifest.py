@@ -94,8 +94,16 @@ def _refuse(path: Path, what: str) -> DataFileError:
     return DataFileError(f"{str(path)!r} {what}. {DAMAGED_ADVICE}")
 
 
+def _transient_sqlite_file(name: str, size: int) -> bool:
+    """SQLite's ``-shm`` index, or a ``-wal`` with no frames: what any process that opens a
+    store copy creates beside it while it reads. They hold no data; they are neither listed,
+    checked nor restored."""
+    return name.endswith(".sqlite-shm") or (name.endswith(".sqlite-wal") and size == 0)
+
+
 def checkpoint_files(folder: Path) -> list[str]:
-    """Every regular file under ``folder`` but the manifest, as sorted ``/``-separated paths.
+    """Every regular file under ``folder`` but the manifest (and SQLite's transient files beside
+    an opened store copy), as sorted ``/``-separated paths.
 
     Raises:
         DataFileError: a symbolic link or anything else that is neither a folder nor a
@@ -116,7 +124,8 @@ def checkpoint_files(folder: Path) -> list[str]:
                 if stat.S_ISDIR(mode):
                     walk(path, f"{prefix}{entry.name}/")
                 elif stat.S_ISREG(mode):
-                    found.append(f"{prefix}{entry.name}")
+                    if not _transient_sqlite_file(entry.name, entry.stat(follow_symlinks=False).st_size):
+                        found.append(f"{prefix}{entry.name}")
                 else:
                     raise _refuse(path, "is not a regular file (a device, pipe or socket)")
 
