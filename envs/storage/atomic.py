@@ -1,4 +1,5 @@
-"""Replace a whole file so that a crash leaves the old file or the new one: :func:`write_atomically`."""
+"""Replace a whole file so that a crash leaves the old file or the new one: :func:`write_atomically`;
+:func:`fsync_folder` makes a rename in a folder durable."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import contextlib
 import os
 import time
 
-__all__ = ["write_atomically"]
+__all__ = ["fsync_folder", "write_atomically"]
 
 
 def write_atomically(path: str | os.PathLike[str], data: bytes) -> None:
@@ -29,6 +30,11 @@ def write_atomically(path: str | os.PathLike[str], data: bytes) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+    fsync_folder(folder)
+
+
+def fsync_folder(folder: str | os.PathLike[str]) -> None:
+    """Sync ``folder`` itself, so that the files created, renamed or removed in it stay so after a crash."""
     descriptor = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(descriptor)

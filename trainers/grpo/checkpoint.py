@@ -57,6 +57,7 @@ import torch
 
 from ...envs.errors import DataFileError, InvalidArgumentError
 from ...envs.rewards import REWARDS, MinToolCallStore, RewardScheme
+from ...envs.storage.atomic import fsync_folder
 from ...memory.store import MemoryStore
 from .manifest import (
     DAMAGED_ADVICE,
@@ -246,18 +247,10 @@ def save_checkpoint(
         if target.exists():
             shutil.rmtree(target)
         os.replace(staging, target)
-        _fsync_folder(target.parent)
+        fsync_folder(target.parent)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
-
-
-def _fsync_folder(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _json_limit(folder: Path, name: str, manifest: Manifest | None) -> tuple[int, str]:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...envs.errors import DataFileError
-from ...envs.storage.atomic import write_atomically
+from ...envs.storage.atomic import fsync_folder, write_atomically
 
 __all__ = [
     "MANIFEST",
@@ -193,14 +193,6 @@ def _digest(fd: int, limit: int) -> str:
     return sha.hexdigest()
 
 
-def _fsync_folder(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_manifest(folder: Path, run_id: str, step: int) -> Manifest:
     """Sync every file of ``folder`` to disk, then write its manifest (atomically, last).
 
@@ -220,7 +212,7 @@ def write_manifest(folder: Path, run_id: str, step: int) -> Manifest:
         finally:
             os.close(fd)
     for directory in folders:
-        _fsync_folder(directory)
+        fsync_folder(directory)
     body = {
         "format": _FORMAT,
         "run_id": run_id,

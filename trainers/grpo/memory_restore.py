@@ -28,6 +28,7 @@ import tempfile
 from pathlib import Path
 
 from ...envs.errors import DataFileError
+from ...envs.storage.atomic import fsync_folder
 from .manifest import DAMAGED_ADVICE, Manifest, checkpoint_files, file_mismatch, open_regular
 
 __all__ = ["stage_memory", "commit_memory", "discard_staged"]
@@ -108,14 +109,6 @@ def _integrity(copy: Path, source: Path) -> None:
         raise _refuse(source, f"fails SQLite's integrity check ({problems[0].splitlines()[0]})")
 
 
-def _fsync_folder(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def stage_memory(checkpoint: Path, manifest: Manifest | None, live: Path) -> Path | None:
     """Copy and check the checkpoint's ``memory/`` into a hidden folder beside ``live``.
 
@@ -155,7 +148,7 @@ def stage_memory(checkpoint: Path, manifest: Manifest | None, live: Path) -> Pat
             if name.endswith(".sqlite"):
                 _integrity(target, source / name)
         for folder in {(staging / n).parent for n in names} | {staging}:
-            _fsync_folder(folder)
+            fsync_folder(folder)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -195,4 +188,4 @@ def commit_memory(staging: Path, live: Path) -> None:
         os.replace(staging, live)
         with contextlib.suppress(OSError):
             shutil.rmtree(aside)
-    _fsync_folder(live.parent)
+    fsync_folder(live.parent)
