@@ -20,7 +20,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import time
 from pathlib import Path
@@ -36,8 +35,12 @@ PASSAGE_PREFIX, QUERY_PREFIX = "passage: ", "query: "
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir", type=Path, default=SHARED_DATA)
-    parser.add_argument("--questions", type=int, default=100, help="questions per dataset (default: %(default)s)")
-    parser.add_argument("--passages", type=int, default=3000, help="corpus subsample size (default: %(default)s)")
+    parser.add_argument(
+        "--questions", type=int, default=50, help="questions per dataset (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--passages", type=int, default=1200, help="corpus subsample size (default: %(default)s)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None, help="write the results to this JSON file")
     args = parser.parse_args(argv)
@@ -50,9 +53,17 @@ def main(argv: list[str] | None = None) -> int:
     from searchgym.envs.retrieval.passages import passage_text
 
     torch.manual_seed(args.seed)
-    records = {name: supported_records(args.data_dir / "questions" / f"{name}.jsonl")[: args.questions] for name in DATASETS}
+    records = {
+        name: supported_records(args.data_dir / "questions" / f"{name}.jsonl")[: args.questions]
+        for name in DATASETS
+    }
     corpus = load_corpus(args.data_dir / "corpus.jsonl")
-    named = {pid for recs in records.values() for r in recs for pid in r.get("context_passage_ids") or r["supporting_passage_ids"]}
+    named = {
+        pid
+        for recs in records.values()
+        for r in recs
+        for pid in r.get("context_passage_ids") or r["supporting_passage_ids"]
+    }
     named |= {pid for recs in records.values() for r in recs for pid in r["supporting_passage_ids"]}
     others = [d for d in corpus if d.id not in named]
     random.Random(args.seed).shuffle(others)

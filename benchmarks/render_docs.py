@@ -289,7 +289,10 @@ def autocast_cpu(report: dict[str, Any]) -> str:
 
 
 def server_cache(report: dict[str, Any]) -> str:
-    rows = ["| server | q/s | step (s) | p50 ms | p99 ms | queries searched | cache hit rate |", "|---|---:|---:|---:|---:|---:|---:|"]
+    rows = [
+        "| server | q/s | step (s) | p50 ms | p99 ms | queries searched | cache hit rate |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in report["rows"]:
         rate = "–" if r["hit_rate"] is None else f"{r['hit_rate']:.1%}"
         rows.append(
@@ -298,12 +301,14 @@ def server_cache(report: dict[str, Any]) -> str:
         )
     on, off = ({r["server"]: r for r in report["rows"]}[name] for name in ("cache on", "cache off"))
     total = report["queries_per_step"] * report["steps"]
+    faster = sum(a > b for a, b in zip(on["step_qps"], off["step_qps"], strict=True))
     rows += [
         "",
         f"{report['steps']} steps of {report['groups']} groups x {report['group_size']} rollouts x "
         f"{report['turns']} searches ({total:,} queries per server); k = {report['k']}. With the cache the "
         f"server searched {on['searched']:,} of them and answered {on['qps'] / off['qps']:.2f}x as many queries "
-        f"per second; q/s and step time are medians over the steps. Measured on {_machine(report)}, with "
+        f"per second (faster in {faster} of the {report['steps']} steps, which alternate between the "
+        f"servers); q/s and step time are medians over the steps. Measured on {_machine(report)}, with "
         "other jobs running.",
         "",
         _source("server_cache", report),
@@ -326,7 +331,8 @@ def e5_prefix(report: dict[str, Any]) -> str:
         "",
         f"{report['corpus_passages']:,} passages (every passage the questions name, then random others, "
         f"seed {report['seed']}), encoded with `{report['passage_prefix']}` by {report['model']}; exact "
-        f"(flat) search; recall@k is the share of a question's supporting passages in the top k. "
+        f"(flat) search; recall@k is the share of a question's supporting passages in the top k; top 5 "
+        "differs is the share of questions whose five results (ids, in order) differ between the two. "
         f"Measured on {_machine(report)}.",
         "",
         _source("e5_prefix", report),

@@ -20,7 +20,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import statistics
@@ -44,7 +43,9 @@ def build(corpus: Path, cache: Path, limit: int) -> Path:
     if not subset.is_file():
         cache.mkdir(parents=True, exist_ok=True)
         with corpus.open(encoding="utf-8") as src:
-            subset.write_text("".join(line for _, line in zip(range(limit), src, strict=False)), encoding="utf-8")
+            subset.write_text(
+                "".join(line for _, line in zip(range(limit), src, strict=False)), encoding="utf-8"
+            )
     index_dir = cache / f"dense_{limit}"
     build_dense_index(subset, index_dir, progress=False)
     return index_dir
@@ -104,12 +105,16 @@ def after_queries(before: dict, after: dict) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--corpus", type=Path, default=SHARED_DATA / "corpus.jsonl")
-    parser.add_argument("--corpus-limit", type=int, default=2000, help="passages indexed (default: %(default)s)")
+    parser.add_argument(
+        "--corpus-limit", type=int, default=500, help="passages indexed (default: %(default)s)"
+    )
     parser.add_argument("--cache-dir", type=Path, default=REPO / "benchmarks" / ".cache" / "server_cache")
-    parser.add_argument("--groups", type=int, default=8, help="groups per step (default: %(default)s)")
-    parser.add_argument("--group-size", type=int, default=12, help="rollouts per group (default: %(default)s)")
+    parser.add_argument("--groups", type=int, default=4, help="groups per step (default: %(default)s)")
+    parser.add_argument(
+        "--group-size", type=int, default=12, help="rollouts per group (default: %(default)s)"
+    )
     parser.add_argument("--turns", type=int, default=3, help="searches per rollout (default: %(default)s)")
-    parser.add_argument("--steps", type=int, default=4, help="steps per server (default: %(default)s)")
+    parser.add_argument("--steps", type=int, default=6, help="steps per server (default: %(default)s)")
     parser.add_argument("--k", type=int, default=3)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
@@ -125,13 +130,15 @@ def main() -> None:
         plans = []
         for _ in range(args.groups):
             question = next(mine)
-            plans += [[question] + [next(mine) for _ in range(args.turns - 1)] for _ in range(args.group_size)]
+            plans += [
+                [question] + [next(mine) for _ in range(args.turns - 1)] for _ in range(args.group_size)
+            ]
         steps.append(plans)
 
     servers = {"cache on": start(index_dir, []), "cache off": start(index_dir, ["--cache-size", "0"])}
     results: dict[str, dict] = {name: {"seconds": [], "latencies": [], "errors": 0} for name in servers}
     try:
-        for name, (_, url) in servers.items():  # warm up: load the model's first batch, open connections
+        for _, url in servers.values():  # warm up: load the model's first batch, open connections
             step(url, [[f"warm up {i}"] for i in range(32)], args.k)
         stats_before = {name: HTTPRetriever(url).server_stats() for name, (_, url) in servers.items()}
         for s, plans in enumerate(steps):
@@ -160,9 +167,12 @@ def main() -> None:
                 "server": name,
                 "qps": statistics.median(queries_per_step / s for s in r["seconds"]),
                 "step_s": statistics.median(r["seconds"]),
+                "step_qps": [round(queries_per_step / s, 2) for s in r["seconds"]],
                 "p50_ms": 1000 * percentile(r["latencies"], 0.50),
                 "p99_ms": 1000 * percentile(r["latencies"], 0.99),
-                "searched": misses if after is not None else after_queries(stats_before[name], stats_after[name]),
+                "searched": misses
+                if after is not None
+                else after_queries(stats_before[name], stats_after[name]),
                 "hits": hits,
                 "misses": misses,
                 "hit_rate": hits / (hits + misses) if hits + misses else None,

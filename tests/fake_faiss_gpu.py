@@ -114,7 +114,9 @@ class FakeGpuFaiss(types.ModuleType):
     def __init__(self, real: Any, gpus: int, memory_per_gpu: int = 80 * 10**9) -> None:
         present = [name for name in _GPU_FUNCTIONS if hasattr(real, name)]
         if present:
-            raise RuntimeError(f"the installed faiss has GPU functions ({present}): test against it, not this fake")
+            raise RuntimeError(
+                f"the installed faiss has GPU functions ({present}): test against it, not this fake"
+            )
         super().__init__("faiss")
         self._real = real
         self._gpus = gpus
@@ -150,7 +152,9 @@ class FakeGpuFaiss(types.ModuleType):
 
     def index_cpu_to_gpu(self, provider: Any, device: int, index: Any, options: Any = None) -> FakeGpuIndex:
         if not isinstance(provider, _Resources):
-            raise TypeError("in method 'index_cpu_to_gpu', argument 1 of type 'faiss::gpu::GpuResourcesProvider *'")
+            raise TypeError(
+                "in method 'index_cpu_to_gpu', argument 1 of type 'faiss::gpu::GpuResourcesProvider *'"
+            )
         self._check_kind(index)
         self._charge(int(device), round(int(index.ntotal) * _row_bytes(self._real, index)))
         return FakeGpuIndex(index, [int(device)], options)

@@ -400,7 +400,9 @@ def _prefixed_top(vectors: np.ndarray, questions: list[str], prefix: str, k: int
 def test_a_faiss_file_whose_model_expects_a_query_prefix_is_refused_without_one(subset):
     index_path, corpus, _, vectors = _searchr1_layout(subset, subset["root"] / "prefix", n=40)
     e5 = _renamed_model(subset["root"] / "models", "e5-base-v2")
-    with pytest.raises(InvalidArgumentError, match=r"expects queries to begin with 'query: '.*--query-prefix 'query: '"):
+    with pytest.raises(
+        InvalidArgumentError, match=r"expects queries to begin with 'query: '.*--query-prefix 'query: '"
+    ):
         DenseRetriever.from_faiss(index_path, corpus, model=e5)
     questions = [r["question"] for r in subset["hotpot"][:8]]
     with_prefix = DenseRetriever.from_faiss(index_path, corpus, model=e5, query_prefix="query: ")
@@ -483,7 +485,8 @@ def test_the_recipe_server_encodes_queries_the_e5_way(subset, recipe):
     for words in commands:
         args = _parser()[0].parse_args(["serve", *words])
         assert args.model == "intfloat/e5-base-v2" and args.index.endswith("e5_Flat.index")
-        options = {"query_prefix": args.query_prefix} if args.query_prefix is not None else {}
+        prefix = getattr(args, "query_prefix", None)
+        options = {"query_prefix": prefix} if prefix is not None else {}
         retriever = load_index(index_path, args.backend, corpus_path=corpus, model=str(e5), **options)
         assert [[d.id for d in docs] for docs in retriever.search(questions, 3)] == _prefixed_top(
             vectors, questions, "query: ", 3

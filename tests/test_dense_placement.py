@@ -115,7 +115,9 @@ def test_ivfpq_on_a_gpu_uses_float16_lookup_tables(gpus):
 
 
 def test_a_gpu_that_is_not_visible_or_too_small_is_refused_in_one_line(gpus):
-    with pytest.raises(InvalidArgumentError, match=r"index_device=8: faiss sees 8 GPU\(s\).*below 8, or 'cpu'"):
+    with pytest.raises(
+        InvalidArgumentError, match=r"index_device=8: faiss sees 8 GPU\(s\).*below 8, or 'cpu'"
+    ):
         DenseRetriever.from_docs(DOCS, index_device=8)
     with pytest.raises(InvalidArgumentError, match="'cpu', 'all' or a GPU id"):
         DenseRetriever.from_docs(DOCS, index_device="gpu")
@@ -137,11 +139,15 @@ def test_serve_index_device_flag_reaches_the_placement(gpus, tmp_path, capsys):
     import json
 
     corpus = tmp_path / "corpus.jsonl"
-    corpus.write_text("".join(json.dumps({"id": d.id, "contents": f'"{d.title}"\n{d.text}'}) + "\n" for d in DOCS))
+    corpus.write_text(
+        "".join(json.dumps({"id": d.id, "contents": f'"{d.title}"\n{d.text}'}) + "\n" for d in DOCS)
+    )
     index = faiss.IndexFlatIP(384)
     index.add(DenseRetriever.from_docs(DOCS).encoder.encode([f"{d.title}\n{d.text}" for d in DOCS]))
     faiss.write_index(index, str(tmp_path / "flat.index"))
-    code = main(["serve", "--index", str(tmp_path / "flat.index"), "--corpus", str(corpus), "--index-device", "9"])
+    code = main(
+        ["serve", "--index", str(tmp_path / "flat.index"), "--corpus", str(corpus), "--index-device", "9"]
+    )
     assert code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "index_device=9: faiss sees 8 GPU(s)" in err[0]

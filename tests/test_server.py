@@ -317,7 +317,9 @@ WORDS = ["paris", "berlin", "rome", "capital", "italy", "germany", "france", "an
 def test_concurrent_requests_are_merged_and_split_back_correctly():
     retriever = Slow()
     payloads = [{"queries": [WORDS[i % 8]], "topk": 2, "return_scores": True} for i in range(96)]
-    with RetrievalServer(retriever, ServerConfig(port=0, max_batch_size=64, max_wait_ms=50, cache_size=0)) as srv:
+    with RetrievalServer(
+        retriever, ServerConfig(port=0, max_batch_size=64, max_wait_ms=50, cache_size=0)
+    ) as srv:
         answers = _hammer(srv.port, payloads, threads=32)
         stats = Conn(srv.port).get("/stats")[1]
     assert len(answers) == 96

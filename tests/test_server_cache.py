@@ -95,15 +95,23 @@ def test_repeats_within_one_call_are_searched_once_and_answers_keep_their_order(
     assert cached_search(backend.search, cache, queries, 2) == BM25Retriever(DOCS).search(queries, 2)
     assert backend.seen == ["rome", "paris", "berlin"]
     assert (cache.stats().hits, cache.stats().misses) == (3, 3)
-    one, two = cached_search(backend.search, cache, ["capital"], 1), cached_search(backend.search, cache, ["capital"], 2)
-    assert (len(one[0]), len(two[0])) == (1, 2) and backend.seen[-2:] == ["capital", "capital"]  # k is in the key
+    one, two = (
+        cached_search(backend.search, cache, ["capital"], 1),
+        cached_search(backend.search, cache, ["capital"], 2),
+    )
+    assert (len(one[0]), len(two[0])) == (1, 2) and backend.seen[-2:] == [
+        "capital",
+        "capital",
+    ]  # k is in the key
 
 
 def test_a_hit_is_a_new_list_that_a_caller_cannot_spoil():
     cache, backend = ResultCache(4), Counting()
     first = cached_search(backend.search, cache, ["paris"], 1)
     first[0].clear()
-    assert cached_search(backend.search, cache, ["paris"], 1) == [[BM25Retriever(DOCS).search(["paris"], 1)[0][0]]]
+    assert cached_search(backend.search, cache, ["paris"], 1) == [
+        [BM25Retriever(DOCS).search(["paris"], 1)[0][0]]
+    ]
 
 
 def test_failures_are_not_stored_and_bad_input_is_refused():
@@ -146,7 +154,9 @@ def test_a_grpo_group_first_search_reaches_the_retriever_once_and_stats_show_it(
     question = "capital of france"
     with RetrievalServer(backend, ServerConfig(port=0, max_wait_ms=50)) as server:
         with ThreadPoolExecutor(12) as pool:  # 12 rollouts send the same first search at once
-            answers = list(pool.map(lambda _: post(server.port, {"queries": [question], "topk": 2}), range(12)))
+            answers = list(
+                pool.map(lambda _: post(server.port, {"queries": [question], "topk": 2}), range(12))
+            )
         follow_up = post(server.port, {"queries": [question, "rome"], "topk": 2})
         stats = get(server.port, "/stats")
     assert {json.dumps(a) for a in answers} == {json.dumps(answers[0])} and answers[0][0] == 200
@@ -232,7 +242,9 @@ def test_make_retriever_caches_bm25_for_the_envs_and_says_its_hit_rate():
     stats = retriever.result_cache.stats()
     assert (stats.hits, stats.misses) == (11, 1) and stats.hit_rate == pytest.approx(11 / 12)
     assert make_retriever("bm25", docs=DOCS, cache_size=0).result_cache is None
-    simulated = make_retriever("simulated", docs=DOCS, generator=lambda queries: ["a document"] * len(queries))
+    simulated = make_retriever(
+        "simulated", docs=DOCS, generator=lambda queries: ["a document"] * len(queries)
+    )
     assert simulated.result_cache is None  # it draws noise per call
     with pytest.raises(InvalidArgumentError, match="cache_size must be a non-negative int"):
         make_retriever("bm25", docs=DOCS, cache_size=-1)

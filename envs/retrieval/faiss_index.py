@@ -326,7 +326,11 @@ def to_search_device(index: Any, device: str | int = "cpu") -> Any:
         options.shard = True  # split the vectors across GPUs rather than copying them to each
         options.useFloat16 = ivfpq  # IVF-PQ: float16 lookup tables (needed with many sub-quantisers)
         log.info(
-            "FAISS index: %d bytes (%s), sharded over %d GPUs (about %s each)", size, _size(size), gpus, _size(size / gpus)
+            "FAISS index: %d bytes (%s), sharded over %d GPUs (about %s each)",
+            size,
+            _size(size),
+            gpus,
+            _size(size / gpus),
         )
         return faiss.index_cpu_to_all_gpus(index, co=options)
     options = faiss.GpuClonerOptions()

@@ -347,6 +347,8 @@ def load_index(
         dense_only = sorted(name for name in ("query_prefix", "index_device") if name in options)
         if dense_only:
             flags = ", ".join("--" + name.replace("_", "-") for name in dense_only)
-            raise InvalidArgumentError(f"{flags} apply to a dense index; {str(path)!r} is a BM25 index: drop them.")
+            raise InvalidArgumentError(
+                f"{flags} apply to a dense index; {str(path)!r} is a BM25 index: drop them."
+            )
         return BM25Retriever.load(path, verify=options.get("verify"))
     return make_retriever(backend, index_dir=path, corpus_path=corpus_path, cache_size=0, **options)
