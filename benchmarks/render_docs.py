@@ -288,6 +288,58 @@ def autocast_cpu(report: dict[str, Any]) -> str:
     )
 
 
+def server_cache(report: dict[str, Any]) -> str:
+    rows = [
+        "| server | q/s | step (s) | p50 ms | p99 ms | queries searched | cache hit rate |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in report["rows"]:
+        rate = "–" if r["hit_rate"] is None else f"{r['hit_rate']:.1%}"
+        rows.append(
+            f"| {r['server']} | {r['qps']:.0f} | {r['step_s']:.2f} | {r['p50_ms']:.0f} | {r['p99_ms']:.0f} "
+            f"| {r['searched']:,} | {rate} |"
+        )
+    on, off = ({r["server"]: r for r in report["rows"]}[name] for name in ("cache on", "cache off"))
+    total = report["queries_per_step"] * report["steps"]
+    faster = sum(a > b for a, b in zip(on["step_qps"], off["step_qps"], strict=True))
+    rows += [
+        "",
+        f"{report['steps']} steps of {report['groups']} groups x {report['group_size']} rollouts x "
+        f"{report['turns']} searches ({total:,} queries per server); k = {report['k']}. With the cache the "
+        f"server searched {on['searched']:,} of them and answered {on['qps'] / off['qps']:.2f}x as many queries "
+        f"per second (faster in {faster} of the {report['steps']} steps, which alternate between the "
+        f"servers); q/s and step time are medians over the steps. Measured on {_machine(report)}, with "
+        "other jobs running.",
+        "",
+        _source("server_cache", report),
+    ]
+    return "\n".join(rows)
+
+
+def e5_prefix(report: dict[str, Any]) -> str:
+    rows = [
+        "| dataset | queries | recall@1 | recall@3 | recall@5 | top 5 differs |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for r in report["rows"]:
+        label = f"with `{report['query_prefix']}`" if r["query_prefix"] == "with" else "without a prefix"
+        rows.append(
+            f"| {DATASET_NAMES[r['dataset']]} ({r['questions']}) | {label} | {r['recall@1']:.3f} | "
+            f"{r['recall@3']:.3f} | {r['recall@5']:.3f} | {r['top5_differs']:.0%} |"
+        )
+    rows += [
+        "",
+        f"{report['corpus_passages']:,} passages (every passage the questions name, then random others, "
+        f"seed {report['seed']}), encoded with `{report['passage_prefix']}` by {report['model']}; exact "
+        f"(flat) search; recall@k is the share of a question's supporting passages in the top k; top 5 "
+        "differs is the share of questions whose five results (ids, in order) differ between the two. "
+        f"Measured on {_machine(report)}.",
+        "",
+        _source("e5_prefix", report),
+    ]
+    return "\n".join(rows)
+
+
 TABLES: dict[str, tuple[Path, Callable[[dict[str, Any]], str]]] = {
     "server_hardening": (HARDENING, server_hardening),
     "http_clients": (HARDENING, http_clients),
@@ -296,6 +348,8 @@ TABLES: dict[str, tuple[Path, Callable[[dict[str, Any]], str]]] = {
     "tiny_lm_throughput": (BENCHMARKS, tiny_lm_throughput),
     "server_workers": (RETRIEVAL, server_workers),
     "server_dense": (RETRIEVAL, server_dense),
+    "server_cache": (RETRIEVAL, server_cache),
+    "e5_prefix": (RETRIEVAL, e5_prefix),
     "autocast_cpu": (TRAIN_CLI, autocast_cpu),
 }
 SOURCES = {"server_workers": ("server_workers_1", "server_workers_2")}

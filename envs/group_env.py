@@ -27,6 +27,7 @@ from .checks import check_int
 from .errors import InvalidArgumentError, SearchGymError, did_you_mean
 from .records import Doc, Question
 from .registration import check_env_id
+from .retrieval import search_with_cache
 from .rewards import TSAS_VARIANTS, check_number, otc_grpo_tool_rewards, tsas_advantages, tsas_stage
 from .rewards.outcome import check_outcome
 from .search_env import SearchQAEnv
@@ -121,7 +122,7 @@ def _retrieve(
         error: str | None = None
         found: Sequence[Sequence[Doc]] = []
         try:
-            found = env.retriever.search([query for _, query in items], env.topk)
+            found = search_with_cache(env.retriever, [query for _, query in items], env.topk)
         except SearchGymError as exc:  # the single env's contract: an error observation, not a raise
             error = str(exc)
         if error is None and (not isinstance(found, (list, tuple)) or len(found) != len(items)):

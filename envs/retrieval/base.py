@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from ..records import Doc
+
+if TYPE_CHECKING:
+    from .cache import ResultCache
 
 __all__ = ["Retriever"]
 
@@ -19,6 +23,11 @@ class Retriever(ABC):
     """
 
     name: str = ""
+
+    result_cache: ResultCache | None = None
+    """Results kept per ``(query, k)`` for the envs' searches (:func:`~.cache.search_with_cache`);
+    :func:`searchgym.make_retriever` gives the BM25 and dense backends one, a retriever built
+    directly has none. :meth:`search` itself never reads it."""
 
     @abstractmethod
     def search(self, queries: Sequence[str], k: int) -> list[list[Doc]]:

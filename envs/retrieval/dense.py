@@ -40,6 +40,7 @@ def make_dense_retriever(
     progress: bool = True,
     mmap: bool = True,
     verify: bool | None = None,
+    index_device: str | int = "cpu",
     **index_options: Any,
 ) -> DenseRetriever:
     """The ``"dense"`` factory of :func:`searchgym.make_retriever`.
@@ -56,11 +57,15 @@ def make_dense_retriever(
         model: None for all-MiniLM-L6-v2 (offline), a local model directory or a hub name.
         index_type: ``flat`` (exact), ``hnsw`` or ``ivfpq``; None for the one in ``index_dir``, else flat.
         e5: E5's ``"query: "``/``"passage: "`` prefixes (or set ``query_prefix``/``passage_prefix``).
+        query_prefix: Put before every query; None for the one recorded with a built index. A
+            FAISS file (``index_path``) records none: a model that expects one is refused without it.
         batch_size: Texts per encoder forward pass.
         device: Torch device; None for a GPU when there is one.
         progress: Show progress bars while building.
         mmap: Memory-map FAISS files.
         verify: Check the index files' SHA-256 digests on load (None: when they hold at most 4 GB).
+        index_device: Where the FAISS index is searched: ``"cpu"`` (default), a GPU id, or
+            ``"all"`` GPUs (faiss-gpu; see :func:`~.faiss_index.to_search_device`).
         **index_options: Index build options (``nlist``, ``pq_m``, ``nbits``, ``hnsw_m``,
             ``ef_construction``, ``train_size``, ``seed``) and search options (``nprobe``, ``ef_search``).
 
@@ -94,6 +99,7 @@ def make_dense_retriever(
             query_prefix=query_prefix,
             mmap=mmap,
             cache_dir=index_dir,
+            index_device=index_device,
             **common,
             **search_options,
         )
@@ -114,6 +120,7 @@ def make_dense_retriever(
             query_prefix=query_prefix,
             passage_prefix=passage_prefix,
             progress=progress,
+            index_device=index_device,
             **common,
             **index_options,
         )
@@ -153,6 +160,7 @@ def make_dense_retriever(
         query_prefix=resolve_prefixes(e5, query_prefix, None)[0],
         mmap=mmap,
         verify=verify,
+        index_device=index_device,
         **common,
         **search_options,
     )

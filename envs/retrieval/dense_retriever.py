@@ -17,6 +17,7 @@ a retriever is built.
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -38,8 +39,17 @@ from .dense_build import (
     read_dense_meta,
     resolve_prefixes,
 )
-from .encoders import Encoder, load_encoder
-from .faiss_index import IndexSpec, build_index, configure_search, import_faiss, read_index, to_search_device
+from .encoders import Encoder, expected_query_prefix, load_encoder
+from .faiss_index import (
+    IndexSpec,
+    build_index,
+    check_index_device,
+    configure_search,
+    import_faiss,
+    index_bytes,
+    read_index,
+    to_search_device,
+)
 from .passages import (
     DocListPassages,
     JsonlPassages,
@@ -66,6 +76,9 @@ class DenseRetriever(Retriever):
         encoder: The query encoder.
         query_prefix: Put before every query (E5: ``"query: "``).
         spec: The index kind and its search settings (``nprobe``, ``ef_search``).
+        index_device: Where the index is searched: ``"cpu"``, ``"all"`` GPUs or a GPU id
+            (see :func:`~.faiss_index.to_search_device`).
+        index_bytes: Bytes the index's vectors take (on that device, or over all GPUs together).
     """
 
     name = "dense"
@@ -80,7 +93,11 @@ class DenseRetriever(Retriever):
         spec: IndexSpec | None = None,
         batch_size: int = 64,
         recipe: tuple[Any, tuple[Any, ...], dict[str, Any]] | None = None,
+        index_device: str | int = "cpu",
     ) -> None:
+        self.index_device = check_index_device(index_device)
+        self.index_bytes = index_bytes(index)
+        index = to_search_device(index, self.index_device)
         self._index = index
         self._passages = passages
         self.encoder = encoder
@@ -166,6 +183,7 @@ class DenseRetriever(Retriever):
         batch_size: int = 64,
         mmap: bool = True,
         verify: bool | None = None,
+        index_device: str | int = "cpu",
         **search_options: Any,
     ) -> DenseRetriever:
         """Load a finished index directory, checking its files against their recorded checksums.
@@ -179,6 +197,8 @@ class DenseRetriever(Retriever):
             device: Torch device of the query encoder.
             batch_size: Queries per forward pass.
             mmap: Memory-map the FAISS file instead of reading it into memory.
+            index_device: Where the index is searched: ``"cpu"``, a GPU id or ``"all"`` (see
+                :func:`~.faiss_index.to_search_device`).
             verify: True checks the SHA-256 digests of the offsets and FAISS files, False only
                 their sizes, None the digests when they hold at most 4 GB (see :mod:`.checksums`).
                 The offsets are checked for order against the corpus either way.
@@ -228,15 +248,20 @@ class DenseRetriever(Retriever):
         check_model(meta, encoder, meta_path)
         spec = IndexSpec(**{**meta["indexes"][kind], **search_options})
         recipe_kwargs = dict(
-            index_type=kind, corpus_path=str(corpus), model=encoder.name, query_prefix=query_prefix
+            index_type=kind,
+            corpus_path=str(corpus),
+            model=encoder.name,
+            query_prefix=query_prefix,
+            index_device=index_device,
         )
         return cls(
-            to_search_device(index),
+            index,
             JsonlPassages(corpus, offsets),
             encoder,
             query_prefix=meta["query_prefix"] if query_prefix is None else query_prefix,
             spec=spec,
             batch_size=batch_size,
+            index_device=index_device,
             recipe=(
                 cls.load,
                 (str(index_dir),),
@@ -257,18 +282,27 @@ class DenseRetriever(Retriever):
         batch_size: int = 64,
         mmap: bool = True,
         cache_dir: str | os.PathLike[str] | None = None,
+        index_device: str | int = "cpu",
         **search_options: Any,
     ) -> DenseRetriever:
         """Use an existing FAISS index and its corpus, as Search-R1 and FlashRAG lay them out.
 
         Row ``i`` of the index is the ``i``-th non-blank line of ``corpus_path`` (``id`` and
         ``contents``, or ``id``/``title``/``text``). Search-R1's ``e5_Flat.index`` needs
-        ``model="intfloat/e5-base-v2", e5=True``. The corpus is scanned once for line offsets
-        (about a minute for the 13 GB wiki-18); with ``cache_dir`` they are kept there.
+        ``model="intfloat/e5-base-v2", query_prefix="query: "`` (or ``e5=True``). The corpus is
+        scanned once for line offsets (about a minute for the 13 GB wiki-18); with ``cache_dir``
+        they are kept there.
+
+        A FAISS file does not record how its passages were encoded, so the query prefix is the
+        caller's to give: ``query_prefix`` (``""`` for none) or ``e5=True``. Without either, a
+        model that expects a prefix (:func:`~.encoders.expected_query_prefix`: E5, BGE, or a
+        model whose configuration names a ``query`` prompt) is refused, and any other model
+        searches without one.
 
         Raises:
             DataFileError: The index file is missing or corrupt, its dimension differs from the
                 model's, or its size differs from the number of corpus lines.
+            InvalidArgumentError: The model expects a query prefix and none was given.
         """
         qp, _ = resolve_prefixes(e5, query_prefix, None)
         index_path, corpus = Path(index_path), Path(corpus_path)
@@ -285,20 +319,33 @@ class DenseRetriever(Retriever):
             index, index_path, dim=encoder.dim, num_docs=len(offsets) - 1, what=f"the corpus {str(corpus)!r}"
         )
         _check_search_options(search_options)
+        expected = expected_query_prefix(encoder) if qp is None else None
+        if expected:
+            raise InvalidArgumentError(
+                f"The FAISS file {str(index_path)!r} does not record how its passages were encoded, and the model "
+                f"{encoder.name!r} expects queries to begin with {expected!r}: pass query_prefix={expected!r} "
+                f"(searchgym serve --query-prefix {shlex.quote(expected)}), or query_prefix='' to search without one."
+            )
         spec = IndexSpec(
             kind="hnsw" if hasattr(index, "hnsw") else "ivfpq" if hasattr(index, "nprobe") else "flat"
         )
         spec = replace(spec, **search_options)
         kwargs = dict(
-            model=encoder.name, query_prefix=qp, batch_size=batch_size, mmap=mmap, cache_dir=cache_dir
+            model=encoder.name,
+            query_prefix=qp,
+            batch_size=batch_size,
+            mmap=mmap,
+            cache_dir=cache_dir,
+            index_device=index_device,
         )
         return cls(
-            to_search_device(index),
+            index,
             JsonlPassages(corpus, offsets),
             encoder,
             query_prefix=qp or "",
             spec=spec,
             batch_size=batch_size,
+            index_device=index_device,
             recipe=(cls.from_faiss, (str(index_path), str(corpus)), {**kwargs, **search_options}),
         )
 
@@ -315,9 +362,11 @@ class DenseRetriever(Retriever):
         device: str | None = None,
         batch_size: int = 64,
         progress: bool = False,
+        index_device: str | int = "cpu",
         **index_options: Any,
     ) -> DenseRetriever:
-        """Encode ``docs`` now and index them in memory (nothing is written to disk)."""
+        """Encode ``docs`` now and index them in memory (nothing is written to disk); searched
+        on ``index_device`` (see :func:`~.faiss_index.to_search_device`)."""
         if isinstance(docs, (str, bytes)) or not isinstance(docs, Sequence) or len(docs) == 0:
             raise InvalidArgumentError(f"docs must be a non-empty sequence of Doc, got {docs!r:.80}.")
         bad = next((d for d in docs if not isinstance(d, Doc)), None)
@@ -342,14 +391,16 @@ class DenseRetriever(Retriever):
             query_prefix=qp,
             passage_prefix=pp,
             batch_size=batch_size,
+            index_device=index_device,
         )
         return cls(
-            to_search_device(index),
+            index,
             DocListPassages(docs),
             encoder,
             query_prefix=qp or "",
             spec=spec.resolve(len(docs), encoder.dim),
             batch_size=batch_size,
+            index_device=index_device,
             recipe=(cls.from_docs, (list(docs),), {**kwargs, **index_options}),
         )
 

@@ -6,13 +6,15 @@
 and so does a Hugging Face hub name where the machine can download it.
 
 Every embedding is float32 and L2-normalised, so an inner product is a cosine similarity.
-E5 models expect ``"query: "`` and ``"passage: "`` before the text; the retriever adds these
-prefixes (see :data:`E5_QUERY_PREFIX`), not the encoder.
+E5 models expect ``"query: "`` and ``"passage: "`` before the text, and BGE's English models
+an instruction before a query; the retriever adds these prefixes (see :data:`E5_QUERY_PREFIX`
+and :func:`expected_query_prefix`), not the encoder.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -26,8 +28,11 @@ __all__ = [
     "DEFAULT_MODEL",
     "E5_PASSAGE_PREFIX",
     "E5_QUERY_PREFIX",
+    "KNOWN_QUERY_PREFIXES",
     "PROBE_TEXT",
     "Encoder",
+    "expected_query_prefix",
+    "known_query_prefix",
     "load_encoder",
     "same_model",
 ]
@@ -37,6 +42,22 @@ DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 
 E5_QUERY_PREFIX = "query: "
 E5_PASSAGE_PREFIX = "passage: "
+
+BGE_EN_QUERY_INSTRUCTION = "Represent this sentence for searching relevant passages: "
+BGE_ZH_QUERY_INSTRUCTION = "为这个句子生成表示以用于检索相关文章："
+
+KNOWN_QUERY_PREFIXES: tuple[tuple[str, str], ...] = (
+    (r"(multilingual-)?e5-(small|base|large)(-v2)?", E5_QUERY_PREFIX),
+    (r"bge-(small|base|large)-en(-v1\.5)?", BGE_EN_QUERY_INSTRUCTION),
+    (r"bge-(small|base|large)-zh(-v1\.5)?", BGE_ZH_QUERY_INSTRUCTION),
+    (r"bge-m3", ""),
+    (r"all-(minilm-l6|minilm-l12|mpnet-base)-v2", ""),
+)
+"""Model name (its last path part, lower-cased, matched whole) → the query prefix its model card
+documents: E5 (intfloat) ``"query: "`` (passages ``"passage: "``); BGE v1 and v1.5 (BAAI) an
+instruction before queries for passage retrieval, none before passages; BGE-M3 and the
+sentence-transformers ``all-*`` models none. E5 and BGE models with ``instruct`` in their name take
+a task instruction instead and are not listed."""
 
 PROBE_TEXT = "searchgym probe: Marie Curie was born in Warsaw in 1867."
 """A fixed sentence whose embedding is stored with an index, to recognise the model that built it."""
@@ -97,11 +118,35 @@ class Encoder:
                 on_batch(len(rows))
         return out
 
+    @property
+    def query_prompt(self) -> str | None:
+        """The ``query`` prompt of the model's sentence-transformers configuration, if it names one."""
+        prompts = getattr(self._model, "prompts", None)
+        prompt = prompts.get("query") if isinstance(prompts, dict) else None
+        return prompt if isinstance(prompt, str) else None
+
     def probe(self) -> np.ndarray:
         """The embedding of :data:`PROBE_TEXT` (computed once)."""
         if self._probe is None:
             self._probe = self.encode([PROBE_TEXT])[0]
         return self._probe
+
+
+def known_query_prefix(model: str | os.PathLike[str]) -> str | None:
+    """The query prefix that ``model``'s card documents (see :data:`KNOWN_QUERY_PREFIXES`):
+    ``""`` for a model known to take none, None for a model not listed."""
+    name = Path(str(model).rstrip("/")).name.lower()
+    for pattern, prefix in KNOWN_QUERY_PREFIXES:
+        if re.fullmatch(pattern, name):
+            return prefix
+    return None
+
+
+def expected_query_prefix(encoder: Encoder) -> str | None:
+    """The query prefix ``encoder``'s model expects: its sentence-transformers ``query`` prompt
+    when its configuration names one, else :func:`known_query_prefix` of its name."""
+    prompt = encoder.query_prompt
+    return prompt if prompt else known_query_prefix(encoder.name)
 
 
 def same_model(probe: Sequence[float], encoder: Encoder) -> bool:

@@ -7,15 +7,18 @@ Three kinds, all scoring by inner product (cosine, since embeddings are unit vec
 - ``ivfpq``: inverted lists with product-quantised codes (``IndexIVFPQ``); ``pq_m·nbits/8`` bytes
   per passage, the choice for the 21M-passage Wikipedia case. Trained on a random sample.
 
-faiss is imported inside the functions. With faiss-gpu installed and a GPU visible
-(``faiss.get_num_gpus() > 0``), :func:`to_search_device` copies flat and IVF-PQ indexes to all GPUs
-for searching; everything else, and every build, runs the same CPU code.
+faiss is imported inside the functions. Every build runs on the CPU. Where an index is searched
+is the caller's choice (:func:`to_search_device`): on the CPU by default, or, with faiss-gpu, a
+flat or IVF-PQ index copied whole to one GPU, or sharded over every visible GPU; the index's size
+in bytes is logged where it is placed.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import os
+import threading
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -27,14 +30,19 @@ from ..checks import check_int
 from ..errors import DataFileError, InvalidArgumentError
 
 __all__ = [
+    "INDEX_DEVICES",
     "INDEX_TYPES",
     "IndexSpec",
     "build_index",
+    "check_index_device",
     "import_faiss",
+    "index_bytes",
     "read_index",
     "to_search_device",
     "write_index",
 ]
+
+log = logging.getLogger("searchgym.retrieval")
 
 INDEX_TYPES = ("flat", "hnsw", "ivfpq")
 _ADD_ROWS = 65_536  # rows copied from the memory map per faiss add() call
@@ -214,17 +222,118 @@ def configure_search(index: Any, spec: IndexSpec | None, k: int) -> None:
         base.nprobe = min(base.nlist, spec.nprobe if spec else 32)
 
 
-def to_search_device(index: Any) -> Any:
-    """``index`` copied to every GPU when faiss-gpu sees one; otherwise ``index`` unchanged.
+INDEX_DEVICES = ("cpu", "all", "<GPU id>")
+"""Where an index is searched: ``"cpu"`` (the default), a GPU id (``0``, ``"1"``, ``"cuda:1"``:
+the whole index on that GPU), or ``"all"`` (sharded over every visible GPU)."""
 
-    Only flat and IVF indexes have GPU versions; HNSW stays on the CPU. This branch is small
-    on purpose and only runs on machines with faiss-gpu and a GPU.
+_GPU_RESOURCES: dict[int, Any] = {}  # one faiss StandardGpuResources per GPU, kept for the process
+_GPU_LOCK = threading.Lock()
+
+
+def check_index_device(device: object) -> str | int:
+    """``device`` read as ``"cpu"``, ``"all"`` or a GPU id (an int).
+
+    Raises:
+        InvalidArgumentError: ``device`` is none of these.
+    """
+    if isinstance(device, int) and not isinstance(device, bool) and device >= 0:
+        return device
+    if isinstance(device, str):
+        text = device.strip().lower()
+        if text in ("cpu", "all"):
+            return text
+        number = text[5:] if text.startswith("cuda:") else text
+        if number.isdigit():
+            return int(number)
+    raise InvalidArgumentError(
+        f"index_device must be 'cpu', 'all' or a GPU id such as 0 or 'cuda:0', got {device!r}."
+    )
+
+
+def index_bytes(index: Any) -> int:
+    """Bytes that ``index``'s vectors and lists take in memory (what a GPU copy holds, before faiss'
+    scratch memory): ``ntotal x code size``, plus 8-byte ids and the coarse centroids of an IVF index,
+    plus the links of an HNSW graph."""
+    faiss = import_faiss()
+    base = faiss.downcast_index(index)
+    n, d = int(base.ntotal), int(base.d)
+    if hasattr(base, "nlist") and hasattr(base, "code_size"):  # IVF: codes, ids, coarse centroids
+        return n * (int(base.code_size) + 8) + int(base.nlist) * d * 4
+    if hasattr(base, "hnsw"):
+        return n * d * 4 + n * int(base.hnsw.nb_neighbors(0)) * 4
+    code_size = int(base.code_size) if hasattr(base, "code_size") else d * 4
+    return n * code_size
+
+
+def _size(nbytes: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if nbytes < 1000 or unit == "GB":
+            return f"{nbytes:.0f} {unit}" if unit == "B" else f"{nbytes:.1f} {unit}"
+        nbytes /= 1000
+    return f"{nbytes:.1f} GB"
+
+
+def _gpu_resources(faiss: Any, gpu: int) -> Any:
+    with _GPU_LOCK:
+        if gpu not in _GPU_RESOURCES:
+            _GPU_RESOURCES[gpu] = faiss.StandardGpuResources()
+        return _GPU_RESOURCES[gpu]
+
+
+def to_search_device(index: Any, device: str | int = "cpu") -> Any:
+    """``index`` placed where it is to be searched; its size is logged (``searchgym.retrieval``, INFO).
+
+    Args:
+        index: A CPU index (memory-mapped is fine).
+        device: ``"cpu"``: searched where it is (no copy). A GPU id: the whole index copied to
+            that GPU, :func:`index_bytes` of it, plus faiss' scratch memory there. ``"all"``: the
+            vectors sharded over every visible GPU, about ``1/n`` of the bytes on each. A GPU
+            needs faiss-gpu, and a flat or IVF-PQ index (faiss has no GPU HNSW).
+
+    Raises:
+        InvalidArgumentError: ``device`` is not a place, names a GPU that faiss does not see,
+            asks for a GPU without faiss-gpu, or for an HNSW index.
     """
     faiss = import_faiss()
-    gpus = faiss.get_num_gpus() if hasattr(faiss, "get_num_gpus") else 0
-    if gpus <= 0 or hasattr(faiss.downcast_index(index), "hnsw"):
+    where = check_index_device(device)
+    size = index_bytes(index)
+    if where == "cpu":
+        log.info("FAISS index: %d bytes (%s), searched on the CPU", size, _size(size))
         return index
-    options = faiss.GpuMultipleClonerOptions()
-    options.shard = True  # split the vectors across GPUs rather than copying them to each
-    options.useFloat16LookupTables = True  # IVF-PQ with many sub-quantisers needs it on GPU
-    return faiss.index_cpu_to_all_gpus(index, co=options)
+    if not all(hasattr(faiss, name) for name in ("StandardGpuResources", "index_cpu_to_gpu")):
+        raise InvalidArgumentError(
+            f"index_device={device!r} needs faiss-gpu, but the faiss installed has no GPU support; "
+            "install faiss-gpu, or search on the CPU (index_device='cpu')."
+        )
+    base = faiss.downcast_index(index)
+    if hasattr(base, "hnsw"):
+        raise InvalidArgumentError(
+            f"index_device={device!r}: faiss has no GPU version of an HNSW index; use index_device='cpu', "
+            "or build a flat or IVF-PQ index."
+        )
+    gpus = int(faiss.get_num_gpus())
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    seen = f"faiss sees {gpus} GPU(s)" + (f" (CUDA_VISIBLE_DEVICES={visible})" if visible is not None else "")
+    if gpus < 1 or (where != "all" and int(where) >= gpus):
+        raise InvalidArgumentError(
+            f"index_device={device!r}: {seen}. Pass a GPU id below {gpus}, or 'cpu'."
+            if gpus
+            else f"index_device={device!r}: {seen}. Pass 'cpu'."
+        )
+    ivfpq = hasattr(base, "pq") and hasattr(base, "nlist")
+    if where == "all":
+        options = faiss.GpuMultipleClonerOptions()
+        options.shard = True  # split the vectors across GPUs rather than copying them to each
+        options.useFloat16 = ivfpq  # IVF-PQ: float16 lookup tables (needed with many sub-quantisers)
+        log.info(
+            "FAISS index: %d bytes (%s), sharded over %d GPUs (about %s each)",
+            size,
+            _size(size),
+            gpus,
+            _size(size / gpus),
+        )
+        return faiss.index_cpu_to_all_gpus(index, co=options)
+    options = faiss.GpuClonerOptions()
+    options.useFloat16 = ivfpq
+    log.info("FAISS index: %d bytes (%s), copied to GPU %d", size, _size(size), where)
+    return faiss.index_cpu_to_gpu(_gpu_resources(faiss, int(where)), int(where), index, options)

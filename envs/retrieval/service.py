@@ -8,8 +8,14 @@ JSON body)`` pairs, so that the aiohttp server (:mod:`.server`) and the Ray Serv
   ``{"result": [[{"document": {"id", "contents"}, "score"}, ...], ...]}`` (the format and
   the caps are in :mod:`.server_protocol`), searched through a :class:`~.batching.DynamicBatcher`;
 - ``GET /health``: ``{"status": "ok", "backend", "num_docs"}``;
-- ``GET /stats``: request, query and error counts, and how many search calls merged how
-  many queries and requests (``batch_queries`` and ``batch_requests``: size → count).
+- ``GET /stats``: request, query and error counts, how many search calls merged how
+  many queries and requests (``batch_queries`` and ``batch_requests``: size → count), and the
+  result cache's ``capacity``, ``entries``, ``hits``, ``misses`` and ``hit_rate`` (``cache``,
+  null when it is off).
+
+With ``cache_size`` above 0, results are kept per ``(query, topk)`` (:mod:`.cache`): a request
+whose queries are all held is answered at once, without the batcher; otherwise each distinct
+query of a batch that is not held is searched once. Each server process has its own cache.
 
 Every bad request gets a 4xx JSON answer ``{"error": ...}``, a failing retriever a 500.
 Nothing here imports aiohttp or Ray.
@@ -18,6 +24,7 @@ Nothing here imports aiohttp or Ray.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 from collections.abc import Awaitable, Callable
@@ -29,7 +36,8 @@ from ..checks import check_int, check_number, check_string
 from ..errors import DataFileError, InvalidArgumentError
 from ..records import Doc
 from .base import Retriever
-from .batching import DynamicBatcher, ServerStats
+from .batching import DynamicBatcher, SearchFn, ServerStats
+from .cache import DEFAULT_CACHE_SIZE, ResultCache, cached_search
 from .server_protocol import (
     RequestError,
     RequestLimits,
@@ -73,6 +81,8 @@ class ServerConfig:
         max_connections: Most open client connections. A new one past it closes the oldest
             idle connection, or else the oldest one still waiting for its request body; when
             every connection has a request being searched or answered, it gets a 503.
+        cache_size: Most ``(query, topk)`` results kept (least recently used out first);
+            0 turns the cache off.
     """
 
     host: str = "127.0.0.1"
@@ -85,6 +95,7 @@ class ServerConfig:
     idle_timeout_s: float = 60.0
     body_timeout_s: float = 30.0
     max_connections: int = 1000
+    cache_size: int = DEFAULT_CACHE_SIZE
 
     def __post_init__(self) -> None:
         check_string("host", self.host)
@@ -97,6 +108,7 @@ class ServerConfig:
         check_number("idle_timeout_s", self.idle_timeout_s, 1e-3, 86_400)
         check_number("body_timeout_s", self.body_timeout_s, 1e-3, 86_400)
         check_int("max_connections", self.max_connections, 1)
+        check_int("cache_size", self.cache_size, 0)
         if not isinstance(self.limits, RequestLimits):
             raise InvalidArgumentError(f"limits must be a RequestLimits, got {self.limits!r}.")
 
@@ -160,6 +172,8 @@ class RetrievalService:
         self.config = config
         self.backend = backend or retriever.name or type(retriever).__name__
         self.stats = ServerStats()
+        self.cache = ResultCache(config.cache_size) if config.cache_size else None
+        """Results per ``(query, topk)``, or None when ``config.cache_size`` is 0."""
         self._batcher: DynamicBatcher | None = None
 
     def open(self, peers: Callable[[], int] | None = None) -> DynamicBatcher:
@@ -170,7 +184,7 @@ class RetrievalService:
         """
         config = self.config
         self._batcher = DynamicBatcher(
-            self.retriever.search,
+            self._search_fn(),
             max_batch_size=config.max_batch_size,
             max_wait_s=config.max_wait_ms / 1000,
             batching=config.batching,
@@ -178,6 +192,13 @@ class RetrievalService:
             peers=peers,
         )
         return self._batcher
+
+    def _search_fn(self) -> SearchFn:
+        """What the batcher's worker thread calls: the retriever, through the cache when there is one."""
+        retriever, cache = self.retriever, self.cache
+        if cache is None:
+            return retriever.search
+        return functools.partial(cached_search, retriever.search, cache)
 
     async def close(self) -> None:
         """Stop the batcher: fail what is queued, wait for the running batch."""
@@ -213,9 +234,10 @@ class RetrievalService:
             self.stats.errors[exc.status] += 1
             return exc.status, exc.payload
         batcher = self._batcher if self._batcher is not None else self.open()
-        results: list[list[Doc]] = []
+        held = self.cache.get_all(parsed.queries, parsed.topk) if self.cache is not None else None
+        results: list[list[Doc]] = held if held is not None else []
         try:  # slice by slice, so that small requests are searched in between
-            for part in _slices(parsed.queries, config.max_batch_size):
+            for part in _slices(parsed.queries, config.max_batch_size) if held is None else []:
                 results += await batcher.submit(part, parsed.topk)
         except Exception as exc:  # the retriever failed: answer 500 and keep serving
             log.warning("retriever failed on %d queries: %r", len(parsed.queries), exc)
@@ -248,6 +270,7 @@ class RetrievalService:
             "batching": config.batching,
             "max_batch_size": config.max_batch_size,
             "max_wait_ms": config.max_wait_ms,
+            "cache": self.cache.stats().to_dict() if self.cache is not None else None,
         }
 
     def refuse(self, status: int, reason: str, method: str, path: str) -> dict[str, Any]:
@@ -286,13 +309,16 @@ def load_index(
         backend: ``"bm25"``, ``"dense"`` or another registered backend; None picks ``"bm25"``
             for a directory holding a searchgym BM25 index and ``"dense"`` otherwise.
         corpus_path: The corpus of a FAISS file, or of a dense index kept apart from it.
-        **options: Passed to a non-BM25 backend (e.g. ``model``); ``verify`` (True, False or
-            None) to every saved index: whether to check its files' SHA-256 digests on load.
+        **options: Passed to a non-BM25 backend (e.g. ``model``, ``query_prefix``,
+            ``index_device``); ``verify`` (True, False or None) to every saved index: whether to
+            check its files' SHA-256 digests on load.
 
     Raises:
         DataFileError: ``index`` is missing or is not a readable index.
         UnknownNameError: ``backend`` is not registered.
-        InvalidArgumentError: A FAISS file was given without ``corpus_path``, or with ``backend="bm25"``.
+        InvalidArgumentError: A FAISS file was given without ``corpus_path``, or with ``backend="bm25"``;
+            a dense-only option was given for a BM25 index; a FAISS file's model expects a query
+            prefix and none was given.
     """
     from . import make_retriever
     from .bm25 import BM25Retriever, is_bm25_index_dir
@@ -309,7 +335,7 @@ def load_index(
                 f"--index {str(path)!r} is a FAISS index file: also pass its corpus with --corpus "
                 "(e.g. wiki-18.jsonl beside e5_Flat.index)."
             )
-        return make_retriever("dense", index_path=path, corpus_path=corpus_path, **options)
+        return make_retriever("dense", index_path=path, corpus_path=corpus_path, cache_size=0, **options)
     if not path.is_dir():
         raise DataFileError(
             f"--index {str(path)!r} is not a directory or a FAISS index file. Build an index with "
@@ -318,5 +344,11 @@ def load_index(
     if backend is None:
         backend = "bm25" if is_bm25_index_dir(path) else "dense"
     if backend == "bm25":
+        dense_only = sorted(name for name in ("query_prefix", "index_device") if name in options)
+        if dense_only:
+            flags = ", ".join("--" + name.replace("_", "-") for name in dense_only)
+            raise InvalidArgumentError(
+                f"{flags} apply to a dense index; {str(path)!r} is a BM25 index: drop them."
+            )
         return BM25Retriever.load(path, verify=options.get("verify"))
-    return make_retriever(backend, index_dir=path, corpus_path=corpus_path, **options)
+    return make_retriever(backend, index_dir=path, corpus_path=corpus_path, cache_size=0, **options)

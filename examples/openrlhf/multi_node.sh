@@ -26,7 +26,7 @@ head)
     run ray start --head --port 6379 --dashboard-host 0.0.0.0 --num-gpus 8
     # Retrieval for every node: bind all interfaces (the default is loopback only).
     run searchgym serve --index "$SHARED/data/wiki18/e5_Flat.index" --corpus "$SHARED/data/wiki18/wiki-18.jsonl" \
-        --model intfloat/e5-base-v2 --host 0.0.0.0 --port 8000
+        --model intfloat/e5-base-v2 --query-prefix "query: " --host 0.0.0.0 --port 8000
     ;;
 worker)
     run ray start --address "$HEAD:6379" --num-gpus 8

@@ -29,13 +29,13 @@ fi
 #    own share (colocated with training, it takes ~1 GB). The configs point at http://127.0.0.1:8000.
 if [[ -z "${DRY_RUN:-}" ]]; then
     searchgym serve --index "$INDEX/e5_Flat.index" --corpus "$INDEX/wiki-18.jsonl" --model intfloat/e5-base-v2 \
-        --port 8000 > "$DATA/serve.log" 2>&1 &
+        --query-prefix "query: " --port 8000 > "$DATA/serve.log" 2>&1 &
     SERVER=$!
     trap 'kill $SERVER' EXIT
     until curl -sf -X POST http://127.0.0.1:8000/retrieve -H 'Content-Type: application/json' \
         -d '{"queries": ["warm up"], "topk": 1}' > /dev/null; do sleep 10; done   # loading takes minutes
 else
-    echo "+ searchgym serve --index $INDEX/e5_Flat.index --corpus $INDEX/wiki-18.jsonl --model intfloat/e5-base-v2 --port 8000 &"
+    echo "+ searchgym serve --index $INDEX/e5_Flat.index --corpus $INDEX/wiki-18.jsonl --model intfloat/e5-base-v2 --query-prefix 'query: ' --port 8000 &"
 fi
 
 # 3. Training rows (FlashRAG JSONL here; prepare_data.sh also shows Search-R1's parquet).

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Callable
 from typing import Any
+
+from searchgym.envs.retrieval.cache import DEFAULT_CACHE_SIZE
 
 NAME = "serve"
 HELP = "serve a saved index over HTTP (Search-R1's /retrieve API), batching concurrent requests"
@@ -49,6 +52,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--model", help="dense only: encoder to use instead of the one recorded with the index"
+    )
+    parser.add_argument(
+        "--query-prefix",
+        help="dense only: text put before every query, as the index's passages were encoded (E5: "
+        "'query: '; '' for none). Default: the prefix recorded with a searchgym index; a FAISS file records "
+        "none, so one whose model expects a prefix (E5, BGE) is refused without this flag",
+    )
+    parser.add_argument(
+        "--index-device",
+        default="cpu",
+        help="dense only: where the FAISS index is searched: cpu, a GPU id such as 0 (the whole index on that "
+        "GPU), or all (sharded over every visible GPU); a GPU needs faiss-gpu. The index's size is printed "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--cache-size",
+        type=_ranged(int, 0, float("inf"), "a non-negative integer"),
+        default=DEFAULT_CACHE_SIZE,
+        help="results kept per (query, topk), least recently used out first, so that repeated searches (a "
+        "GRPO group's first ones) are answered without searching; 0 turns the cache off; each --workers "
+        "process keeps its own (default: %(default)s)",
     )
     parser.add_argument(
         "--verify-index",
@@ -166,11 +190,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from searchgym.envs.errors import SearchGymError
+    from searchgym.envs.retrieval.faiss_index import check_index_device
     from searchgym.envs.retrieval.server_protocol import RequestLimits
 
     options: dict[str, Any] = {"model": args.model} if args.model else {}
     if args.verify_index:
         options["verify"] = True
+    if args.query_prefix is not None:
+        options["query_prefix"] = args.query_prefix
+    if args.index_device != "cpu":
+        options["index_device"] = check_index_device(args.index_device)
     settings: dict[str, Any] = dict(
         host=args.host,
         port=args.port,
@@ -189,7 +218,14 @@ def run(args: argparse.Namespace) -> int:
         idle_timeout_s=args.idle_timeout,
         body_timeout_s=args.body_timeout,
         max_connections=args.max_connections,
+        cache_size=args.cache_size,
     )
+    placement = logging.getLogger("searchgym.retrieval")  # where the FAISS index goes, and its size
+    if not placement.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("searchgym serve: %(message)s"))
+        placement.addHandler(handler)
+        placement.setLevel(logging.INFO)
     if args.host not in _LOOPBACK:
         print(
             f"searchgym serve: warning: binding {args.host}: the server has no authentication, so anyone "
@@ -225,6 +261,7 @@ def run(args: argparse.Namespace) -> int:
     from searchgym.envs.retrieval.service import ServerConfig, listening_message, load_index
 
     batching = "off" if args.no_batching else f"max {args.max_batch_size} queries / {args.max_wait_ms:g} ms"
+    batching += f", cache {args.cache_size} results" if args.cache_size else ", cache off"
 
     def announce(url: str, backend: str, num_docs: int | None) -> None:
         passages = "passages: unknown" if num_docs is None else f"{num_docs} passages"
