@@ -150,5 +150,6 @@ def test_serve_index_device_flag_reaches_the_placement(gpus, tmp_path, capsys):
     )
     assert code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "index_device=9: faiss sees 8 GPU(s)" in err[0]
+    errors = [line for line in err if not line.startswith("searchgym serve: FAISS index:")]  # placement logs
+    assert len(errors) == 1 and "index_device=9: faiss sees 8 GPU(s)" in errors[0], err
     assert gpus.allocated == {}

@@ -6,8 +6,8 @@
 #   DRY_RUN=1 bash examples/openrlhf/one_node_8gpu.sh   # print the steps; check the run file against
 #                                                       # the training rows prepare_data.sh wrote (CI runs this)
 #
-# Needs: pip install 'openrlhf[vllm]==0.11.2' -e '.[retrieval,serve,openrlhf,wandb]', and faiss-gpu
-# for a fast index (faiss-cpu works, slower). Disk: ~60 GB for the index and corpus, ~40 GB per
+# Needs: pip install 'openrlhf[vllm]==0.11.2' -e '.[retrieval,serve,openrlhf,wandb]'. The server keeps
+# the index (~65 GB, Flat) in CPU memory; with faiss-gpu, `serve --index-device N` puts it on GPU N. Disk: ~60 GB for the index and corpus, ~40 GB per
 # checkpoint (DeepSpeed ZeRO-3 states of a 3B model; the last 3 are kept).
 set -euo pipefail
 DATA=${DATA:-data}

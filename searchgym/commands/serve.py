@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from collections.abc import Callable
 from typing import Any
 
-from searchgym.envs.retrieval.cache import DEFAULT_CACHE_SIZE
+from searchgym.commands import log_to_stderr
 
 NAME = "serve"
 HELP = "serve a saved index over HTTP (Search-R1's /retrieve API), batching concurrent requests"
@@ -69,10 +68,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cache-size",
         type=_ranged(int, 0, float("inf"), "a non-negative integer"),
-        default=DEFAULT_CACHE_SIZE,
+        default=None,
         help="results kept per (query, topk), least recently used out first, so that repeated searches (a "
         "GRPO group's first ones) are answered without searching; 0 turns the cache off; each --workers "
-        "process keeps its own (default: %(default)s)",
+        "process keeps its own (default: 4096)",
     )
     parser.add_argument(
         "--verify-index",
@@ -190,6 +189,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from searchgym.envs.errors import SearchGymError
+    from searchgym.envs.retrieval.cache import DEFAULT_CACHE_SIZE
     from searchgym.envs.retrieval.faiss_index import check_index_device
     from searchgym.envs.retrieval.server_protocol import RequestLimits
 
@@ -218,14 +218,9 @@ def run(args: argparse.Namespace) -> int:
         idle_timeout_s=args.idle_timeout,
         body_timeout_s=args.body_timeout,
         max_connections=args.max_connections,
-        cache_size=args.cache_size,
+        cache_size=DEFAULT_CACHE_SIZE if args.cache_size is None else args.cache_size,
     )
-    placement = logging.getLogger("searchgym.retrieval")  # where the FAISS index goes, and its size
-    if not placement.handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("searchgym serve: %(message)s"))
-        placement.addHandler(handler)
-        placement.setLevel(logging.INFO)
+    log_to_stderr("searchgym.retrieval", "searchgym serve: ")  # where the FAISS index goes, and its size
     if args.host not in _LOOPBACK:
         print(
             f"searchgym serve: warning: binding {args.host}: the server has no authentication, so anyone "

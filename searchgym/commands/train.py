@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from searchgym.commands import log_to_stderr
+
 NAME = "train"
 HELP = "train a policy with the built-in GRPO trainer or OpenRLHF, from a YAML config"
 
@@ -82,14 +84,7 @@ def run(args: argparse.Namespace) -> int:
             raise prefixed(exc, str(args.config)) from None
         print(describe(config, checks))
         return 0
-    import logging
-
-    progress = logging.getLogger("searchgym.trainers")  # one line per step, without other libraries' logs
-    if not progress.handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(message)s"))
-        progress.addHandler(handler)
-    progress.setLevel(logging.INFO)
+    log_to_stderr("searchgym.trainers")  # one line per step, without other libraries' logs
     from searchgym.trainers.grpo import train
 
     state = train(config, progress=not args.no_progress)
