@@ -53,13 +53,16 @@ def test_the_key_reaches_openrlhfs_wandb_logger_through_the_environment(tmp_path
     for name, value in train_ppo.runtime_env()["env_vars"].items():  # what Ray gives the actor
         monkeypatch.setenv(name, value)
     logins, inits = [], []
-    with (
-        mock.patch.object(wandb, "login", side_effect=lambda **kw: logins.append(kw)),
-        mock.patch.object(wandb, "init", side_effect=lambda **kw: inits.append(kw)),
-        mock.patch.object(wandb, "define_metric"),
-        mock.patch.object(wandb, "Table"),
-    ):
-        WandbLogger(args)
+    try:
+        with (
+            mock.patch.object(wandb, "login", side_effect=lambda **kw: logins.append(kw)),
+            mock.patch.object(wandb, "init", side_effect=lambda **kw: inits.append(kw)),
+            mock.patch.object(wandb, "define_metric"),
+            mock.patch.object(wandb, "Table"),
+        ):
+            WandbLogger(args)
+    finally:
+        wandb.teardown()  # wandb's process-wide settings, read from this test's environment, go with it
     assert os.environ["WANDB_API_KEY"] == KEY and logins == []  # wandb took the key from the environment
     (init,) = inits
     assert init["project"] == "p" and KEY not in repr(init["config"])  # the run's config holds no key

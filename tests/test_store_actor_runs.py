@@ -156,7 +156,7 @@ def cluster() -> Any:
 
 def write_run(folder: Path, update_every: int) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "train.jsonl").write_text("{}\n")
+    (folder / "train.jsonl").write_text("{}\n" * 8)  # whole rollout batches (the launch counts them)
     path = folder / "run.yaml"
     path.write_text(RUN.format(update_every=update_every))
     return path
