@@ -103,7 +103,6 @@ def cluster() -> Any:
     """A Ray head started with ``ray start --head --block`` (its process group is ended after)."""
     if ray.is_initialized():
         ray.shutdown()
-    saved = os.environ.get("RAY_AUTH_MODE")
     os.environ["RAY_AUTH_MODE"] = "disabled"  # no token for the drivers to find (Ray 2.60 asks for one)
     port, client, agent = _free_port(), _free_port(), _free_port()
     temp = tempfile.mkdtemp(prefix="sgray", dir="/tmp")
@@ -148,10 +147,9 @@ def cluster() -> Any:
     except subprocess.TimeoutExpired:
         os.killpg(head.pid, signal.SIGKILL)
     shutil.rmtree(temp, ignore_errors=True)
-    if saved is None:
-        os.environ.pop("RAY_AUTH_MODE", None)
-    else:
-        os.environ["RAY_AUTH_MODE"] = saved
+    # RAY_AUTH_MODE stays "disabled": this process's Ray read it once, and a later ray.init() here
+    # would start a cluster whose GCS (reading the restored default) asks for a token the driver
+    # never sends ("Authentication token is missing").
 
 
 def write_run(folder: Path, update_every: int) -> Path:
