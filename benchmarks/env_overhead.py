@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> dict:
 
 
 def render(results: list[dict]) -> str:
-    """The docs page, from result files (the first is this code, the others for comparison)."""
+    """The docs page, from result files (one row group per file)."""
     lines = [
         "# Env step overhead by episode length",
         "",
@@ -133,14 +133,12 @@ def render(results: list[dict]) -> str:
         "shared corpus, HotpotQA questions, top-3), interleaved query by query. The env side runs",
         "episodes of the given number of searches, so a step at the end of a 300-search episode has",
         "299 turns behind it. Each figure is the median over runs of the per-run overhead; the",
-        'per-run figures are in the result files. Rows not labelled "this code" measure older code',
-        "on the same machine for comparison (see the notes under the table).",
+        "per-run figures are in the result file.",
         "",
         "<!-- docs-test: skip rewrites the committed result file and this page (about a minute) -->",
         "```bash",
         COMMAND,
-        "python benchmarks/env_overhead.py --render benchmarks/results/env_overhead.json "
-        "benchmarks/results/env_overhead_before.json --docs docs/benchmarks-env.md",
+        "python benchmarks/env_overhead.py --render benchmarks/results/env_overhead.json --docs docs/benchmarks-env.md",
         "```",
         "",
         "| code | episode length | bare BM25 (median ms) | env step (median ms) | overhead of medians (range over runs) | overhead of totals |",

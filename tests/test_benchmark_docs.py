@@ -1,5 +1,5 @@
-"""The measured tables of docs/benchmarks.md and docs/retrieval.md are what
-benchmarks/render_docs.py makes of the committed JSON."""
+"""The measured tables of docs/benchmarks.md, docs/retrieval.md and docs/benchmarks-env.md are what
+benchmarks/render_docs.py (env_overhead.py for the last) makes of the committed JSON."""
 
 from __future__ import annotations
 
@@ -46,3 +46,15 @@ def test_no_table_lies_outside_the_markers():
         page = render.block(name).sub("", page)
     loose = [line for line in page.splitlines() if line.lstrip().startswith("|")]
     assert not loose, f"table lines typed by hand in docs/benchmarks.md: {loose[:3]}"
+
+
+def test_the_env_overhead_page_is_its_rendering_from_the_committed_json():
+    import json
+
+    spec = importlib.util.spec_from_file_location("env_overhead", ROOT / "benchmarks" / "env_overhead.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    result = json.loads((ROOT / "benchmarks" / "results" / "env_overhead.json").read_text(encoding="utf-8"))
+    page = (ROOT / "docs" / "benchmarks-env.md").read_text(encoding="utf-8")
+    assert page == module.render([result]), "rerun the --render command on docs/benchmarks-env.md"
