@@ -94,6 +94,33 @@ def versions() -> dict[str, str]:
     return found
 
 
+def add_table_arguments(parser: Any) -> None:
+    """``--out``, and ``--table``/``--doc`` to print or fill a table from a results file."""
+    parser.add_argument("--out", type=Path, help="write the results here (JSON)")
+    parser.add_argument("--table", type=Path, help="a results file: print its table instead of measuring")
+    parser.add_argument(
+        "--doc", type=Path, help="with --table: rewrite the table block of this Markdown file"
+    )
+
+
+def show_table(args: Any, table: Callable[[dict[str, Any]], str], begin: str, end: str) -> bool:
+    """Print ``args.table``'s table, or fill it between ``begin`` and ``end`` in ``args.doc``;
+    False when there is no ``--table`` (measure instead)."""
+    if not args.table:
+        return False
+    body = table(json.loads(args.table.read_text(encoding="utf-8")))
+    if not args.doc:
+        print(body)
+        return True
+    text = args.doc.read_text(encoding="utf-8")
+    if begin not in text or end not in text:
+        raise SystemExit(f"{args.doc} has no {begin} ... {end} block to fill")
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    args.doc.write_text(f"{head}{begin}\n{body}\n{end}{tail}", encoding="utf-8")
+    return True
+
+
 def write_report(path: Path | None, report: dict[str, Any]) -> None:
     """Write ``report`` and the machine it ran on to ``path`` as indented JSON (nothing when None)."""
     if path is None:

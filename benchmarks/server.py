@@ -32,6 +32,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from _common import REPO, SHARED_DATA, versions
 
@@ -165,16 +166,22 @@ def load(
                 pass
             mine.append(time.perf_counter() - start)
 
-    threads = [threading.Thread(target=worker, args=(s,)) for s in range(clients)]
-    for t in threads:
-        t.start()
-    barrier.wait()
-    start = time.perf_counter()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - start
+    elapsed = run_together(worker, [(s,) for s in range(clients)], barrier)
     client.close()
     return total * per_request / elapsed, [x for xs in latencies for x in xs], client.error_count
+
+
+def run_together(target: Any, arguments: list[tuple], barrier: threading.Barrier) -> float:
+    """Run ``target`` on each argument tuple in its own thread; the threads start together at
+    ``barrier`` (which ``target`` waits on). Returns the seconds until the last one ends."""
+    threads = [threading.Thread(target=target, args=args) for args in arguments]
+    for thread in threads:
+        thread.start()
+    barrier.wait()
+    start = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    return time.perf_counter() - start
 
 
 def server_totals(url: str, workers: int) -> dict[str, int]:

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from _common import REPO, SHARED_DATA, write_report
-from server import load_queries, percentile
+from server import load_queries, percentile, run_together
 
 from searchgym.envs.retrieval.http_client import HTTPRetriever
 
@@ -85,14 +85,7 @@ def step(url: str, plans: list[list[str]], k: int) -> tuple[float, list[float], 
             with lock:
                 latencies.append(time.perf_counter() - t0)
 
-    threads = [threading.Thread(target=rollout, args=(plan,)) for plan in plans]
-    for thread in threads:
-        thread.start()
-    barrier.wait()
-    t0 = time.perf_counter()
-    for thread in threads:
-        thread.join()
-    elapsed = time.perf_counter() - t0
+    elapsed = run_together(rollout, [(plan,) for plan in plans], barrier)
     client.close()
     return elapsed, latencies, client.error_count
 

@@ -49,7 +49,7 @@ from searchgym.memory import ExperienceMemory, trajectory_to_dict
 from searchgym.policies import make_policy
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import write_report  # noqa: E402
+from _common import add_table_arguments, show_table, write_report  # noqa: E402
 
 BEGIN, END = "<!-- store_backends:begin -->", "<!-- store_backends:end -->"
 
@@ -223,16 +223,6 @@ def table(report: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
-def write_table(results: Path, doc: Path) -> None:
-    text = doc.read_text(encoding="utf-8")
-    if BEGIN not in text or END not in text:
-        raise SystemExit(f"{doc} has no {BEGIN} ... {END} block to fill")
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    body = table(json.loads(results.read_text(encoding="utf-8")))
-    doc.write_text(f"{head}{BEGIN}\n{body}\n{END}{tail}", encoding="utf-8")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--prefill", type=int, default=2000, help="trajectories in the store before timing")
@@ -240,17 +230,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--writers", type=int, default=4, help="processes appending at once")
     parser.add_argument("--appends", type=int, default=2000, help="appends per writer")
-    parser.add_argument("--out", type=Path, help="write the results here (JSON)")
-    parser.add_argument("--table", type=Path, help="a results file: print its table instead of measuring")
-    parser.add_argument(
-        "--doc", type=Path, help="with --table: rewrite the table block of this Markdown file"
-    )
+    add_table_arguments(parser)
     args = parser.parse_args()
-    if args.table:
-        if args.doc:
-            write_table(args.table, args.doc)
-        else:
-            print(table(json.loads(args.table.read_text(encoding="utf-8"))))
+    if show_table(args, table, BEGIN, END):
         return
     report = measure(args)
     write_report(args.out, report)

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import write_report  # noqa: E402
+from _common import add_table_arguments, show_table, write_report  # noqa: E402
 
 BEGIN, END = "<!-- store_wal:begin -->", "<!-- store_wal:end -->"
 
@@ -170,31 +170,15 @@ def table(report: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
-def write_table(results: Path, doc: Path) -> None:
-    page = doc.read_text(encoding="utf-8")
-    head, rest = page.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    block = table(json.loads(results.read_text(encoding="utf-8")))
-    doc.write_text(f"{head}{BEGIN}\n{block}\n{END}{tail}", encoding="utf-8")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--appends", type=int, default=2000, help="minimum records appended per layout")
     parser.add_argument(
         "--trajectories", type=int, default=300, help="trajectory records appended per layout"
     )
-    parser.add_argument("--out", type=Path, help="write the results here (JSON)")
-    parser.add_argument("--table", type=Path, help="a results file: print its table instead of measuring")
-    parser.add_argument(
-        "--doc", type=Path, help="with --table: rewrite the table block of this Markdown file"
-    )
+    add_table_arguments(parser)
     args = parser.parse_args()
-    if args.table:
-        if args.doc:
-            write_table(args.table, args.doc)
-        else:
-            print(table(json.loads(args.table.read_text(encoding="utf-8"))))
+    if show_table(args, table, BEGIN, END):
         return
     report = measure(args)
     write_report(args.out, report)

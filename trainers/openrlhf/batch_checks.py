@@ -24,18 +24,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .flags import FlagError
+from .flags import FlagError, parsed_value
 
 __all__ = ["check_batch_arithmetic", "rank_shares", "step_line"]
-
-
-def _get(args: Any, dotted: str, default: Any = None) -> Any:
-    node = args
-    for part in dotted.split("."):
-        node = getattr(node, part, None)
-        if node is None:
-            return default
-    return node
 
 
 def _divisors_up_to(n: int, limit: int) -> list[int]:
@@ -62,29 +53,36 @@ def rank_shares(samples: int, micro_batch: int, dp: int) -> list[int]:
 
 
 def _dp(args: Any) -> int:
-    actor_gpus = _get(args, "actor.num_nodes", 1) * _get(args, "actor.num_gpus_per_node", 8)
-    return actor_gpus // (_get(args, "ds.ring_attn_size", 1) * _get(args, "ds.tensor_parallel_size", 1))
+    actor_gpus = parsed_value(args, "actor.num_nodes", 1) * parsed_value(args, "actor.num_gpus_per_node", 8)
+    return actor_gpus // (
+        parsed_value(args, "ds.ring_attn_size", 1) * parsed_value(args, "ds.tensor_parallel_size", 1)
+    )
 
 
 def step_line(args: Any) -> str:
     """What one training step does on each rank, for the dry run (after :func:`check_batch_arithmetic`)."""
     dp = _dp(args)
-    samples = _get(args, "rollout.batch_size", 1) * _get(args, "rollout.n_samples_per_prompt", 1)
-    rollout_micro = _get(args, "rollout.micro_batch_size", 1)
+    samples = parsed_value(args, "rollout.batch_size", 1) * parsed_value(
+        args, "rollout.n_samples_per_prompt", 1
+    )
+    rollout_micro = parsed_value(args, "rollout.micro_batch_size", 1)
     shares = rank_shares(samples, rollout_micro, dp)
-    if _get(args, "train.dynamic_batch_enable", False):
+    if parsed_value(args, "train.dynamic_batch_enable", False):
         return (
             f"searchgym: each step deals {samples:,} samples to {dp} ranks in length-balanced micro batches "
             "(train.dynamic_batch_enable)."
         )
-    micro, batch = _get(args, "train.micro_batch_size", 1), _get(args, "train.batch_size", 128)
+    micro, batch = (
+        parsed_value(args, "train.micro_batch_size", 1),
+        parsed_value(args, "train.batch_size", 128),
+    )
     accumulation = batch // micro // dp
     micro_steps = shares[0] // micro
     return (
         f"searchgym: each step deals {samples:,} samples as {-(-samples // rollout_micro)} experiences of "
         f"{rollout_micro}, {shares[0]:,} samples to each of {dp} ranks: {micro_steps} micro-steps of {micro} = "
         f"{micro_steps // accumulation} optimizer step(s) of {accumulation} accumulated micro-steps per rank "
-        f"(× train.max_epochs = {_get(args, 'train.max_epochs', 1)})."
+        f"(× train.max_epochs = {parsed_value(args, 'train.max_epochs', 1)})."
     )
 
 
@@ -94,9 +92,9 @@ def check_batch_arithmetic(args: Any) -> None:
     Args:
         args: OpenRLHF's parsed, nested args (``check_flags``' first result).
     """
-    actor_gpus = _get(args, "actor.num_nodes", 1) * _get(args, "actor.num_gpus_per_node", 8)
-    ring, tp = _get(args, "ds.ring_attn_size", 1), _get(args, "ds.tensor_parallel_size", 1)
-    vllm_engines = _get(args, "vllm.num_engines")
+    actor_gpus = parsed_value(args, "actor.num_nodes", 1) * parsed_value(args, "actor.num_gpus_per_node", 8)
+    ring, tp = parsed_value(args, "ds.ring_attn_size", 1), parsed_value(args, "ds.tensor_parallel_size", 1)
+    vllm_engines = parsed_value(args, "vllm.num_engines")
     if not vllm_engines:
         raise FlagError(
             "openrlhf.vllm.num_engines is not set: the searchgym agent runs inside the vLLM engines. "
@@ -108,9 +106,9 @@ def check_batch_arithmetic(args: Any) -> None:
             f"of ds.ring_attn_size × ds.tensor_parallel_size = {ring * tp}; make the GPU count a multiple of it."
         )
     dp = actor_gpus // (ring * tp)
-    colocate_all = _get(args, "train.colocate_all", False)
-    async_enable = _get(args, "train.async_enable", False)
-    vllm_tp = _get(args, "vllm.tensor_parallel_size", 1)
+    colocate_all = parsed_value(args, "train.colocate_all", False)
+    async_enable = parsed_value(args, "train.async_enable", False)
+    vllm_tp = parsed_value(args, "vllm.tensor_parallel_size", 1)
     if colocate_all and not async_enable and vllm_engines * vllm_tp != actor_gpus:
         raise FlagError(
             f"train.colocate_all puts the vLLM engines on the actor's {actor_gpus} GPUs, so vllm.num_engines × "
@@ -118,19 +116,22 @@ def check_batch_arithmetic(args: Any) -> None:
             f"vllm.num_engines: {actor_gpus // vllm_tp if actor_gpus % vllm_tp == 0 else actor_gpus} "
             f"with vllm.tensor_parallel_size: {vllm_tp if actor_gpus % vllm_tp == 0 else 1}."
         )
-    if (colocate_all or _get(args, "train.colocate_actor_ref", False)) and _get(
+    if (colocate_all or parsed_value(args, "train.colocate_actor_ref", False)) and parsed_value(
         args, "algo.kl.init_coef", 0
     ) > 0:
-        actor = (_get(args, "actor.num_nodes", 1), _get(args, "actor.num_gpus_per_node", 8))
-        ref = (_get(args, "ref.num_nodes", 1), _get(args, "ref.num_gpus_per_node", 8))
+        actor = (parsed_value(args, "actor.num_nodes", 1), parsed_value(args, "actor.num_gpus_per_node", 8))
+        ref = (parsed_value(args, "ref.num_nodes", 1), parsed_value(args, "ref.num_gpus_per_node", 8))
         if actor != ref:
             raise FlagError(
                 f"Colocated actor and reference models need the same shape: ref.num_nodes, ref.num_gpus_per_node "
                 f"= {ref[0]}, {ref[1]}, but the actor has {actor[0]}, {actor[1]}. Set ref to {actor[0]}, {actor[1]}."
             )
-    if _get(args, "train.dynamic_batch_enable", False):
+    if parsed_value(args, "train.dynamic_batch_enable", False):
         return  # DeepSpeed then runs with micro batch 1 and balanced partitions: none of the below
-    batch, micro = _get(args, "train.batch_size", 128), _get(args, "train.micro_batch_size", 1)
+    batch, micro = (
+        parsed_value(args, "train.batch_size", 128),
+        parsed_value(args, "train.micro_batch_size", 1),
+    )
     if batch % (micro * dp) or batch < micro * dp:
         fix = (
             f"Set train.micro_batch_size to {_suggest(batch, dp, micro)} (or train.batch_size to a multiple of {micro * dp})."
@@ -141,14 +142,16 @@ def check_batch_arithmetic(args: Any) -> None:
             f"DeepSpeed needs train.batch_size = train.micro_batch_size × gradient accumulation × {dp} data-parallel "
             f"ranks, and {batch} is not a multiple of {micro} × {dp} = {micro * dp}. {fix}"
         )
-    rollout = _get(args, "rollout.batch_size", 1) * _get(args, "rollout.n_samples_per_prompt", 1)
+    rollout = parsed_value(args, "rollout.batch_size", 1) * parsed_value(
+        args, "rollout.n_samples_per_prompt", 1
+    )
     if rollout % batch:
         raise FlagError(
             f"A rollout batch holds rollout.batch_size × rollout.n_samples_per_prompt = {rollout} samples, which is "
             f"not a multiple of train.batch_size = {batch}: the actor would take a partial optimizer step (or none). "
             f"Set train.batch_size to {rollout} (one update per rollout batch) or another divisor of {rollout}."
         )
-    rollout_micro = _get(args, "rollout.micro_batch_size", 1)  # rollout is a multiple of dp here
+    rollout_micro = parsed_value(args, "rollout.micro_batch_size", 1)  # rollout is a multiple of dp here
     if rollout % (rollout_micro * dp):
         raise FlagError(
             f"The {rollout} samples of a rollout batch are cut into experiences of rollout.micro_batch_size = "

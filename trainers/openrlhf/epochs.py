@@ -28,21 +28,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...envs.errors import DataFileError
-from .flags import FlagError
+from .flags import FlagError, parsed_value
 
 __all__ = ["EpochPlan", "check_data_files", "count_rows", "whole_batches"]
 
 _COUNTED = (".jsonl", ".json", ".parquet", ".csv")
 _LOCAL = (*_COUNTED, ".arrow", ".py")
-
-
-def _get(args: Any, dotted: str, default: Any = None) -> Any:
-    node = args
-    for part in dotted.split("."):
-        node = getattr(node, part, None)
-        if node is None:
-            return default
-    return node
 
 
 def _is_local(part: str) -> bool:
@@ -168,9 +159,9 @@ def whole_batches(flat: dict[str, Any], args: Any) -> tuple[EpochPlan | None, li
             ``data.max_samples`` that is a multiple of ``rollout.batch_size``.
         DataFileError: a local dataset that does not exist or cannot be read.
     """
-    batch = int(_get(args, "rollout.batch_size", 1024))  # OpenRLHF's default
+    batch = int(parsed_value(args, "rollout.batch_size", 1024))  # OpenRLHF's default
     limit = flat.get("data.max_samples")
-    if _get(args, "algo.dynamic_filtering_enable", False):
+    if parsed_value(args, "algo.dynamic_filtering_enable", False):
         raise FlagError(
             "algo.dynamic_filtering_enable replaces each filtered prompt with the next row, so the last rollout "
             "batch of every episode is short by a number of prompts no row count can predict, and OpenRLHF "
@@ -214,7 +205,7 @@ def whole_batches(flat: dict[str, Any], args: Any) -> tuple[EpochPlan | None, li
 
 
 def _plan_line(plan: EpochPlan, spec: str, args: Any) -> str:
-    n = int(_get(args, "rollout.n_samples_per_prompt", 1))  # OpenRLHF's default
+    n = int(parsed_value(args, "rollout.n_samples_per_prompt", 1))  # OpenRLHF's default
     kept = f" (data.max_samples keeps the first {plan.available:,})" if plan.available < plan.rows else ""
     tail = (
         f"the last {plan.dropped} rows (in file order) are left out of every episode "
@@ -222,7 +213,7 @@ def _plan_line(plan: EpochPlan, spec: str, args: Any) -> str:
         if plan.dropped
         else "no row is left out"
     )
-    episodes = int(_get(args, "train.num_episodes", 1))
+    episodes = int(parsed_value(args, "train.num_episodes", 1))
     return (
         f"searchgym: {spec} has {plan.rows:,} rows{kept}: {plan.steps} rollout batches of {plan.batch} prompts "
         f"× {n} samples per episode; {tail}; {plan.steps * episodes} steps over {episodes} episode(s)."

@@ -32,7 +32,16 @@ from typing import Any
 
 from ...envs.errors import InvalidArgumentError, UnknownNameError
 
-__all__ = ["FlagError", "ParserInfo", "check_flags", "flatten", "nested", "openrlhf_parser", "to_argv"]
+__all__ = [
+    "FlagError",
+    "ParserInfo",
+    "check_flags",
+    "flatten",
+    "nested",
+    "openrlhf_parser",
+    "parsed_value",
+    "to_argv",
+]
 
 _MODULE = "openrlhf.cli.train_ppo_ray"
 
@@ -117,6 +126,17 @@ def openrlhf_parser() -> ParserInfo | None:
         checks.append(st)
     code = compile(ast.Module(body=checks, type_ignores=[]), spec.origin, "exec") if checks else None
     return ParserInfo(parser=namespace["parser"], checks=code, source=spec.origin)
+
+
+def parsed_value(args: Any, dotted: str, default: Any = None) -> Any:
+    """The value at ``dotted`` (``"train.batch_size"``) in OpenRLHF's parsed arguments, or
+    ``default`` where a part is missing or None."""
+    node = args
+    for part in dotted.split("."):
+        node = getattr(node, part, None)
+        if node is None:
+            return default
+    return node
 
 
 def flatten(section: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
