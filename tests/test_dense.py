@@ -413,6 +413,39 @@ def test_a_faiss_file_whose_model_expects_a_query_prefix_is_refused_without_one(
     assert DenseRetriever.from_faiss(index_path, corpus).query_prefix == ""  # MiniLM takes no prefix
 
 
+def test_passages_for_an_e5_model_are_not_encoded_without_a_prefix_unless_asked(subset, capsys):
+    from searchgym.cli import main
+
+    e5 = _renamed_model(subset["root"] / "models", "e5-base-v2")
+    out = subset["root"] / "e5_index"
+    with pytest.raises(InvalidArgumentError, match=r"expects passages to begin with 'passage: '.*--e5"):
+        build_dense_index(subset["small"], out, model=e5)
+    assert not (out / "searchgym_dense.json").exists()  # refused before encoding anything
+    docs = [Doc(id="1", title="t", text="x")]
+    with pytest.raises(InvalidArgumentError, match=r"passage_prefix=''"):
+        DenseRetriever.from_docs(docs, model=e5)
+    assert (
+        main(
+            [
+                "index",
+                "--backend",
+                "dense",
+                "--corpus",
+                str(subset["small"]),
+                "--out",
+                str(out),
+                "--model",
+                str(e5),
+                "--no-progress",
+            ]
+        )
+        == 2
+    )
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "searchgym index --e5" in error[0]
+    assert DenseRetriever.from_docs(docs, model=e5, passage_prefix="").query_prefix == ""  # asked for none
+
+
 def test_a_query_prompt_in_the_model_configuration_is_the_prefix_it_expects(subset):
     index_path, corpus, _, _ = _searchr1_layout(subset, subset["root"] / "prompted", n=20)
     model = _renamed_model(subset["root"] / "models", "in-house-encoder", prompts={"query": "Q> "})

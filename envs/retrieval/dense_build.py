@@ -33,7 +33,14 @@ import numpy as np
 from ..checks import check_int
 from ..errors import DataFileError, InvalidArgumentError
 from .checksums import file_checksums
-from .encoders import E5_PASSAGE_PREFIX, E5_QUERY_PREFIX, Encoder, load_encoder, same_model
+from .encoders import (
+    E5_PASSAGE_PREFIX,
+    E5_QUERY_PREFIX,
+    Encoder,
+    expected_query_prefix,
+    load_encoder,
+    same_model,
+)
 from .faiss_index import IndexSpec, build_index, write_index
 from .passages import file_fingerprint, iter_passages, passage_text, scan_line_offsets
 
@@ -44,6 +51,7 @@ __all__ = [
     "find_dense_meta",
     "check_corpus",
     "check_model",
+    "check_passage_prefix",
     "index_file",
     "read_dense_meta",
     "resolve_prefixes",
@@ -113,6 +121,21 @@ def resolve_prefixes(
                 )
         return E5_QUERY_PREFIX, E5_PASSAGE_PREFIX
     return query_prefix, passage_prefix
+
+
+def check_passage_prefix(encoder: Encoder, passage_prefix: str | None) -> None:
+    """Refuse to encode passages without a prefix (``passage_prefix`` None, not given) for a model
+    that expects E5's ``"passage: "``: its vectors would match no prefixed query well.
+
+    Raises:
+        InvalidArgumentError: naming the flag and the argument that choose a prefix.
+    """
+    if passage_prefix is None and expected_query_prefix(encoder) == E5_QUERY_PREFIX:
+        raise InvalidArgumentError(
+            f"{encoder.name!r} expects passages to begin with {E5_PASSAGE_PREFIX!r} (and queries with "
+            f"{E5_QUERY_PREFIX!r}): pass e5=True (searchgym index --e5), or passage_prefix='' to encode "
+            "without one."
+        )
 
 
 def _write_json(path: Path, value: dict[str, Any]) -> None:
@@ -320,6 +343,7 @@ def build_dense_index(
         meta = find_dense_meta(index_dir)
         if meta is None:
             encoder = load_encoder(model, device=device)
+            check_passage_prefix(encoder, pp)
             size = -(-(chunk_size or DEFAULT_CHUNK_SIZE) // batch_size) * batch_size
             meta = _start(index_dir, corpus, encoder, (qp or "", pp or ""), batch_size, size, progress)
         else:

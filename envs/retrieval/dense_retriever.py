@@ -35,6 +35,7 @@ from .dense_build import (
     OFFSETS_FILE,
     check_corpus,
     check_model,
+    check_passage_prefix,
     index_file,
     read_dense_meta,
     resolve_prefixes,
@@ -377,6 +378,7 @@ class DenseRetriever(Retriever):
         qp, pp = resolve_prefixes(e5, query_prefix, passage_prefix)
         spec = IndexSpec.from_options(index_type, index_options)
         encoder = load_encoder(model, device=device)
+        check_passage_prefix(encoder, pp)
         bar = _bar(progress, len(docs), "encoding passages", "passage")
         texts = [(pp or "") + passage_text(d) for d in docs]
         vectors = encoder.encode(
