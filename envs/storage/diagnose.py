@@ -88,15 +88,15 @@ def describe_error(path: str, exc: sqlite3.Error | OSError, action: str) -> Data
                 f"{path}: cannot finish {action}: {cause} ({text}). Give the store a writable local disk, or "
                 "copy it to one."
             )
+    users = stale_shm_users(path) if isinstance(exc, sqlite3.Error) else []
+    if users:  # SQLite reports this as damage or as an I/O error, depending on timing
+        return DataFileError(
+            f"{path} is not damaged, but its shared-memory index {path}-shm was deleted while processes "
+            f"{', '.join(map(str, users))} had the store open, so they and this process see its write-ahead "
+            f"log differently ({text} while {action}). Stop every process that uses the store, then start "
+            "them again; never delete the -shm or -wal file of a store in use."
+        )
     if isinstance(exc, sqlite3.DatabaseError) and any(word in lowered for word in _DAMAGE):
-        users = stale_shm_users(path)
-        if users:
-            return DataFileError(
-                f"{path} is not damaged, but its shared-memory index {path}-shm was deleted while processes "
-                f"{', '.join(map(str, users))} had the store open, so they and this process see its write-ahead "
-                f"log differently ({text} while {action}). Stop every process that uses the store, then start "
-                "them again; never delete the -shm or -wal file of a store in use."
-            )
         if os.path.exists(path) and _sound(path):
             return DataFileError(
                 f"{path} is not damaged (SQLite's check of it passes), but this process read it inconsistently "
