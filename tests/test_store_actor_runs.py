@@ -103,7 +103,8 @@ def cluster() -> Any:
     """A Ray head started with ``ray start --head --block`` (its process group is ended after)."""
     if ray.is_initialized():
         ray.shutdown()
-    os.environ["RAY_AUTH_MODE"] = "disabled"  # no token for the drivers to find (Ray 2.60 asks for one)
+    previous_mode = os.environ.get("RAY_AUTH_MODE")
+    set_auth_mode("disabled")  # no token for the drivers to find (Ray 2.60 asks for one)
     port, client, agent = _free_port(), _free_port(), _free_port()
     temp = tempfile.mkdtemp(prefix="sgray", dir="/tmp")
     ray_bin = Path(sys.executable).with_name("ray")
@@ -147,9 +148,23 @@ def cluster() -> Any:
     except subprocess.TimeoutExpired:
         os.killpg(head.pid, signal.SIGKILL)
     shutil.rmtree(temp, ignore_errors=True)
-    # RAY_AUTH_MODE stays "disabled": this process's Ray read it once, and a later ray.init() here
-    # would start a cluster whose GCS (reading the restored default) asks for a token the driver
-    # never sends ("Authentication token is missing").
+    set_auth_mode(previous_mode)  # later in-process clusters run as they would without this module
+
+
+def set_auth_mode(mode: str | None) -> None:
+    """Set ``RAY_AUTH_MODE`` for this process's Ray and the processes it starts (``None``: unset).
+
+    Ray caches the mode in its config when it first reads it; a driver left on the old mode
+    starts clusters whose GCS cannot call it back (it then ends every actor the driver owns).
+    """
+    from ray._raylet import AuthenticationTokenLoader, Config
+
+    if mode is None:
+        os.environ.pop("RAY_AUTH_MODE", None)
+    else:
+        os.environ["RAY_AUTH_MODE"] = mode
+    Config.initialize("")
+    AuthenticationTokenLoader.instance().reset_cache()
 
 
 def write_run(folder: Path, update_every: int) -> Path:
