@@ -10,7 +10,10 @@ exception a 500, and a client that hangs up before its answer is counted apart
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import socket
+import struct
 from contextlib import nullcontext
 from typing import Any
 
@@ -73,7 +76,9 @@ class RetrievalApp:
         guard = self.guard
         try:
             with guard.handling(transport) if guard is not None else nullcontext():
-                return await handler(request)
+                response = await handler(request)
+                await self._send(request, response)
+                return response
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise
@@ -87,6 +92,31 @@ class RetrievalApp:
                     self.service.client_gone(request.method, request.path)
                 return web.Response(status=400)  # never sent; raising would make aiohttp log a traceback
             return _json(self.service.internal_error(exc, request.method, request.path), 500)
+
+    async def _send(self, request: web.Request, response: web.StreamResponse) -> None:
+        """Write ``response`` whole within ``send_timeout_s``, or drop it and close the connection.
+
+        aiohttp would wait as long as the client takes to read; a client that never reads
+        would hold the answer's memory and its connection forever. The connection is reset,
+        which drops what is still buffered here and in the kernel.
+        """
+        limit = self.service.config.send_timeout_s
+        try:
+            await asyncio.wait_for(self._write(request, response), limit)
+        except TimeoutError:
+            transport = request.transport
+            if transport is not None:
+                sock = transport.get_extra_info("socket")
+                if sock is not None:  # a reset, so the kernel drops what it still holds too
+                    with contextlib.suppress(OSError):
+                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                transport.abort()
+            self.service.too_slow_reader(request.method, request.path, limit)
+
+    @staticmethod
+    async def _write(request: web.Request, response: web.StreamResponse) -> None:
+        await response.prepare(request)
+        await response.write_eof()
 
     async def _retrieve(self, request: web.Request) -> web.Response:
         async def read_body() -> bytes:
