@@ -265,6 +265,7 @@ def test_snapshot_and_restore_bring_the_store_back_to_a_step(tmp_path: Path) -> 
         "trajectories": 3,
         "bank": 0,
         "updates": 1,
+        "steps": 1,  # the count, written once per step
         "min_tool_calls": 3,
     }
     for i in range(3, 5):  # work after the checkpoint, lost by the crash that follows
@@ -272,7 +273,7 @@ def test_snapshot_and_restore_bring_the_store_back_to_a_step(tmp_path: Path) -> 
         mins.update("q1", 0)
     memory.step()
     moved = MemoryStore(tmp_path).restore(1)
-    assert moved == {"trajectories": 2, "bank": 0, "updates": 1, "min_tool_calls": 1}
+    assert moved == {"trajectories": 2, "bank": 0, "updates": 1, "steps": 1, "min_tool_calls": 1}
     again = ExperienceMemory(tmp_path, update_every=1)
     assert len(again) == 3 and again.steps == 1
     assert len(memory) == 3  # an open memory reads the cut store again

@@ -352,12 +352,20 @@ class StoreClient:
         import ray
         from ray.exceptions import ActorDiedError
 
+        dead = self.actor
         try:
-            return ray.get(getattr(self.actor, method).remote(*args), timeout=self.timeout)
+            return ray.get(getattr(dead, method).remote(*args), timeout=self.timeout)
         except ActorDiedError as exc:
             cause = _cause_line(exc.error_msg or "")
-        self._actor = self._find(cause)
-        return ray.get(getattr(self._actor, method).remote(*args), timeout=self.timeout)
+        self._actor = None
+        deadline = time.monotonic() + min(self.timeout, 30.0)
+        while True:  # Ray may still list the dead actor under its name for a moment
+            actor = self._find(cause)
+            if actor._actor_id != dead._actor_id or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        self._actor = actor
+        return ray.get(getattr(actor, method).remote(*args), timeout=self.timeout)
 
     def snapshot(self, step: int) -> None:
         """Snapshot both stores at training step ``step`` (when its checkpoint is saved)."""

@@ -170,9 +170,9 @@ class ConnectionGuard:
 
         def connection_made(handler: Any, transport: asyncio.Transport) -> None:
             aiohttp_made(handler, transport)
-            if handler in self._doomed:
+            if handler in self._doomed:  # closed once aiohttp has started it (it was force-closed)
                 self._doomed.discard(handler)
-                transport.close()
+                asyncio.get_running_loop().call_soon(transport.close)
 
         def connection_lost(handler: Any, exc: BaseException | None) -> None:  # each handler calls it once
             self._live.pop(handler, None)

@@ -294,7 +294,7 @@ class ExperienceMemory:
             The results of the updates made, oldest first.
         """
         step = check_int("step", step, 0)
-        results = []
+        results: list[UpdateResult] = []
         with self._lock:
             if self._steps >= step:
                 return results
