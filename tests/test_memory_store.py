@@ -294,6 +294,11 @@ def test_copy_to_copies_each_log_as_one_state(tmp_path: Path) -> None:
     memory.step()
     memory.add(_trajectory("q-uncommitted-in-wal"))  # lives in the WAL file until a checkpoint
     MemoryStore(tmp_path / "live").copy_to(tmp_path / "copy")  # the live store keeps its connections open
-    assert sorted(os.listdir(tmp_path / "copy")) == ["bank.sqlite", "trajectories.sqlite", "updates.sqlite"]
+    assert sorted(os.listdir(tmp_path / "copy")) == [
+        "bank.sqlite",
+        "steps.sqlite",  # the step count
+        "trajectories.sqlite",
+        "updates.sqlite",
+    ]
     copy = ExperienceMemory(tmp_path / "copy", update_every=1)
     assert len(copy) == 5 and copy.steps == 1 and copy.history_records() == memory.history_records()
