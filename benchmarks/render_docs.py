@@ -120,6 +120,22 @@ def _source(name: str, report: dict[str, Any]) -> str:
     )
 
 
+def hardening_battery(report: dict[str, Any]) -> str:
+    rows = ["| fault | trials | promise held | what was seen | seconds |", "|---|---:|---:|---|---:|"]
+    for c in report["checks"]:
+        rows.append(f"| {c['fault']} | {c['trials']} | {c['held']} | {c['detail']} | {c['seconds']:.1f} |")
+    held = sum(c["held"] for c in report["checks"])
+    trials = sum(c["trials"] for c in report["checks"])
+    rows += [
+        "",
+        f"{held} of {trials} trials kept their promise. Measured on {_machine(report)} (shared with other "
+        f"jobs), seed {report['seed']}.",
+        "",
+        f"From `benchmarks/results/hardening_battery.json`, written by `{report['command']}`.",
+    ]
+    return "\n".join(rows)
+
+
 def bm25_recall(report: dict[str, Any]) -> str:
     rows = [
         "| dataset | questions | recall@3 | all@3 | recall@5 | all@5 |",
@@ -343,6 +359,7 @@ def e5_prefix(report: dict[str, Any]) -> str:
 TABLES: dict[str, tuple[Path, Callable[[dict[str, Any]], str]]] = {
     "server_hardening": (HARDENING, server_hardening),
     "http_clients": (HARDENING, http_clients),
+    "hardening_battery": (HARDENING, hardening_battery),
     "bm25_recall": (BENCHMARKS, bm25_recall),
     "dense_recall": (BENCHMARKS, dense_recall),
     "tiny_lm_throughput": (BENCHMARKS, tiny_lm_throughput),

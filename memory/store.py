@@ -13,6 +13,9 @@ A store is a folder. Each kind of record has its own database, ``<kind>.sqlite``
                             ``{"schema": 1, "version", "step", "good", "bad", "summarizer",
                             "window": [start, end], "time", "bank": {three groups}}``
 ``updates.sqlite``          every update attempt, written or skipped, with its reason
+``steps.sqlite``            the memory's count of training steps, written whenever it changes:
+                            ``{"schema": 1, "step", "updates" (records of updates.sqlite then),
+                            "time"}``; the last record is the count
 ``min_tool_calls.sqlite``   LightSearcher's per-question minimum of searches, written by
                             :class:`~searchgym.envs.rewards.min_tool_calls.MinToolCallStore`:
                             ``{"id", "n"}`` (no ``schema``: version 0)
@@ -50,13 +53,16 @@ from .serialize import trajectory_from_dict
 
 __all__ = ["KINDS", "LOGS", "MemoryStore", "log_file"]
 
-KINDS = ("trajectories", "bank", "updates", "hiexp_levels", "min_tool_calls")
+KINDS = ("trajectories", "bank", "updates", "steps", "hiexp_levels", "min_tool_calls")
 """The files a store may hold."""
 
-LOGS = ("trajectories", "bank", "updates", "min_tool_calls")
+LOGS = ("trajectories", "bank", "updates", "steps", "min_tool_calls")
 """The kinds kept in a :class:`SqliteLog` each (HiExp's levels are one JSON-lines file)."""
 
 _SCHEMALESS = ("min_tool_calls",)
+
+_ADDED_LATER = ("steps",)
+"""Logs that snapshots taken by an older searchgym lack: restoring one of those empties them."""
 
 
 # -- what a record of each kind must hold -----------------------------------------------------
@@ -101,10 +107,17 @@ def _check_update(record: dict[str, Any]) -> None:
     _window(record)
 
 
+def _check_steps(record: dict[str, Any]) -> None:
+    for key in ("step", "updates"):
+        if _need(record, key, int) < 0:
+            raise ValueError(f"field {key!r} must be >= 0, got {record[key]}")
+
+
 _VALIDATORS: dict[str, Validator] = {
     "trajectories": _check_trajectory,
     "bank": _check_bank,
     "updates": _check_update,
+    "steps": _check_steps,
     "min_tool_calls": check_min_record,
 }
 
@@ -225,13 +238,21 @@ class MemoryStore:
                 then no log is cut.
         """
         for kind in LOGS:
+            if kind in _ADDED_LATER and not self.log(kind).steps():
+                continue
             if not self.log(kind).has_snapshot(step):
                 steps = self.log(kind).steps()
                 raise DataFileError(
                     f"No snapshot of step {step} in {self.path_of(kind)} (snapshots: {steps or 'none'}). Resume "
                     "from a checkpoint whose step has one, or start a fresh run with a new store path."
                 )
-        return {kind: self.log(kind).restore(step) for kind in LOGS}
+        return {kind: self._restore_log(kind, step) for kind in LOGS}
+
+    def _restore_log(self, kind: str, step: int) -> int:
+        log = self.log(kind)
+        if kind in _ADDED_LATER and not log.steps():  # a store whose snapshots predate this log
+            return log.restore(0, aside=f"{log.path}.cut-{step}.jsonl")  # its owner reads the older log
+        return log.restore(step)
 
     def copy_to(self, target: str | os.PathLike[str]) -> None:
         """Copy the store to the new folder ``target``: each log as one consistent state

@@ -265,6 +265,7 @@ def test_snapshot_and_restore_bring_the_store_back_to_a_step(tmp_path: Path) -> 
         "trajectories": 3,
         "bank": 0,
         "updates": 1,
+        "steps": 1,  # the count, written once per step
         "min_tool_calls": 3,
     }
     for i in range(3, 5):  # work after the checkpoint, lost by the crash that follows
@@ -272,7 +273,7 @@ def test_snapshot_and_restore_bring_the_store_back_to_a_step(tmp_path: Path) -> 
         mins.update("q1", 0)
     memory.step()
     moved = MemoryStore(tmp_path).restore(1)
-    assert moved == {"trajectories": 2, "bank": 0, "updates": 1, "min_tool_calls": 1}
+    assert moved == {"trajectories": 2, "bank": 0, "updates": 1, "steps": 1, "min_tool_calls": 1}
     again = ExperienceMemory(tmp_path, update_every=1)
     assert len(again) == 3 and again.steps == 1
     assert len(memory) == 3  # an open memory reads the cut store again
@@ -293,6 +294,11 @@ def test_copy_to_copies_each_log_as_one_state(tmp_path: Path) -> None:
     memory.step()
     memory.add(_trajectory("q-uncommitted-in-wal"))  # lives in the WAL file until a checkpoint
     MemoryStore(tmp_path / "live").copy_to(tmp_path / "copy")  # the live store keeps its connections open
-    assert sorted(os.listdir(tmp_path / "copy")) == ["bank.sqlite", "trajectories.sqlite", "updates.sqlite"]
+    assert sorted(os.listdir(tmp_path / "copy")) == [
+        "bank.sqlite",
+        "steps.sqlite",  # the step count
+        "trajectories.sqlite",
+        "updates.sqlite",
+    ]
     copy = ExperienceMemory(tmp_path / "copy", update_every=1)
     assert len(copy) == 5 and copy.steps == 1 and copy.history_records() == memory.history_records()

@@ -249,3 +249,84 @@ def test_workers_exit_when_their_parent_is_killed_and_a_held_port_is_refused(tmp
         if parent.poll() is None:
             parent.kill()
             parent.wait()
+
+
+# -- 5. a burst of idle connections, readers that never read, requests the parser refuses -------------
+
+
+def test_a_burst_of_idle_connections_past_the_cap_gets_no_503(small):
+    with RetrievalServer(small, ServerConfig(port=0, max_connections=8)) as srv:
+        # 40 connections queued by the kernel before the server accepts: one accept burst,
+        # whose connections have not started when the ninth arrives. None of them is busy.
+        idle = [raw(srv.port) for _ in range(40)]
+        time.sleep(0.5)
+        status, _, seconds = query(srv.port)
+        assert status == 200 and seconds < 1.0
+        answers = [closed_by_server(s, within=0.05) for s in idle]
+        open_now = sum(a is None for a in answers)
+        assert not [a for a in answers if a], "an idle connection was answered (503) instead of closed"
+        counters = stats(srv.port)
+        assert counters["refused_connections"] == 0 and counters["closed_idle_connections"] >= 40 + 1 - 8
+        assert open_now <= 8
+        for s in idle:
+            s.close()
+
+
+class Bulky(Retriever):
+    """Every search finds the same ``count`` documents of 50,000 characters each."""
+
+    name = "bulky"
+
+    def __init__(self, count: int = 100) -> None:
+        self.docs = [Doc(f"b{i}", f"T{i}", "x" * 50_000) for i in range(count)]
+
+    def search(self, queries: Sequence[str], k: int) -> list[list[Doc]]:
+        return [self.docs[:k] for _ in queries]
+
+
+def test_an_answer_the_client_never_reads_is_dropped_after_send_timeout(small):
+    config = ServerConfig(port=0, send_timeout_s=0.5)
+    with RetrievalServer(Bulky(), config) as srv:
+        slow = socket.socket()
+        slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a reader that takes nothing
+        slow.connect(("127.0.0.1", srv.port))
+        body = json.dumps({"queries": ["a", "b", "c", "d"], "topk": 100}).encode()  # 20 MB of answer
+        slow.sendall(HEAD % len(body) + body)
+        time.sleep(0.2)
+        assert query(srv.port, {"queries": ["a"], "topk": 1}, timeout=10)[0] == 200  # others are answered
+        deadline = time.monotonic() + 5.0
+        while stats(srv.port)["slow_readers"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert stats(srv.port)["slow_readers"] == 1
+        slow.settimeout(5.0)
+        received = 0
+        with pytest.raises(ConnectionResetError):  # aborted: what the socket had not taken is gone
+            while chunk := slow.recv(1 << 20):
+                received += len(chunk)
+        assert received < 20_000_000
+        slow.close()
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"POST /retrieve HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        b"POST /retrieve HTTP/1.1\r\nHost: t\r\nX-Big: " + b"a" * 20_000 + b"\r\n\r\n",
+        b"POST /retrieve HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nab\r\n0\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost t\r\n\r\n",
+    ],
+    ids=["length-and-chunked", "huge-header", "bad-chunk-size", "header-without-colon"],
+)
+def test_requests_the_parser_refuses_get_the_json_error_shape(small, request_bytes, caplog):
+    caplog.set_level(logging.INFO)
+    with RetrievalServer(small, ServerConfig(port=0)) as srv:
+        answer = closed_by_server(raw(srv.port, request_bytes), within=3.0)
+        assert answer is not None
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert re.match(rb"HTTP/1\.[01] 4\d\d ", head), head
+        assert b"Content-Type: application/json" in head, head
+        message = json.loads(body)["error"]
+        assert message.startswith("Bad HTTP request: ") and "\n" not in message
+        assert query(srv.port)[0] == 200
+        assert sum(stats(srv.port)["errors"].values()) == 1
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]  # one INFO line

@@ -299,6 +299,94 @@ def test_a_retried_append_is_stored_once_even_after_a_restart(tmp_path: Path) ->
     assert stored_ids(tmp_path / "memory") == ["q", "q"]
 
 
+def _counting_spec(root: Path) -> Any:
+    return ray_store.StoreSpec(str(root / "memory"), {"update_every": 5, "summarizer": Counting()})
+
+
+def _add_pair(server: Any, tag: str) -> None:
+    """One Good and one Bad trajectory, so that an update writes a bank."""
+    from searchgym.memory import trajectory_to_dict
+
+    server.add(f"{tag}-good", trajectory_to_dict(trajectory(f"{tag}-good", 1.0)))
+    server.add(f"{tag}-bad", trajectory_to_dict(trajectory(f"{tag}-bad", 0.0)))
+
+
+def test_every_counter_of_the_actor_survives_its_restart(tmp_path: Path) -> None:
+    spec = _counting_spec(tmp_path)
+    server = ray_store.StoreServer(spec)
+    _add_pair(server, "a")
+    assert [r.step for r in server.step_to(7)] == [5]  # the update of step 5, then steps 6 and 7
+    _add_pair(server, "b")
+    before = server.status()
+    assert before == {"trajectories": 4, "pool": 2, "steps": 7, "version": 1}
+    restarted = ray_store.StoreServer(spec)  # Ray restarted the actor: it reads its files again
+    assert restarted.status() == before
+    updates = restarted.step_to(10)  # the update due at step 10, three steps on, sees b's pair only
+    assert [(r.step, r.outcome, r.good, r.bad) for r in updates] == [(10, "written", 1, 1)]
+    restarted.set_steps(12)  # a resumed run's step, acknowledged
+    again = ray_store.StoreServer(spec)
+    assert again.status()["steps"] == 12 and again.status()["version"] == 2
+    assert [r.step for r in again.step_to(15)] == [15] and ray_store.StoreServer(spec).status()["steps"] == 15
+
+
+@pytest.mark.slow
+def test_clients_find_a_restarted_or_recreated_actor_and_name_an_ended_one(
+    ray_session: Any, tmp_path: Path
+) -> None:
+    from searchgym.envs.errors import SearchGymError
+
+    name = f"store-{uuid.uuid4().hex[:8]}"
+    trainer = ray_store.StoreClient(name, _counting_spec(tmp_path))  # starts the actor from its spec
+    assert trainer.call("status")["steps"] == 0
+    agent = ray_store.RemoteMemory(ray_store.StoreClient(name))  # an agent's client: no spec
+    agent.add(trajectory("a", 1.0))
+    agent.steps = 7
+    first = agent.client.call("pid")
+    ray.kill(agent.client.actor, no_restart=False)  # Ray restarts it from its files
+    assert agent.steps == 7 and len(agent) == 1 and agent.client.call("pid") != first
+    agent.steps = 12
+    ray.kill(agent.client.actor, no_restart=False)
+    assert agent.steps == 12
+
+    ray.kill(agent.client.actor, no_restart=True)  # ended: nothing runs under its name
+    for client in (agent.client, ray_store.StoreClient(name)):  # a cached handle, then a new client
+        with pytest.raises(SearchGymError) as ended:
+            client.call("status")
+        message = str(ended.value)
+        assert "\n" not in message and f"store actor {name!r}" in message
+        assert "was ended (it was killed by `ray.kill`)" in message and "resuming its run" in message
+    assert trainer.call("status")["steps"] == 12  # its cached handle died: it starts the actor again
+    assert agent.steps == 12 and len(agent) == 1  # and the agent's client finds the new one
+    agent.add(trajectory("b", 0.0))
+    assert trainer.call("status")["trajectories"] == 2
+    ray.kill(trainer.actor, no_restart=True)
+
+
+def test_a_count_lost_after_its_update_comes_back_from_the_update(tmp_path: Path, monkeypatch: Any) -> None:
+    memory = ExperienceMemory(tmp_path, update_every=5, summarizer=Counting())
+    memory.step_to(4)
+
+    def die() -> None:
+        raise KeyboardInterrupt  # the process dies between the update's record and the count's
+
+    monkeypatch.setattr(memory, "_save_steps", die)
+    with pytest.raises(KeyboardInterrupt):
+        memory.step()
+    reopened = ExperienceMemory(tmp_path, update_every=5, summarizer=Counting())
+    assert reopened.steps == 5 and reopened.step_to(5) == []  # the update of step 5 is not made twice
+    assert [u["step"] for u in MemoryStore(tmp_path).log("updates").read()[0]] == [5]
+
+
+def test_a_restored_snapshot_brings_the_step_count_back(tmp_path: Path) -> None:
+    memory = ExperienceMemory(tmp_path / "memory", update_every=5, summarizer=Counting())
+    memory.step_to(3)
+    MemoryStore(tmp_path / "memory").snapshot(3)
+    memory.step_to(8)
+    memory.close()
+    MemoryStore(tmp_path / "memory").restore(3)
+    assert ExperienceMemory(tmp_path / "memory", update_every=5).steps == 3
+
+
 class Appender:
     """A Ray actor that adds episodes one by one and notes each acknowledged one in a file."""
 

@@ -177,13 +177,7 @@ class StoreServer:
 
     def step_to(self, step: int) -> list[UpdateResult]:
         """Count training steps until ``step`` (idempotent); the updates made."""
-        memory = self._memory()
-        results = []
-        while memory.steps < step:
-            result = memory.step()
-            if result is not None:
-                results.append(result)
-        return results
+        return self._memory().step_to(step)
 
     def set_steps(self, step: int) -> None:
         """Set the count of training steps without updating (a resumed run's step)."""
@@ -310,25 +304,68 @@ class StoreClient:
 
     @property
     def actor(self) -> Any:
-        if self._actor is None:
-            import ray
+        """The actor's handle: looked up by name, or started from :attr:`spec` when none runs.
 
-            try:
-                self._actor = ray.get_actor(self.name, namespace=NAMESPACE)
-            except ValueError:
-                if self.spec is None:
-                    raise SearchGymError(
-                        f"No store actor {self.name!r} in Ray namespace {NAMESPACE!r}: the launcher starts "
-                        "it; check that this process runs in the same Ray cluster."
-                    ) from None
-                self._actor = start_store_actor(self.spec, self.name, detached=self.detached)
+        Raises:
+            SearchGymError: none runs and the client has no spec (the message says whether
+                the actor was ended, why, and how to start it again).
+        """
+        if self._actor is None:
+            self._actor = self._find(None)
         return self._actor
 
-    def call(self, method: str, *args: Any) -> Any:
-        """Call ``method`` on the actor and wait for its answer (the acknowledgement)."""
+    def _find(self, cause: str | None) -> Any:
         import ray
 
-        return ray.get(getattr(self.actor, method).remote(*args), timeout=self.timeout)
+        try:
+            return ray.get_actor(self.name, namespace=NAMESPACE)
+        except ValueError:
+            pass
+        if self.spec is not None:
+            return start_store_actor(self.spec, self.name, detached=self.detached)
+        cause = cause or _death_cause(self.name)
+        if cause is not None:
+            raise SearchGymError(
+                f"The store actor {self.name!r} (Ray namespace {NAMESPACE!r}) was ended ({cause}) and no actor "
+                "of that name runs now; its stores stay on disk. Start it again by resuming its run from the "
+                "last checkpoint (the trainer starts the run's store actor), or with "
+                f"StoreClient({self.name!r}, spec) in the Ray job."
+            )
+        raise SearchGymError(
+            f"No store actor {self.name!r} in Ray namespace {NAMESPACE!r}: the launcher starts it; check that "
+            "this process runs in the same Ray cluster."
+        )
+
+    def call(self, method: str, *args: Any) -> Any:
+        """Call ``method`` on the actor and wait for its answer (the acknowledgement).
+
+        An actor that Ray restarts answers through the same handle (Ray retries the call).
+        When the actor was ended, the client looks it up again by name and makes the call
+        there: a new actor of that name (started by its run, or by a client with a spec), or
+        one this client starts from its spec. Every call is safe to make twice (see the
+        module docstring), so a call the ended actor may have made is not doubled.
+
+        Raises:
+            SearchGymError: the actor was ended, none of its name runs and this client has
+                no spec (the message says why it ended and how to start it again).
+        """
+        import ray
+        from ray.exceptions import ActorDiedError
+
+        dead = self.actor
+        try:
+            return ray.get(getattr(dead, method).remote(*args), timeout=self.timeout)
+        except ActorDiedError as exc:
+            cause = _cause_line(exc.error_msg or "")
+        self._actor = None
+        deadline = time.monotonic() + min(self.timeout, 30.0)
+        while True:  # Ray may still list the dead actor under its name for a moment
+            actor = self._find(cause)
+            if actor._actor_id != dead._actor_id or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        self._actor = actor
+        return ray.get(getattr(actor, method).remote(*args), timeout=self.timeout)
 
     def snapshot(self, step: int) -> None:
         """Snapshot both stores at training step ``step`` (when its checkpoint is saved)."""
@@ -347,6 +384,36 @@ class StoreClient:
 
     def __repr__(self) -> str:
         return f"StoreClient({self.name!r})"
+
+
+def _cause_line(message: str) -> str:
+    """Ray's reason an actor died, from its multi-line message ("it was killed by `ray.kill`")."""
+    lines = (line.strip() for line in message.splitlines())
+    reason = next((line for line in lines if line.startswith("The actor is dead because")), None)
+    return (
+        "Ray reports it dead"
+        if reason is None
+        else reason.removeprefix("The actor is dead because ").rstrip(".")
+    )
+
+
+def _death_cause(name: str) -> str | None:
+    """Why the actor ``name`` of :data:`NAMESPACE` ended, when the cluster remembers it; else ``None``."""
+    try:
+        from ray._private import state
+
+        actors = list(state.actors().values())
+    except Exception:  # noqa: BLE001 - Ray's private actor table: without it, no cause
+        return None
+    for actor in actors:
+        if actor.get("Name") != name or actor.get("State") != "DEAD":
+            continue
+        context = getattr(actor.get("DeathCause"), "actor_died_error_context", None)
+        if context is not None and context.ray_namespace not in ("", NAMESPACE):
+            continue
+        message = str(getattr(context, "error_message", "") or "")
+        return _cause_line(message)
+    return None
 
 
 class RemoteMemory:

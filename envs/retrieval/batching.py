@@ -38,6 +38,9 @@ class ServerStats:
     """Error answers by HTTP status."""
     client_disconnects: int = 0
     """Requests whose client hung up before the answer (not errors of the server)."""
+    slow_readers: int = 0
+    """Answers dropped (their connection closed) because the client had not read them within
+    ``send_timeout_s``."""
     refused_connections: int = 0
     """Connections answered 503 because ``max_connections`` were open, all being answered."""
     closed_idle_connections: int = 0
@@ -55,6 +58,7 @@ class ServerStats:
             "batches": self.batches,
             "errors": {str(k): v for k, v in sorted(self.errors.items())},
             "client_disconnects": self.client_disconnects,
+            "slow_readers": self.slow_readers,
             "refused_connections": self.refused_connections,
             "closed_idle_connections": self.closed_idle_connections,
             "batch_queries": {str(k): v for k, v in sorted(self.batch_queries.items())},

@@ -2,10 +2,13 @@
 
 :class:`ConnectionGuard` is the protocol factory that a listening socket hands accepted
 connections to (``loop.create_server(guard.accept, ...)``). It keeps every open connection,
-oldest first. Past ``max_connections`` a new connection closes the oldest idle one, or else
+oldest first. Past ``max_connections`` a new connection closes the oldest idle one (one that
+has sent no request, including one accepted in the same burst and not yet started), or else
 the oldest one still waiting for its request body; only when every connection has a request
 being searched or answered does the new one get a 503 naming the cap, so a normal query is
-still answered. The app's middleware tells the guard which connections have a request in
+still answered. A request that aiohttp's parser refuses (a malformed head, huge headers, both
+``Content-Length`` and ``Transfer-Encoding``, a bad chunk size) is answered in the same JSON
+shape as every other error: ``{"error": ...}``. The app's middleware tells the guard which connections have a request in
 hand (:meth:`ConnectionGuard.handling`, :meth:`ConnectionGuard.reading_body`).
 
 One guard serves one process: the single server and each ``--workers`` worker have their own.
@@ -21,8 +24,10 @@ from contextlib import contextmanager
 from typing import Any
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
 
 from .batching import ServerStats
+from .server_protocol import error_payload
 
 __all__ = ["ConnectionGuard", "fit_connection_limit"]
 
@@ -108,6 +113,38 @@ def _refusal_answer(max_connections: int) -> bytes:
     return head.encode() + body
 
 
+class _JsonErrors(RequestHandler):
+    """aiohttp's connection handler, whose own error answers (a request its parser refuses) are JSON."""
+
+    __slots__ = ()
+
+    stats: ServerStats | None = None
+
+    def handle_error(
+        self, request: Any, status: int = 500, exc: BaseException | None = None, message: str | None = None
+    ) -> web.StreamResponse:
+        if request.writer.output_size > 0:  # as aiohttp: an answer began, none can follow
+            raise ConnectionError(
+                "Response is sent already, cannot send another response with the error message"
+            )
+        what = (
+            getattr(exc, "message", None) or message or (str(exc) if exc is not None else "") or "bad request"
+        )
+        what = " ".join(str(what).split())  # aiohttp's message spans lines, with a caret under the fault
+        text = f"Bad HTTP request: {what}." if status < 500 else f"Internal server error: {what}."
+        if status >= 500:
+            log.error("%s", text, exc_info=exc)
+        else:
+            log.info("refused %d: %s", status, text)
+        if self.stats is not None:
+            self.stats.errors[status] += 1
+        response = web.Response(
+            body=json.dumps(error_payload(text)).encode(), status=status, content_type="application/json"
+        )
+        response.force_close()
+        return response
+
+
 class ConnectionGuard:
     """Accepts connections for an aiohttp server up to ``max_connections``.
 
@@ -127,7 +164,15 @@ class ConnectionGuard:
         self._handling: set[object] = set()  # transports with a request being handled
         self._reading: set[object] = set()  # ... of which those still waiting for their body
         self._evicted: set[object] = set()  # transports closed to make room (not hang-ups)
-        aiohttp_lost = server.connection_lost
+        self._handler_class = type("JsonErrors", (_JsonErrors,), {"__slots__": (), "stats": stats})
+        self._doomed: set[Any] = set()  # handlers closed to make room before their connection started
+        aiohttp_made, aiohttp_lost = server.connection_made, server.connection_lost
+
+        def connection_made(handler: Any, transport: asyncio.Transport) -> None:
+            aiohttp_made(handler, transport)
+            if handler in self._doomed:  # closed once aiohttp has started it (it was force-closed)
+                self._doomed.discard(handler)
+                asyncio.get_running_loop().call_soon(transport.close)
 
         def connection_lost(handler: Any, exc: BaseException | None) -> None:  # each handler calls it once
             self._live.pop(handler, None)
@@ -135,6 +180,7 @@ class ConnectionGuard:
             aiohttp_lost(handler, exc)
 
         server.connection_lost = connection_lost  # type: ignore[method-assign,assignment]
+        server.connection_made = connection_made  # type: ignore[method-assign]
 
     def accept(self) -> asyncio.BaseProtocol:
         """The protocol of an accepted connection: aiohttp's, or a 503 past ``max_connections``."""
@@ -146,8 +192,12 @@ class ConnectionGuard:
             del self._live[victim]
             self._closing.add(victim)
             self._stats.closed_idle_connections += 1
+            if victim.transport is None:
+                self._doomed.add(victim)
             victim.force_close()
         handler = self._server()
+        if type(handler) is RequestHandler:
+            handler.__class__ = self._handler_class  # same slots: only handle_error differs
         self._live[handler] = None
         return handler
 
@@ -181,9 +231,7 @@ class ConnectionGuard:
         waiting = None
         for handler in self._live:
             transport = handler.transport
-            if transport is None:  # not yet connected
-                continue
-            if transport not in self._handling:
+            if transport is None or transport not in self._handling:  # idle (or not started yet)
                 return handler
             if waiting is None and transport in self._reading:
                 waiting = handler

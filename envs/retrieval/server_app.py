@@ -10,7 +10,10 @@ exception a 500, and a client that hangs up before its answer is counted apart
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import socket
+import struct
 from contextlib import nullcontext
 from typing import Any
 
@@ -30,6 +33,33 @@ _ENCODE_OFF_LOOP_DOCS = 1000
 
 _SHUTDOWN_S = 5.0
 """How long in-flight requests may take to finish when the server stops."""
+
+
+_TRIM_AFTER_S = 0.5
+"""How long after a dropped answer the freed memory is handed back (once the request is gone)."""
+
+
+def _give_memory_back() -> None:
+    """Hand the heap's free memory back to the system (glibc's ``malloc_trim``; elsewhere nothing).
+
+    A dropped answer's buffers are freed, but glibc keeps large freed blocks of its thread
+    arenas (answers are encoded on threads) in the process; without this the server stays
+    at its peak size.
+    """
+    global _LIBC
+    if _LIBC is None:
+        try:
+            import ctypes
+
+            _LIBC = ctypes.CDLL("libc.so.6")
+            _LIBC.malloc_trim  # noqa: B018 - glibc has it; musl and macOS do not
+        except (OSError, AttributeError):
+            _LIBC = False
+    if _LIBC:
+        _LIBC.malloc_trim(0)
+
+
+_LIBC: Any = None
 
 
 def _json(payload: dict[str, Any], status: int = 200) -> web.Response:
@@ -73,7 +103,9 @@ class RetrievalApp:
         guard = self.guard
         try:
             with guard.handling(transport) if guard is not None else nullcontext():
-                return await handler(request)
+                response = await handler(request)
+                await self._send(request, response)
+                return response
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise
@@ -87,6 +119,32 @@ class RetrievalApp:
                     self.service.client_gone(request.method, request.path)
                 return web.Response(status=400)  # never sent; raising would make aiohttp log a traceback
             return _json(self.service.internal_error(exc, request.method, request.path), 500)
+
+    async def _send(self, request: web.Request, response: web.StreamResponse) -> None:
+        """Write ``response`` whole within ``send_timeout_s``, or drop it and close the connection.
+
+        aiohttp would wait as long as the client takes to read; a client that never reads
+        would hold the answer's memory and its connection forever. The connection is reset,
+        which drops what is still buffered here and in the kernel.
+        """
+        limit = self.service.config.send_timeout_s
+        try:
+            await asyncio.wait_for(self._write(request, response), limit)
+        except TimeoutError:
+            transport = request.transport
+            if transport is not None:
+                sock = transport.get_extra_info("socket")
+                if sock is not None:  # a reset, so the kernel drops what it still holds too
+                    with contextlib.suppress(OSError):
+                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                transport.abort()
+            self.service.too_slow_reader(request.method, request.path, limit)
+            asyncio.get_running_loop().call_later(_TRIM_AFTER_S, _give_memory_back)
+
+    @staticmethod
+    async def _write(request: web.Request, response: web.StreamResponse) -> None:
+        await response.prepare(request)
+        await response.write_eof()
 
     async def _retrieve(self, request: web.Request) -> web.Response:
         async def read_body() -> bytes:

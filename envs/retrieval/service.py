@@ -78,6 +78,9 @@ class ServerConfig:
             headers) for this long, since it opened or since its last answer, is closed.
         body_timeout_s: A request whose body does not arrive in this long gets a 408 and
             its connection is closed.
+        send_timeout_s: An answer the client has not read whole in this long is dropped
+            and its connection closed (a client that never reads holds no memory or slot
+            longer than this).
         max_connections: Most open client connections. A new one past it closes the oldest
             idle connection, or else the oldest one still waiting for its request body; when
             every connection has a request being searched or answered, it gets a 503.
@@ -94,6 +97,7 @@ class ServerConfig:
     limits: RequestLimits = field(default_factory=RequestLimits)
     idle_timeout_s: float = 60.0
     body_timeout_s: float = 30.0
+    send_timeout_s: float = 30.0
     max_connections: int = 1000
     cache_size: int = DEFAULT_CACHE_SIZE
 
@@ -107,6 +111,7 @@ class ServerConfig:
             raise InvalidArgumentError(f"batching must be True or False, got {self.batching!r}.")
         check_number("idle_timeout_s", self.idle_timeout_s, 1e-3, 86_400)
         check_number("body_timeout_s", self.body_timeout_s, 1e-3, 86_400)
+        check_number("send_timeout_s", self.send_timeout_s, 1e-3, 86_400)
         check_int("max_connections", self.max_connections, 1)
         check_int("cache_size", self.cache_size, 0)
         if not isinstance(self.limits, RequestLimits):
@@ -285,6 +290,16 @@ class RetrievalService:
         """Count and log, in one line, a client that hung up before its answer."""
         self.stats.client_disconnects += 1
         log.info("client hung up before the answer to %s %s", method, path)
+
+    def too_slow_reader(self, method: str, path: str, limit: float) -> None:
+        """Count and log, in one line, an answer dropped because its client did not read it in time."""
+        self.stats.slow_readers += 1
+        log.info(
+            "dropped the answer to %s %s: the client had not read it within send_timeout_s=%g s",
+            method,
+            path,
+            limit,
+        )
 
     def internal_error(self, exc: BaseException, method: str, path: str) -> dict[str, Any]:
         """Log, count and answer (500) an unexpected error: a server never dies on a request."""

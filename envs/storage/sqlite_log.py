@@ -557,6 +557,29 @@ class SqliteLog:
                 self._report(row_id, str(exc))
         return entries, rows[-1][0] if rows else since
 
+    def last(self) -> dict[str, Any] | None:
+        """The newest readable record, or ``None`` when the log holds none (a counter's value).
+
+        Corrupt records after it are skipped and reported, as :meth:`read` does.
+
+        Raises:
+            DataFileError: as :meth:`read`.
+        """
+        with self._lock, self._errors("reading"):
+            rows = self._db().execute("SELECT id, body FROM records ORDER BY id DESC")
+            for row_id, body in rows:
+                try:
+                    return decode_record(body, self.schema, self.validate)
+                except NewerSchemaError as exc:
+                    raise DataFileError(
+                        f"{self.path}, record {row_id}: written by a newer searchgym (record schema "
+                        f"{exc.version}; this version reads up to {self.schema}). Upgrade searchgym to read "
+                        "this store."
+                    ) from None
+                except ValueError as exc:
+                    self._report(row_id, str(exc))
+        return None
+
     def _report(self, row_id: int, reason: str) -> None:
         """Log a corrupt record once per process (per generation)."""
         seen = (self.generation(), row_id)

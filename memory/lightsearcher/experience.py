@@ -110,22 +110,58 @@ class ExperienceMemory:
             check_number("summarize_timeout", summarize_timeout)
         self.summarize_timeout = summarize_timeout
         self.summarizer = make_summarizer(summarizer)
-        self.steps = 0
-        """Training steps counted by :meth:`step` (restored from the store on open)."""
+        self._steps = 0
         self.last_update: UpdateResult | None = None
         self._rng = np.random.default_rng(seed)
         self._lock = threading.RLock()
         self._store = MemoryStore(path, fsync=fsync) if path is not None else None
         cursor = 0  # number of the first trajectory of the next update's window
         if self._store is not None:
-            updates = self._store.log("updates").read()[0]
-            if updates:
-                last = updates[-1]
-                self.steps = int(last.get("step", 0))
-                cursor = int(last.get("window", [0, 0])[1])
+            self._steps, cursor = self._read_counts(self._store)
         self._trajectories = TrajectoryFeed(self._store, self.theta_r, self.max_pool, cursor)
         self._banks = BankHistory(self._store)
         self._banks.records()  # read the store now, so that a corrupt one fails here
+
+    @staticmethod
+    def _read_counts(store: MemoryStore) -> tuple[int, int]:
+        """``(steps counted, first trajectory of the next window)`` as the store holds them.
+
+        The count is the last record of the ``steps`` log. An update record written after it
+        (a process that died between an update and its count) or a store without that log
+        gives the step of the last update instead.
+        """
+        updates = store.log("updates").read()[0]
+        last = updates[-1] if updates else {}
+        steps, cursor = int(last.get("step", 0)), int(last.get("window", [0, 0])[1])
+        if os.path.exists(store.path_of("steps")):
+            count = store.log("steps").last()
+            if count is not None and store.log("updates").count() <= count["updates"]:
+                steps = int(count["step"])
+        return steps, cursor
+
+    @property
+    def steps(self) -> int:
+        """Training steps counted by :meth:`step`.
+
+        With a store, every change is written to its ``steps`` log before the call that made
+        it returns, so a process that opens the store later (a restarted store actor) counts
+        on from the same step. Setting it (a resumed run's step) updates nothing.
+        """
+        return self._steps
+
+    @steps.setter
+    def steps(self, value: int) -> None:
+        value = check_int("steps", value, 0)
+        with self._lock:
+            if value != self._steps:
+                self._steps = value
+                self._save_steps()
+
+    def _save_steps(self) -> None:
+        if self._store is not None:
+            self._store.log("steps").append(
+                {"step": self._steps, "updates": self._store.log("updates").count(), "time": time.time()}
+            )
 
     @property
     def path(self) -> str | None:
@@ -243,8 +279,31 @@ class ExperienceMemory:
             The update's result on an update step, else ``None``.
         """
         with self._lock:
-            self.steps += 1
-            return self.update() if self.steps % self.update_every == 0 else None
+            self._steps += 1
+            result = self.update() if self._steps % self.update_every == 0 else None
+            self._save_steps()
+            return result
+
+    def step_to(self, step: int) -> list[UpdateResult]:
+        """Count training steps until ``step`` (nothing when the count is there already).
+
+        As many calls of :meth:`step`, with the count written once at the end (and with
+        every update on the way).
+
+        Returns:
+            The results of the updates made, oldest first.
+        """
+        step = check_int("step", step, 0)
+        results: list[UpdateResult] = []
+        with self._lock:
+            if self._steps >= step:
+                return results
+            while self._steps < step:
+                self._steps += 1
+                if self._steps % self.update_every == 0:
+                    results.append(self.update())
+            self._save_steps()
+        return results
 
     def _summarize(
         self, good: list[Trajectory], bad: list[Trajectory], previous: ExperienceBank | None

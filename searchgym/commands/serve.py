@@ -185,6 +185,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=30.0,
         help="seconds a request body may take to arrive before a 408 (default: %(default)s)",
     )
+    parser.add_argument(
+        "--send-timeout",
+        type=_seconds,
+        default=30.0,
+        help="seconds a client may take to read an answer before it is dropped and the connection "
+        "closed (default: %(default)s)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -217,6 +224,7 @@ def run(args: argparse.Namespace) -> int:
         ),
         idle_timeout_s=args.idle_timeout,
         body_timeout_s=args.body_timeout,
+        send_timeout_s=args.send_timeout,
         max_connections=args.max_connections,
         cache_size=DEFAULT_CACHE_SIZE if args.cache_size is None else args.cache_size,
     )
