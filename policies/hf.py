@@ -141,7 +141,11 @@ class HFPolicy(Policy):
         self._eos_ids = _eos_ids(self.model, self.tokenizer)
         self._calls = 0
         self._warned = False
-        self.reuse_cache = bool(reuse_cache)
+        if not isinstance(reuse_cache, bool):
+            raise InvalidArgumentError(
+                f"reuse_cache must be true or false, got {reuse_cache!r} (e.g. hf:PATH?reuse_cache=false)."
+            )
+        self.reuse_cache = reuse_cache
         self._turn_caches: list[Any] = []
 
     def act(self, observations: Sequence[str]) -> list[str]:
@@ -210,7 +214,9 @@ class HFPolicy(Policy):
         pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         rows = [encoded[i] for i in todo]
         keep = self.reuse_cache and supports_reuse(self.model)
-        matched = [max(previous, key=lambda c, r=r: c.reusable(r), default=None) for r in rows] if keep else []
+        matched = (
+            [max(previous, key=lambda c, r=r: c.reusable(r), default=None) for r in rows] if keep else []
+        )
         reused = assemble(self.model, rows, matched, pad, self.model.device) if keep else None
         batch: dict[str, Any]
         if reused is not None:
@@ -220,7 +226,10 @@ class HFPolicy(Policy):
             width = max(len(r) for r in rows)
             input_ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows])
             mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
-            batch = {"input_ids": input_ids.to(self.model.device), "attention_mask": mask.to(self.model.device)}
+            batch = {
+                "input_ids": input_ids.to(self.model.device),
+                "attention_mask": mask.to(self.model.device),
+            }
         options: dict[str, Any] = {
             "max_new_tokens": self.max_new_tokens,
             "pad_token_id": pad,

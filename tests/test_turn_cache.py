@@ -4,8 +4,6 @@ when every turn was encoded whole."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -80,8 +78,12 @@ def test_a_second_turn_from_the_cache_gives_the_same_tokens_and_logits(request, 
     caches = [TurnCache() for _ in rows]
     torch.manual_seed(0)
     first, stop, _ = generate_batch(model, tok, rows, [6, 9, 7, 8], [], settings, turn_caches=caches)
-    assert [len(c) for c in caches] == [len(r) + min(k, len(f) - 1) for r, k, f in zip(rows, stop.kept, first)]
-    observation = tok("<|im_end|>\n<|im_start|>user\n<information>Doc 1</information>", add_special_tokens=False)
+    assert [len(c) for c in caches] == [
+        len(r) + min(k, len(f) - 1) for r, k, f in zip(rows, stop.kept, first, strict=True)
+    ]
+    observation = tok(
+        "<|im_end|>\n<|im_start|>user\n<information>Doc 1</information>", add_special_tokens=False
+    )
     second = []
     for i, (row, new, kept) in enumerate(zip(rows, first, stop.kept, strict=True)):
         action = new[:kept]
@@ -112,8 +114,12 @@ def test_a_second_turn_from_the_cache_gives_the_same_tokens_and_logits(request, 
     assert whole_input == (4, max(len(r) for r in second))
     # from its cache, a row encodes what follows the tokens turn 1 fed the model; the row
     # without a cache encodes all of its context
-    fed = [row + new[: min(kept, len(new) - 1)] for row, new, kept in zip(rows, first, stop.kept, strict=True)]
-    encoded = [len(s) - common_prefix(s, f) for s, f in zip(second[:3], fed[:3], strict=True)] + [len(second[3])]
+    fed = [
+        row + new[: min(kept, len(new) - 1)] for row, new, kept in zip(rows, first, stop.kept, strict=True)
+    ]
+    encoded = [len(s) - common_prefix(s, f) for s, f in zip(second[:3], fed[:3], strict=True)] + [
+        len(second[3])
+    ]
     assert cached_input == (4, max(encoded))
     assert encoded[1] > encoded[0] - len(observation["input_ids"])  # the replaced token is encoded again
 
@@ -157,7 +163,9 @@ class Recorder:
         self.seen += [c for c in caches if all(c is not d for d in self.seen)]
         held = [list(c.ids) for c in caches]
         extra = {} if turn_caches is None else {"turn_caches": turn_caches}
-        out = sample_actions(model, tok, contexts, budgets, stops, settings, prefix_lengths=prefix_lengths, **extra)
+        out = sample_actions(
+            model, tok, contexts, budgets, stops, settings, prefix_lengths=prefix_lengths, **extra
+        )
         self.calls.append(
             {
                 "contexts": [list(c) for c in contexts],
@@ -205,7 +213,7 @@ def test_a_single_episode_encodes_each_token_once(tiny):
     assert len(actions) == 4 == len(recorder.calls)
     ids = episode.token_ids
     expected = [actions[0].start]  # the prompt
-    for turn, (before, action) in enumerate(zip(actions, actions[1:])):
+    for turn, (before, action) in enumerate(zip(actions, actions[1:], strict=False)):
         # the model has seen the previous context and the tokens it sampled but the last one
         # (never fed back); the episode's ids may differ from them at the action's end
         seen = ids[: before.start] + recorder.calls[turn]["sampled"][0].ids[:-1]
@@ -263,23 +271,39 @@ class LogitsRecorder:
     ("model_name", "temperature"),
     [("tiny", 0.0), ("tiny", 0.8), pytest.param("smollm2", 0.0, marks=pytest.mark.slow)],
 )
-def test_hf_evaluation_gives_the_same_episodes_and_logits_and_encodes_fewer_tokens(request, model_name, temperature):
+def test_hf_evaluation_gives_the_same_episodes_and_logits_and_encodes_fewer_tokens(
+    request, model_name, temperature
+):
     model, tok = load(request, model_name)
     runs = []
     for reuse in (False, True):
         policy = HFPolicy(
-            model, tokenizer=tok, max_new_tokens=12, temperature=temperature, batch_size=2, seed=3, reuse_cache=reuse
+            model,
+            tokenizer=tok,
+            max_new_tokens=12,
+            temperature=temperature,
+            batch_size=2,
+            seed=3,
+            reuse_cache=reuse,
         )
         counter, logits = EmbeddingCounter(model), LogitsRecorder(model)
         actions: list[list[str]] = []
         act = policy.act
-        policy.act = lambda contexts, act=act: actions.append(act(contexts)) or actions[-1]
-        result = evaluate(lambda: gym.make(ENV_ID, protocol="search_r1", max_turns=3), policy, 4, batch_size=4, progress=False)
+        policy.act = lambda contexts, act=act, seen=actions: seen.append(act(contexts)) or seen[-1]
+        result = evaluate(
+            lambda: gym.make(ENV_ID, protocol="search_r1", max_turns=3),
+            policy,
+            4,
+            batch_size=4,
+            progress=False,
+        )
         counter.close()
         logits.close()
-        prefill = sum(b * t for b, t in counter.shapes[:: 1] if t > 1)
+        prefill = sum(b * t for b, t in counter.shapes[::1] if t > 1)
         runs.append((actions, result.em, result.format_ok, logits.logits, prefill, len(policy._turn_caches)))
-    (actions, em, ok, whole_logits, whole_prefill, _), (c_actions, c_em, c_ok, c_logits, c_prefill, held) = runs
+    (actions, em, ok, whole_logits, whole_prefill, _), (c_actions, c_em, c_ok, c_logits, c_prefill, held) = (
+        runs
+    )
     assert c_actions == actions and (c_em, c_ok) == (em, ok)
     assert len(actions) == 3  # three turns
     assert len(c_logits) == len(whole_logits)

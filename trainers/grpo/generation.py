@@ -296,9 +296,9 @@ def generate_batch(
         max_new_tokens=max(budgets),
         pad_token_id=pad,
         eos_token_id=eos or None,
+        return_dict_in_generate=bool(generate_kwargs.pop("return_dict_in_generate", False))
+        or turn_caches is not None,
     )
-    if turn_caches is not None:
-        generate_kwargs["return_dict_in_generate"] = True
     with torch.inference_mode():
         output = model.generate(
             input_ids=input_ids,
@@ -311,6 +311,9 @@ def generate_batch(
     sequences = output if isinstance(output, torch.Tensor) else output.sequences
     new = sequences[:, width:].tolist()
     if turn_caches is not None:
-        kept = [k if k is not None else min(len(ids), b) for k, ids, b in zip(stop.kept, new, budgets, strict=True)]
+        kept = [
+            k if k is not None else min(len(ids), b)
+            for k, ids, b in zip(stop.kept, new, budgets, strict=True)
+        ]
         harvest(output.past_key_values, attention, rows, new, kept, turn_caches)
     return new, stop, output
