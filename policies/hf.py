@@ -187,7 +187,7 @@ class HFPolicy(Policy):
         ``previous`` and keeping each row's new cache in ``_turn_caches``."""
         import torch
 
-        from .turn_cache import TurnCache, assemble, cache_argument, harvest, supports_reuse
+        from .turn_cache import TurnCache, assemble, best_match, cache_argument, harvest, supports_reuse
 
         tok = self.tokenizer
         room = [
@@ -214,9 +214,7 @@ class HFPolicy(Policy):
         pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         rows = [encoded[i] for i in todo]
         keep = self.reuse_cache and supports_reuse(self.model)
-        matched = (
-            [max(previous, key=lambda c, r=r: c.reusable(r), default=None) for r in rows] if keep else []
-        )
+        matched = [best_match(previous, r) for r in rows] if keep else []
         reused = assemble(self.model, rows, matched, pad, self.model.device) if keep else None
         batch: dict[str, Any]
         if reused is not None:

@@ -38,7 +38,15 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
-__all__ = ["TurnCache", "common_prefix", "cache_argument", "supports_reuse", "assemble", "harvest"]
+__all__ = [
+    "TurnCache",
+    "common_prefix",
+    "cache_argument",
+    "supports_reuse",
+    "assemble",
+    "best_match",
+    "harvest",
+]
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -65,7 +73,7 @@ def supports_reuse(model: Any) -> bool:
         cache = DynamicCache(config=model.config)
     except Exception:  # noqa: BLE001  (a config that transformers cannot build a cache for)
         return False
-    layers = getattr(cache, "layers", None)
+    layers = list(getattr(cache, "layers", None) or [])
     return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
 
 
@@ -143,6 +151,11 @@ def assemble(
         cache,
         reused,
     )
+
+
+def best_match(caches: Sequence[TurnCache], row: Sequence[int]) -> TurnCache | None:
+    """The cache of ``caches`` that serves the most leading tokens of ``row`` (None when empty)."""
+    return max(caches, key=lambda c: c.reusable(row), default=None)
 
 
 def harvest(
