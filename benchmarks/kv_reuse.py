@@ -13,8 +13,9 @@ with the order alternating, on one torch thread, for each model:
 * **evaluation**: ``searchgym.policies.evaluate`` with ``HFPolicy`` (greedy) over
   ``--eval-episodes`` episodes, side by side.
 
-It counts the tokens the model encodes before generating (the first forward pass of each
-``generate`` call, padding included) against the tokens it generates, checks that both ways
+It counts the tokens the model encodes before sampling (the first forward pass of each
+``generate`` call and the trainer's shared-prompt passes, padding included) against the
+tokens it generates, checks that both ways
 give the same episodes token for token, and reports medians and ratios::
 
     OMP_NUM_THREADS=1 python benchmarks/kv_reuse.py --out benchmarks/results/kv_reuse.json
@@ -42,22 +43,27 @@ ENV_ID = "searchgym/SyntheticFacts-v0"
 
 
 class Counter:
-    """Counts the tokens of the first forward pass of each ``generate`` call (the context
-    encoded before sampling) and the tokens generated."""
+    """Counts the tokens the model encodes before sampling: every forward pass outside
+    ``generate`` (the trainer's shared prompts) and the first one of each ``generate`` call
+    (the contexts), padding included."""
 
     def __init__(self, model: Any):
         self.model, self.generate = model, model.generate
         self.encoded = 0
+        self._inside = False
         self._first = False
         self.handle = model.get_input_embeddings().register_forward_hook(self._hook)
         model.generate = self._generate
 
     def _generate(self, *args: Any, **kwargs: Any) -> Any:
-        self._first = True
-        return self.generate(*args, **kwargs)
+        self._inside = self._first = True
+        try:
+            return self.generate(*args, **kwargs)
+        finally:
+            self._inside = False
 
     def _hook(self, module: Any, inputs: Any, output: Any) -> None:
-        if self._first:
+        if not self._inside or self._first:
             self._first = False
             self.encoded += int(inputs[0].numel())
 

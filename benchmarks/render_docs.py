@@ -359,10 +359,10 @@ def kv_reuse(report: dict[str, Any]) -> str:
     settings = report["settings"]
     return "\n".join(rows) + (
         f"\n\nSyntheticFacts with Search-R1's protocol, up to {settings['max_turns']} turns of "
-        f"{settings['max_new_tokens']} tokens; rollouts: {settings['questions']} questions × G = "
+        f"{settings['max_new_tokens']} tokens; rollouts: {settings['questions']} question{'s' if settings['questions'] != 1 else ''} × G = "
         f"{settings['group_size']} sampled at temperature 1; evaluation: {settings['eval_episodes']} greedy "
-        f"episodes side by side. Tokens encoded: the first forward pass of each `generate` call, padding "
-        f"included. Medians of {settings['reps']} interleaved runs after {settings['warmup']} warm-up, "
+        f"episodes side by side. Tokens encoded: the contexts encoded before sampling (the first forward pass of "
+        f"each `generate` call and the shared-prompt passes), padding included. Medians of {settings['reps']} interleaved runs after {settings['warmup']} warm-up, "
         f"torch threads {report['torch_threads']}; {_machine(report)}, shared with other jobs (ratios, not "
         f"seconds, carry over). {_source('kv_reuse', report)}"
     )
