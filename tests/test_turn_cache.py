@@ -22,9 +22,13 @@ ENV_ID = "searchgym/SyntheticFacts-v0"
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> tuple:
-    root = tmp_path_factory.mktemp("tiny")
-    model, tok = load_tiny_lm(build_tiny_lm(root, hidden_size=64, num_layers=2))
+def tiny_dir(tmp_path_factory):
+    return build_tiny_lm(tmp_path_factory.mktemp("tiny"), hidden_size=64, num_layers=2)
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_dir) -> tuple:
+    model, tok = load_tiny_lm(tiny_dir)
     return model.float().eval(), tok
 
 
@@ -311,3 +315,13 @@ def test_hf_evaluation_gives_the_same_episodes_and_logits_and_encodes_fewer_toke
         torch.testing.assert_close(a.log_softmax(-1), b.log_softmax(-1), atol=1e-4, rtol=1e-4)
     assert c_prefill < 0.6 * whole_prefill
     assert held == 4  # the last turn's caches, dropped by the next call that does not continue them
+
+
+def test_the_hf_spec_turns_reuse_off_and_a_non_boolean_is_named(tiny_dir):
+    from searchgym.envs.errors import InvalidArgumentError
+    from searchgym.policies import make_policy
+
+    assert make_policy(f"hf:{tiny_dir}?reuse_cache=false", protocol="search_r1").reuse_cache is False
+    assert make_policy(f"hf:{tiny_dir}", protocol="search_r1").reuse_cache is True
+    with pytest.raises(InvalidArgumentError, match="reuse_cache must be true or false, got 'no'"):
+        make_policy(f"hf:{tiny_dir}?reuse_cache=no", protocol="search_r1")
