@@ -22,6 +22,7 @@ HARDENING = REPO / "docs" / "hardening.md"
 BENCHMARKS = REPO / "docs" / "benchmarks.md"
 RETRIEVAL = REPO / "docs" / "retrieval.md"
 TRAIN_CLI = REPO / "docs" / "train-cli.md"
+EVALUATION = REPO / "docs" / "evaluation.md"
 
 DATASET_NAMES = {
     "2wikimultihopqa": "2WikiMultihopQA",
@@ -356,6 +357,33 @@ def e5_prefix(report: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
+def kv_reuse(report: dict[str, Any]) -> str:
+    names = {"tiny": "tiny (128×4)", "smollm2": "SmolLM2-135M-Instruct"}
+    work = {"rollouts": "GRPO step's rollouts", "evaluation": "`hf:` evaluation, per episode"}
+    rows = [
+        "| model | work | tokens encoded per episode: whole → reused | generated per episode "
+        "| time: whole → reused | same tokens |",
+        "|---|---|---:|---:|---:|---|",
+    ]
+    for r in report["results"]:
+        rows.append(
+            f"| {names[r['model']]} | {work[r['kind']]} | {r['encoded_per_episode_whole']:,.0f} → "
+            f"{r['encoded_per_episode_reuse']:,.0f} | {r['generated_per_episode']:.0f} | "
+            f"{r['median_s_whole']:.2f} s → {r['median_s_reuse']:.2f} s (×{r['speedup']:.2f}) | "
+            f"{'yes' if r['same_tokens_every_rep'] else 'no'} |"
+        )
+    settings = report["settings"]
+    return "\n".join(rows) + (
+        f"\n\nSyntheticFacts with Search-R1's protocol, up to {settings['max_turns']} turns of "
+        f"{settings['max_new_tokens']} tokens; rollouts: {settings['questions']} question{'s' if settings['questions'] != 1 else ''} × G = "
+        f"{settings['group_size']} sampled at temperature 1; evaluation: {settings['eval_episodes']} greedy "
+        f"episodes side by side. Tokens encoded: the contexts encoded before sampling (the first forward pass of "
+        f"each `generate` call and the shared-prompt passes), padding included. Medians of {settings['reps']} interleaved runs after {settings['warmup']} warm-up, "
+        f"torch threads {report['torch_threads']}; {_machine(report)}, shared with other jobs (ratios, not "
+        f"seconds, carry over). {_source('kv_reuse', report)}"
+    )
+
+
 TABLES: dict[str, tuple[Path, Callable[[dict[str, Any]], str]]] = {
     "server_hardening": (HARDENING, server_hardening),
     "http_clients": (HARDENING, http_clients),
@@ -368,6 +396,7 @@ TABLES: dict[str, tuple[Path, Callable[[dict[str, Any]], str]]] = {
     "server_cache": (RETRIEVAL, server_cache),
     "e5_prefix": (RETRIEVAL, e5_prefix),
     "autocast_cpu": (TRAIN_CLI, autocast_cpu),
+    "kv_reuse": (EVALUATION, kv_reuse),
 }
 SOURCES = {"server_workers": ("server_workers_1", "server_workers_2")}
 """Tables drawn from several result files (their renderer gets ``{"reports": [...]}``); others from NAME.json."""

@@ -61,6 +61,14 @@ class HFPolicy(Policy):
     here (``repetition_penalty``, ...) come from the model's
     ``generation_config``.
 
+    Each context's key/value cache is kept until the next call (``reuse_cache``): a context
+    that starts with the tokens of an earlier one and its generated action (the next turn
+    of the same episode) encodes only the tokens after their common prefix, the
+    observation and whatever of the action's end the re-tokenised text writes differently
+    (:mod:`searchgym.policies.turn_cache`). The tokens and log-probabilities are those of
+    encoding the context whole, up to float rounding. Caches that the next call does not
+    continue (episodes that ended) are dropped then.
+
     Args:
         model_or_path: A model folder saved with ``save_pretrained`` (loaded with
             ``AutoModelForCausalLM``), or a loaded ``PreTrainedModel`` (then pass ``tokenizer``).
@@ -83,6 +91,8 @@ class HFPolicy(Policy):
         observation_role: ``"user"`` or ``"tool"`` (see :class:`ChatFormatter`).
         max_context_tokens: The model's window (default: ``config.max_position_embeddings``).
         name: Policy name in result tables (default ``hf:<path>``).
+        reuse_cache: Keep each context's key/value cache for the next turn (see above);
+            False encodes every context whole.
     """
 
     def __init__(
@@ -104,6 +114,7 @@ class HFPolicy(Policy):
         observation_role: str = "user",
         max_context_tokens: int | None = None,
         name: str | None = None,
+        reuse_cache: bool = True,
     ):
         self.protocol = make_protocol(protocol)
         self.max_new_tokens = check_int("max_new_tokens", max_new_tokens, 1)
@@ -130,6 +141,12 @@ class HFPolicy(Policy):
         self._eos_ids = _eos_ids(self.model, self.tokenizer)
         self._calls = 0
         self._warned = False
+        if not isinstance(reuse_cache, bool):
+            raise InvalidArgumentError(
+                f"reuse_cache must be true or false, got {reuse_cache!r} (e.g. hf:PATH?reuse_cache=false)."
+            )
+        self.reuse_cache = reuse_cache
+        self._turn_caches: list[Any] = []
 
     def act(self, observations: Sequence[str]) -> list[str]:
         """One action per context, in order (see the class docstring)."""
@@ -157,14 +174,20 @@ class HFPolicy(Policy):
         ]
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
         results: list[Completion | None] = [None] * len(encoded)
+        previous, self._turn_caches = self._turn_caches, []
         for start in range(0, len(order), self.batch_size):
             chunk = order[start : start + self.batch_size]
-            for i, completion in zip(chunk, self._complete_batch([encoded[i] for i in chunk]), strict=True):
+            batch = self._complete_batch([encoded[i] for i in chunk], previous)
+            for i, completion in zip(chunk, batch, strict=True):
                 results[i] = completion
         return [r for r in results if r is not None]
 
-    def _complete_batch(self, encoded: list[list[int]]) -> list[Completion]:
+    def _complete_batch(self, encoded: list[list[int]], previous: Sequence[Any] = ()) -> list[Completion]:
+        """Generate from one batch of encoded contexts, reusing the best-matching caches of
+        ``previous`` and keeping each row's new cache in ``_turn_caches``."""
         import torch
+
+        from .turn_cache import TurnCache, assemble, best_match, cache_argument, harvest, supports_reuse
 
         tok = self.tokenizer
         room = [
@@ -188,11 +211,23 @@ class HFPolicy(Policy):
         todo = [i for i, fits in enumerate(room) if fits]
         if not todo:
             return [r for r in results if r is not None]
-        width = max(len(encoded[i]) for i in todo)
         pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-        input_ids = torch.tensor([[pad] * (width - len(encoded[i])) + encoded[i] for i in todo])
-        mask = torch.tensor([[0] * (width - len(encoded[i])) + [1] * len(encoded[i]) for i in todo])
-        batch = {"input_ids": input_ids.to(self.model.device), "attention_mask": mask.to(self.model.device)}
+        rows = [encoded[i] for i in todo]
+        keep = self.reuse_cache and supports_reuse(self.model)
+        matched = [best_match(previous, r) for r in rows] if keep else []
+        reused = assemble(self.model, rows, matched, pad, self.model.device) if keep else None
+        batch: dict[str, Any]
+        if reused is not None:
+            input_ids, mask, cache, _ = reused
+            batch = {"input_ids": input_ids, "attention_mask": mask, cache_argument(self.model): cache}
+        else:
+            width = max(len(r) for r in rows)
+            input_ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows])
+            mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+            batch = {
+                "input_ids": input_ids.to(self.model.device),
+                "attention_mask": mask.to(self.model.device),
+            }
         options: dict[str, Any] = {
             "max_new_tokens": self.max_new_tokens,
             "pad_token_id": pad,
@@ -203,14 +238,22 @@ class HFPolicy(Policy):
             options.update(stop_strings=self.stop_strings, tokenizer=tok)
         if self.temperature > 0:
             options.update(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k)
+        if keep:
+            options["return_dict_in_generate"] = True
         devices = [self.model.device.index or 0] if self.model.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices), torch.inference_mode():
             torch.manual_seed(self.seed + self._calls)
             self._calls += 1
             output = self.model.generate(**batch, **options)
-        new = output[:, batch["input_ids"].shape[1] :].tolist()
+        sequences = output if isinstance(output, torch.Tensor) else output.sequences
+        new = sequences[:, batch["input_ids"].shape[1] :].tolist()
         for i, ids in zip(todo, new, strict=True):
             results[i] = self._finish(encoded[i], ids)
+        if keep:
+            fresh = [TurnCache() for _ in todo]
+            kept = [len(c.completion_ids) for i in todo if (c := results[i]) is not None]
+            harvest(output.past_key_values, batch["attention_mask"], rows, new, kept, fresh)
+            self._turn_caches.extend(fresh)
         return [r for r in results if r is not None]
 
     def _finish(self, prompt_ids: list[int], ids: list[int]) -> Completion:

@@ -25,7 +25,9 @@ def marked_names(page: str) -> list[str]:
     return re.findall(r"^<!-- table:([\w-]+) -->$", page, re.M)
 
 
-@pytest.mark.parametrize("path", [PAGE, ROOT / "docs" / "retrieval.md"], ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", [PAGE, ROOT / "docs" / "retrieval.md", ROOT / "docs" / "evaluation.md"], ids=lambda p: p.name
+)
 def test_every_marked_table_is_its_rendering_from_the_committed_json(path: Path):
     render = load_renderer()
     page = path.read_text(encoding="utf-8")

@@ -23,6 +23,17 @@ copies its key/value cache to the rows that share it, and encodes only the rest 
 context: the same tokens at the same positions under the same masks, so the logits agree
 with encoding every row whole up to floating-point rounding (tested: same tokens, same
 log-probabilities to 1e-5).
+
+**One encoding per token of an episode.** Given each context's
+:class:`~searchgym.policies.turn_cache.TurnCache` (``turn_caches``), :func:`sample_actions`
+reuses the keys and values of the tokens that context shares with what the episode's
+previous turn encoded (its context and the tokens it generated), encodes only the rest
+(the observation, and any sampled token the episode's ids replaced), and stores the new
+keys and values back for the next turn. The reused prefix is the common prefix of ids, so
+a context that differs from the cached tokens is encoded from the first differing token on,
+never read from a stale cache. Same tokens, same log-probabilities to float rounding
+(``tests/test_turn_cache.py``). The caches of all running episodes stay on the model's
+device between turns (the rollout collector clears each when its episode ends).
 """
 
 from __future__ import annotations
@@ -35,6 +46,7 @@ import torch
 from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
 
 from ...policies.hf import cut_at_stop
+from ...policies.turn_cache import TurnCache, assemble, harvest, supports_reuse
 from .prefix import cache_argument, encode_prefixes, shared_prefixes
 
 __all__ = [
@@ -58,12 +70,16 @@ class SamplingSettings:
         batch_size: Contexts per ``generate`` call.
         share_prefix: Encode a prompt that several contexts of a batch share once (see the
             module docstring); off encodes every context whole.
+        reuse_cache: Keep each episode's key/value cache from one turn to the next, so a
+            turn encodes only its new tokens (see the module docstring); off encodes every
+            turn's context whole.
     """
 
     temperature: float = 1.0
     top_p: float = 1.0
     batch_size: int = 64
     share_prefix: bool = True
+    reuse_cache: bool = True
 
 
 @dataclass(frozen=True)
@@ -176,6 +192,7 @@ def sample_actions(
     settings: SamplingSettings,
     *,
     prefix_lengths: Sequence[int] | None = None,
+    turn_caches: Sequence[TurnCache] | None = None,
 ) -> list[Sampled]:
     """Sample one action per context (token ids), each within its budget of new tokens.
 
@@ -194,6 +211,9 @@ def sample_actions(
         prefix_lengths: Per context, how many leading tokens (its prompt) other contexts
             may share; contexts of a batch whose prefixes are the same tokens encode them
             once (with ``settings.share_prefix``). None encodes every context whole.
+        turn_caches: Per context, its episode's cache (with ``settings.reuse_cache``): read
+            for the tokens it shares with the context, then overwritten with the
+            context's and the generated tokens' keys and values. None keeps no cache.
 
     Returns:
         One :class:`Sampled` per context, in order.
@@ -209,7 +229,10 @@ def sample_actions(
             shared = (
                 list(prefix_lengths[batch]) if prefix_lengths is not None and settings.share_prefix else None
             )
-            new, stop, _ = generate_batch(model, tokenizer, rows, row_budgets, stops, settings, shared)
+            caches = list(turn_caches[batch]) if turn_caches is not None and settings.reuse_cache else None
+            new, stop, _ = generate_batch(
+                model, tokenizer, rows, row_budgets, stops, settings, shared, turn_caches=caches
+            )
             for row, ids in enumerate(new):
                 kept = stop.kept[row] if stop.kept[row] is not None else min(len(ids), row_budgets[row])
                 out.append(finish_action(tokenizer, ids[:kept], stops, stop.finish[row]))
@@ -226,20 +249,31 @@ def generate_batch(
     stops: Sequence[str],
     settings: SamplingSettings,
     prefix_lengths: Sequence[int] | None = None,
+    *,
+    turn_caches: Sequence[TurnCache] | None = None,
     **generate_kwargs: Any,
 ) -> tuple[list[list[int]], ActionStop, Any]:
     """One ``generate`` call on ``rows``: the new tokens of each row, the stop criterion
     (its ``kept`` and ``finish``) and ``generate``'s own output. ``generate_kwargs`` go to
-    ``generate`` (a test reads the logits with them); the rest as :func:`sample_actions`."""
+    ``generate`` (a test reads the logits with them); the rest as :func:`sample_actions`.
+    With ``turn_caches``, rows that share tokens with their cache reuse them (the shared
+    prompts are then in those caches), and every cache is overwritten after the call."""
     eos = eos_token_ids(model, tokenizer)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos[0] if eos else 0)
     device = next(model.parameters()).device
-    groups = shared_prefixes(rows, prefix_lengths) if prefix_lengths is not None else None
-    if groups is None:
+    if turn_caches is not None and not supports_reuse(model):
+        turn_caches = None
+    reused = None if turn_caches is None else assemble(model, rows, turn_caches, pad, device)
+    groups = shared_prefixes(rows, prefix_lengths) if prefix_lengths is not None and reused is None else None
+    if reused is not None:
+        input_ids, attention, turn_cache, _ = reused
+        cache: dict[str, Any] = {cache_argument(model): turn_cache}
+        width = input_ids.shape[1]
+    elif groups is None:
         width = max(len(r) for r in rows)
         input_ids = torch.tensor([[pad] * (width - len(r)) + list(r) for r in rows], device=device)
         attention = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=device)
-        cache: dict[str, Any] = {}
+        cache = {}
     else:
         with torch.inference_mode():
             prefix_ids, prefix_mask, prefix_cache, _ = encode_prefixes(model, groups, pad, device)
@@ -263,6 +297,8 @@ def generate_batch(
         max_new_tokens=max(budgets),
         pad_token_id=pad,
         eos_token_id=eos or None,
+        return_dict_in_generate=bool(generate_kwargs.pop("return_dict_in_generate", False))
+        or turn_caches is not None,
     )
     with torch.inference_mode():
         output = model.generate(
@@ -274,4 +310,11 @@ def generate_batch(
             **generate_kwargs,
         )
     sequences = output if isinstance(output, torch.Tensor) else output.sequences
-    return sequences[:, width:].tolist(), stop, output
+    new = sequences[:, width:].tolist()
+    if turn_caches is not None:
+        kept = [
+            k if k is not None else min(len(ids), b)
+            for k, ids, b in zip(stop.kept, new, budgets, strict=True)
+        ]
+        harvest(output.past_key_values, attention, rows, new, kept, turn_caches)
+    return new, stop, output

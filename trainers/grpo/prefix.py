@@ -12,12 +12,13 @@ This module imports torch and transformers.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 from transformers import DynamicCache
+
+from ...policies.turn_cache import cache_argument
 
 __all__ = ["shared_prefixes", "encode_prefixes", "cache_argument", "sequence_logprobs"]
 
@@ -40,12 +41,6 @@ def shared_prefixes(rows: Sequence[Sequence[int]], prefix_lengths: Sequence[int]
     if len(prefixes) == len(rows):
         return None
     return list(prefixes), index
-
-
-def cache_argument(model: Any) -> str:
-    """The name ``model.forward`` takes its key/value cache by: ``cache`` (recent
-    transformers) or ``past_key_values`` (earlier)."""
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
 def encode_prefixes(

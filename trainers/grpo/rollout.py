@@ -21,6 +21,10 @@ go on get their feedback appended. An episode whose context reaches ``max_contex
 (or whose next feedback would leave no room for an action) has its remaining turns taken as
 empty actions (format errors), so that the env ends and scores it as usual; its tokens never
 exceed the budget.
+
+A sampler that takes ``turn_caches`` (as :func:`~.generation.sample_actions` does) gets one
+:class:`~searchgym.policies.turn_cache.TurnCache` per episode, so each turn encodes only the
+tokens its episode has not encoded yet; an episode's cache is dropped when it ends.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import torch
 
 from ...envs.records import Trajectory
 from ...policies.chat import ChatFormatter
+from ...policies.turn_cache import TurnCache
 from .generation import Sampled, SamplingSettings, sample_actions
 
 __all__ = ["Segment", "Episode", "RolloutCollector", "group_prefix_lengths", "locate_spans"]
@@ -163,7 +168,8 @@ class RolloutCollector:
         sampler: The sampling function (default :func:`~.generation.sample_actions`); any
             function with its signature can stand in, e.g. to script actions in a test. A
             sampler that takes ``prefix_lengths`` gets :func:`group_prefix_lengths`, so the
-            rollouts of a group encode the prompt they share once.
+            rollouts of a group encode the prompt they share once; one that takes
+            ``turn_caches`` gets each episode's key/value cache (see the module docstring).
         group_prompt_seeds: Reset every env of a group with the same ``prompt_seed``
             option, so a memory wrapper draws one few-shot example for the whole group.
     """
@@ -248,7 +254,8 @@ class RolloutCollector:
 
     def _run(self, episodes: list[Episode], envs: list[gym.Env]) -> None:
         shared = group_prefix_lengths(episodes)
-        takes_prefixes = "prefix_lengths" in inspect.signature(self.sampler).parameters
+        takes = inspect.signature(self.sampler).parameters
+        caches = [TurnCache() for _ in episodes] if "turn_caches" in takes else None
         active = list(range(len(episodes)))
         stops = self.stop_strings
         while active:
@@ -256,10 +263,16 @@ class RolloutCollector:
             full = [i for i in active if room[i] < 1]
             for i in full:
                 self._exhaust(episodes[i], envs[i])
+                if caches is not None:
+                    caches[i].clear()
             todo = [i for i in active if room[i] >= 1]
             sampled: list[Sampled] = []
             if todo:
-                extra = {"prefix_lengths": [shared[i] for i in todo]} if takes_prefixes else {}
+                extra: dict[str, Any] = {}
+                if "prefix_lengths" in takes:
+                    extra["prefix_lengths"] = [shared[i] for i in todo]
+                if caches is not None:
+                    extra["turn_caches"] = [caches[i] for i in todo]
                 sampled = self.sampler(
                     self.model,
                     self.tokenizer,
@@ -273,6 +286,8 @@ class RolloutCollector:
             for i, action in zip(todo, sampled, strict=True):
                 if self._step(episodes[i], envs[i], action):
                     still.append(i)
+                elif caches is not None:
+                    caches[i].clear()  # the episode ended: free its keys and values
             active = still
 
     def _step(self, ep: Episode, env: gym.Env, action: Sampled) -> bool:
