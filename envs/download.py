@@ -23,6 +23,7 @@ Search-R1 does. FlashRAG's question files have the keys the envs read (``id``, `
 
 from __future__ import annotations
 
+import functools
 import gzip
 import os
 import shutil
@@ -146,7 +147,7 @@ def download_flashrag(
         source = hub.fetch(filename, root / "flashrag")
         target = root / "questions" / f"{dataset}.jsonl"
         target.parent.mkdir(parents=True, exist_ok=True)
-        _replace_with(target, lambda tmp, source=source: shutil.copyfile(source, tmp))
+        _replace_with(target, functools.partial(shutil.copyfile, source))
         log(f"  -> {target} ({_count_lines(target):,} questions, {chosen} split)")
         written.append(target)
     return written

@@ -135,7 +135,7 @@ def plot_metrics(
 
     file = Path(run) / METRICS_FILE if Path(run).is_dir() else Path(run)
     rows = read_metrics(file)
-    present = [key for key in keys if any(_number(row.get(key)) for row in rows)]
+    present = [key for key in keys if any(_plottable(row.get(key)) for row in rows)]
     if not present:
         raise DataFileError(
             f"{str(file)!r} has no steps with any of {', '.join(keys)} "
@@ -149,7 +149,7 @@ def plot_metrics(
             ax.axis("off")
             continue
         key = present[index]
-        points = [(row["step"], float(row[key])) for row in rows if _number(row.get(key))]
+        points = [(row["step"], float(row[key])) for row in rows if _plottable(row.get(key))]
         ax.plot([s for s, _ in points], [v for _, v in points], marker="." if len(points) < 30 else None)
         ax.set_title(key, fontsize=9)
         ax.set_xlabel("step", fontsize=8)
@@ -162,5 +162,5 @@ def plot_metrics(
     return target
 
 
-def _number(value: Any) -> bool:
+def _plottable(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

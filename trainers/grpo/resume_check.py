@@ -11,9 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...envs.errors import InvalidArgumentError, SearchGymError
+
+if TYPE_CHECKING:
+    from ..config import TrainConfig
 
 __all__ = [
     "ABSENT",
@@ -155,7 +158,7 @@ def check_resume(
     )
 
 
-def saved_config(file: Path, config_type: type) -> dict[str, Any]:
+def saved_config(file: Path, config_type: type[TrainConfig]) -> dict[str, Any]:
     """A checkpoint's ``config.yaml`` as plain data, with the defaults of settings it lacks.
 
     The file is read through ``config_type.from_dict`` so that a setting newer than the
