@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from .data import load_questions
-from .errors import DataFileError, InvalidArgumentError, did_you_mean
+from .errors import DataFileError, InvalidArgumentError, did_you_mean, keyword_checked
 from .protocols import Protocol
 from .registration import BENCHMARKS
 from .retrieval import Retriever, make_retriever
@@ -61,6 +61,7 @@ class BenchmarkQAEnv(SearchQAEnv):
     * v0: initial version.
     """
 
+    @keyword_checked
     def __init__(
         self,
         dataset: str,

@@ -13,6 +13,7 @@ This module is stdlib only: pulling (pip, transformers, gguf) lives in
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import sys
@@ -139,12 +140,21 @@ def resolve_model(path_or_name: str | os.PathLike[str]) -> str:
 
     Raises:
         ModelNotPulledError: for a registered name that has not been pulled (the message
-            gives the pull command).
+            gives the pull command), or a name that is no folder and close to a registered
+            name (``smollm2-135m``: the message names the registered one).
     """
     if not isinstance(path_or_name, (str, os.PathLike)):
         raise InvalidArgumentError(f"A model must be a folder path or a model name, got {path_or_name!r}.")
     text = os.fspath(path_or_name)
-    if text not in MODELS or os.path.exists(text):
+    if os.path.exists(text):
+        return text
+    if text not in MODELS:
+        near = difflib.get_close_matches(text, MODELS, n=1, cutoff=0.6)
+        if near and "/" not in text and os.sep not in text:
+            raise ModelNotPulledError(
+                f"{text!r} is neither a model folder nor a registered model name. Did you mean {near[0]!r}? "
+                f"`searchgym models list` shows the registered models and whether they are pulled."
+            )
         return text
     if not is_pulled(text):
         state = "is not pulled yet" if pull_report(text) is None else "was converted by an older searchgym"

@@ -9,7 +9,7 @@ from typing import Any
 import gymnasium as gym
 
 from .checks import check_int, check_string
-from .errors import InvalidArgumentError, SearchGymError
+from .errors import InvalidArgumentError, SearchGymError, keyword_checked
 from .protocols import Protocol, make_protocol
 from .records import Action, Doc, Question, Trajectory, Turn
 from .retrieval import Retriever, search_with_cache
@@ -127,6 +127,7 @@ class SearchQAEnv(gym.Env[str, str]):
 
     metadata = {"render_modes": ["ansi"], "render_fps": 1}
 
+    @keyword_checked
     def __init__(
         self,
         questions: Sequence[Question],

@@ -6,7 +6,7 @@ import random
 from collections.abc import Mapping
 from typing import Any
 
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, keyword_checked
 from .protocols import Protocol
 from .records import Question
 from .retrieval import Retriever, make_retriever
@@ -103,6 +103,7 @@ class SyntheticFactsEnv(SearchQAEnv):
     * v0: initial version.
     """
 
+    @keyword_checked
     def __init__(
         self,
         *,

@@ -166,23 +166,28 @@ def evaluate(
     with tqdm(total=episodes, desc=f"eval {policy.name}", disable=not progress, unit="ep") as bar:
         for first in range(0, episodes, len(envs)):
             batch = indices[first : first + len(envs)]
-            records.extend(_run_batch(envs[: len(batch)], policy, batch, seed + first))
-            bar.update(len(batch))
+            records.extend(_run_batch(envs[: len(batch)], policy, batch, seed + first, bar))
     for env in envs:
         env.close()
     return summarise(policy.name, records, time.perf_counter() - start)
 
 
 def _run_batch(
-    envs: Sequence[gym.Env], policy: Policy, indices: Sequence[int], seed: int
+    envs: Sequence[gym.Env], policy: Policy, indices: Sequence[int], seed: int, bar: Any = None
 ) -> list[EpisodeRecord]:
+    """Run one batch of episodes to their ends; ``bar`` (a tqdm bar) counts each finished
+    episode as it finishes and shows the turn the batch is at."""
     contexts: list[str] = []
     finals: list[EpisodeRecord | None] = [None] * len(envs)
     for i, (env, index) in enumerate(zip(envs, indices, strict=True)):
         observation, _ = env.reset(seed=seed + i, options={"index": index})
         contexts.append(observation)
     active = list(range(len(envs)))
+    turn = 0
     while active:
+        turn += 1
+        if bar is not None:
+            bar.set_postfix_str(f"turn {turn}, {len(active)} running")
         actions = policy.act([contexts[i] for i in active])
         if not isinstance(actions, (list, tuple)) or len(actions) != len(active):
             raise InvalidArgumentError(
@@ -195,6 +200,8 @@ def _run_batch(
             contexts[i] += action + observation
             if terminated or truncated:
                 finals[i] = EpisodeRecord.from_info(info, float(reward))
+                if bar is not None:
+                    bar.update(1)
             else:
                 still.append(i)
         active = still

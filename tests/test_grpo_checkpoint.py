@@ -100,7 +100,9 @@ def resume(
     newest = copy / "checkpoints" / "step_000002"
     if damage is not None:
         damage(newest)
-    trainer = GRPOTrainer(make_config(tiny_root, copy, reward, steps=4), progress=False)
+    config = make_config(tiny_root, copy, reward, steps=4)
+    config.checkpoint.allow_changes = ["env.kwargs.reward"]  # some tests resume under another reward
+    trainer = GRPOTrainer(config, progress=False)
     trainer.setup()
     return trainer
 

@@ -257,3 +257,14 @@ from searchgym.trainers.grpo import group_advantages  # the package itself loads
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "2"
+
+
+def test_the_study_shows_a_bar_over_its_runs(study, capsys):
+    from incentive import run_study
+
+    small = {**study, "workers": 1, "train": {**study["train"], "steps": 2}, "eval": {"samples": 1}}
+    run_study(small, ["f1", "sem"], [0, 1], progress=True)
+    err = capsys.readouterr().err
+    assert "study: 100%" in err and "4/4" in err  # two arms x two seeds, each counted as it ends
+    run_study(small, ["f1"], [0], progress=False)
+    assert "study:" not in capsys.readouterr().err

@@ -315,16 +315,28 @@ class CheckpointConfig:
             is one), ``never`` (start afresh; refuses an ``output_dir`` that holds
             checkpoints), or a checkpoint folder (refused when ``output_dir`` holds newer
             checkpoints, which the run would overwrite).
+        allow_changes: Settings (dotted keys such as ``env.kwargs.reward``, or whole
+            sections such as ``rollout``) a resume may change besides those that never
+            change a run (``steps``, logging, checkpointing, W&B, the device:
+            :data:`~searchgym.trainers.grpo.resume_check.MAY_CHANGE`). A resume under any
+            other change is refused with the differing keys named.
     """
 
     every: int = 50
     keep_last: int = 2
     resume: str = "auto"
+    allow_changes: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         check_int("every", self.every, 0)
         check_int("keep_last", self.keep_last)
         check("resume", self.resume, bool(self.resume.strip()), "'auto', 'never' or a checkpoint folder")
+        check(
+            "allow_changes",
+            self.allow_changes,
+            all(isinstance(key, str) and key.strip() for key in self.allow_changes),
+            "a list of dotted config keys, e.g. [env.kwargs.reward]",
+        )
 
 
 @dataclass

@@ -6,6 +6,7 @@ offline engine (one GPU). Without memory: this measures what the weights learned
 
     python examples/openrlhf/evaluate.py --model runs/lightsearcher/model --data data/musique_dev.jsonl \\
         --retriever http://127.0.0.1:8000 --episodes 1000 --out runs/lightsearcher/eval_musique_dev.json
+    python examples/openrlhf/evaluate.py ... --policy hf   # transformers instead of vLLM (a CPU, no vLLM)
     python examples/openrlhf/evaluate.py ... --dry-run   # check the run file and print the plan (CI)
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 
@@ -25,6 +27,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--config", default="configs/openrlhf/lightsearcher.yaml", help="the run file trained"
     )
     parser.add_argument("--model", required=True, help="the saved model folder (openrlhf.ckpt.output_dir)")
+    parser.add_argument(
+        "--policy",
+        default="vllm",
+        help="vllm (vLLM's offline engine, one GPU; the default), hf (transformers, runs on a CPU), or a "
+        "full policy spec such as hf:PATH?max_new_tokens=256 (then --model only labels the plan)",
+    )
     parser.add_argument("--data", required=True, help="held-out questions (FlashRAG JSONL)")
     parser.add_argument("--retriever", default="http://127.0.0.1:8000", help="the retrieval server")
     parser.add_argument("--episodes", type=int, default=1000, help="questions to evaluate")
@@ -35,8 +43,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
+    """Run the script; a searchgym error (no vLLM here, a bad flag) is one line and exit code 2."""
     args = build_parser().parse_args(argv)
+    from searchgym.envs.errors import SearchGymError
+
+    try:
+        _evaluate(args)
+    except SearchGymError as exc:
+        print(f"evaluate.py: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _evaluate(args: argparse.Namespace) -> None:
 
     from searchgym.trainers.openrlhf import load_run_config
 
@@ -45,10 +65,11 @@ def main(argv: list[str] | None = None) -> None:
     # Evaluation writes to no training store: the reward's minimum tool-call store stays in memory.
     if isinstance(env_kwargs.get("reward_kwargs"), dict):
         env_kwargs["reward_kwargs"] = {k: v for k, v in env_kwargs["reward_kwargs"].items() if k != "store"}
+    spec = args.policy if ":" in args.policy else f"{args.policy}:{args.model}"
     plan = {
         "env_id": agent.env_id,
         "env_kwargs": env_kwargs,
-        "policy": f"vllm:{args.model}",
+        "policy": spec,
         "episodes": args.episodes,
     }
     print(json.dumps(plan, indent=2, default=str))
@@ -60,7 +81,7 @@ def main(argv: list[str] | None = None) -> None:
     from searchgym.policies import make_policy
     from searchgym.policies.evaluation import evaluate
 
-    policy = make_policy(f"vllm:{args.model}", protocol=agent.protocol)
+    policy = make_policy(spec, protocol=agent.protocol)
     result = evaluate(lambda: gym.make(agent.env_id, **env_kwargs), policy, args.episodes, batch_size=64)
     figures = result.to_dict()
     print(json.dumps(figures, indent=2))
@@ -70,4 +91,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -20,6 +20,10 @@ HEAD=${HEAD:-127.0.0.1}
 SHARED=${SHARED:-$PWD}            # a folder every node shares: data and runs live here
 REPO=$(cd "$(dirname "$0")/../.." && pwd)   # this checkout (on the shared folder too, or the same path on every node)
 run() { if [[ -n "${DRY_RUN:-}" ]]; then echo "+ $*"; else "$@"; fi; }
+if [[ -z "${DRY_RUN:-}" ]] && ! command -v ray >/dev/null 2>&1; then
+    echo "multi_node.sh: the 'ray' command is missing: pip install 'openrlhf[vllm]==0.11.2' 'ray[default]' on every node (DRY_RUN=1 prints the commands without it)" >&2
+    exit 2
+fi
 
 case "$ROLE" in
 head)

@@ -85,9 +85,15 @@ def run(args: argparse.Namespace) -> int:
         print(describe(config, checks))
         return 0
     log_to_stderr("searchgym.trainers")  # one line per step, without other libraries' logs
-    from searchgym.trainers.grpo import train
+    from searchgym.trainers.grpo import GRPOTrainer
 
-    state = train(config, progress=not args.no_progress)
+    trainer = GRPOTrainer(config, progress=not args.no_progress)
+    try:
+        state = trainer.train()
+    finally:
+        trainer.close()
+    if trainer.finished:
+        return 0  # the trainer's log said so, and how to train further
     print(
         f"done: {state.step} steps; checkpoints in {Path(config.output_dir) / 'checkpoints'}", file=sys.stderr
     )

@@ -336,19 +336,38 @@ def _task(args: tuple[dict[str, Any], str, int, dict[str, float] | None]) -> tup
     return arm, seed, run_one(study, arm, seed, Skills(**skills) if skills else None)
 
 
-def _run_tasks(tasks: list[tuple], workers: int) -> list[tuple[str, int, dict[str, Any]]]:
-    if workers <= 1:
-        return [_task(t) for t in tasks]
-    import multiprocessing
+def _run_tasks(
+    tasks: list[tuple], workers: int, progress: bool = False
+) -> list[tuple[str, int, dict[str, Any]]]:
+    """Every task's result, in order; with ``progress``, a bar that counts the finished runs."""
+    from tqdm.auto import tqdm
 
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-        return list(pool.map(_task, tasks, chunksize=1))
+    with tqdm(total=len(tasks), desc="study", unit="run", disable=not progress) as bar:
+        if workers <= 1:
+            done = []
+            for task in tasks:
+                done.append(_task(task))
+                bar.update(1)
+            return done
+        import multiprocessing
+
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            done = []
+            for result in pool.map(_task, tasks, chunksize=1):
+                done.append(result)
+                bar.update(1)
+            return done
 
 
 def run_study(
-    study: dict[str, Any], arms: Sequence[str] | None = None, seeds: Sequence[int] | None = None
+    study: dict[str, Any],
+    arms: Sequence[str] | None = None,
+    seeds: Sequence[int] | None = None,
+    progress: bool = False,
 ) -> dict[str, Any]:
-    """Every arm x seed, then (for the full study only) the recall sweep; the results dict."""
+    """Every arm x seed, then (for the full study only) the recall sweep; the results dict.
+
+    With ``progress``, a bar on standard error counts the finished runs."""
     unknown = sorted(set(arms or ()) - set(study["arms"]))
     if unknown:
         raise ValueError(f"unknown arms {unknown}; the study has {', '.join(study['arms'])}.")
@@ -363,7 +382,7 @@ def run_study(
         swept = {**skills.to_dict(), "recall": x, "recall_greedy": x}
         tasks += [(study, a, s, swept) for a in sweep["arms"] for s in sweep["seeds"]]
     started = time.perf_counter()
-    done = _run_tasks(tasks, int(study.get("workers", os.cpu_count() or 1)))
+    done = _run_tasks(tasks, int(study.get("workers", os.cpu_count() or 1)), progress)
     wall = time.perf_counter() - started
     main: dict[str, list[dict[str, Any]]] = {a: [] for a in chosen_arms}
     swept_runs: dict[tuple[float, str], list[dict[str, Any]]] = {}
@@ -400,9 +419,14 @@ def run_study(
 
 
 def run(
-    config: str | Path, output_dir: str | Path | None, arms: Sequence[str] | None, seeds: Sequence[int] | None
+    config: str | Path,
+    output_dir: str | Path | None,
+    arms: Sequence[str] | None,
+    seeds: Sequence[int] | None,
+    progress: bool = True,
 ) -> int:
-    """Entry point of ``searchgym study`` for this folder: run, then write the report files."""
+    """Entry point of ``searchgym study`` for this folder: run (a bar counts the finished
+    runs unless ``progress`` is off), then write the report files."""
     import json
 
     from report import render_summary, update_findings, write_report
@@ -410,7 +434,7 @@ def run(
     study = load_study(config)
     out = Path(output_dir or Path(study["_dir"]) / study.get("output_dir", "results"))
     out.mkdir(parents=True, exist_ok=True)
-    results = run_study(study, arms, seeds)
+    results = run_study(study, arms, seeds, progress)
     wall = results.pop("_wall_s")
     text = json.dumps(results, indent=1) + "\n"
     (out / "results.json").write_text(text)

@@ -12,7 +12,9 @@ One training step:
    sampling and the update encode the prompt a group shares once (:mod:`.prefix`);
 5. count a step of the experience memory (``memory.step()``, which updates the bank every
    ``update_every`` steps);
-6. log the figures, and save a checkpoint when one is due.
+6. log the figures (and append them to ``{output_dir}/metrics.jsonl``, :mod:`.metrics_file`),
+   warn once when no group has had a nonzero advantage for a while (:mod:`.no_signal`), and
+   save a checkpoint when one is due.
 
 Everything random in a step is drawn from generators seeded by ``(seed, step)``, and a
 checkpoint holds the model, AdamW, the schedule, the RNG states, the shared reward scheme
@@ -34,6 +36,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import yaml
 from tqdm.auto import tqdm
 
 from ...envs.errors import InvalidArgumentError
@@ -72,6 +75,7 @@ from .loss import clipped_token_loss, pad_values, token_weights
 from .manifest import new_run_id
 from .memory_restore import commit_memory, discard_staged, stage_memory
 from .metrics import rollout_metrics
+from .metrics_file import append_metrics, start_metrics
 from .model import (
     autocast,
     check_same_architecture,
@@ -81,8 +85,10 @@ from .model import (
     resolve_device,
     set_cpu_threads,
 )
+from .no_signal import NoSignalWatch
 from .prefix import sequence_logprobs
 from .ptx import load_ptx_examples, ptx_nll, sample_ptx
+from .resume_check import check_resume, finished_message, saved_config
 from .rollout import Episode, RolloutCollector, group_prefix_lengths
 
 __all__ = ["GRPOTrainer", "train", "step_seed"]
@@ -130,6 +136,8 @@ class GRPOTrainer:
         self.progress = progress
         self.state = TrainerState()
         self.resumed_from: Path | None = None
+        self.finished = False
+        """Whether the checkpoint resumed already had ``config.steps`` steps (nothing to train)."""
         self._ready = False
         self.wandb: Any = None
         self.store: StoreClient | None = None
@@ -166,7 +174,7 @@ class GRPOTrainer:
 
     def setup(self) -> None:
         """Load the models, build the envs, optimizer and memory, and resume if asked (idempotent)."""
-        if self._ready:
+        if self._ready or self.finished:
             return
         cfg = self.config
         self.output_dir.mkdir(parents=True, exist_ok=True)
@@ -175,6 +183,12 @@ class GRPOTrainer:
         set_cpu_threads(cfg.model, self.device)
         # Every file of the checkpoint is read and checked before anything is built from it.
         saved = load_checkpoint(checkpoint, map_location=self.device) if checkpoint is not None else None
+        if saved is not None:
+            self._check_resume(saved)
+            if saved.state.step >= cfg.steps:  # nothing to train: say so before loading any model
+                self.state, self.resumed_from, self.finished = saved.state, saved.folder, True
+                logger.warning(finished_message(self.output_dir, saved.folder, saved.state.step, cfg.steps))
+                return
         source = model_source(cfg.model)
         torch.manual_seed(cfg.seed)
         np.random.seed(cfg.seed % 2**32)
@@ -243,9 +257,25 @@ class GRPOTrainer:
         self.num_questions = len(probe.questions)
         self.max_turns = int(getattr(probe, "max_turns", 1))
         save_yaml(cfg, self.output_dir / "config.yaml", lenient=True)
+        self.metrics_file = start_metrics(self.output_dir, self.state.history)
+        self.no_signal = NoSignalWatch()
         if cfg.wandb.enabled:
             self._start_wandb()
         self._ready = True
+
+    def _check_resume(self, saved: Checkpoint) -> None:
+        """Refuse a resume whose config changes the run (:func:`~.resume_check.check_resume`)."""
+        file = saved.folder / "config.yaml"
+        if not file.is_file():
+            logger.warning("Checkpoint %s has no config.yaml: its settings cannot be compared.", saved.folder)
+            return
+        check_resume(
+            saved.folder,
+            saved_config(file, type(self.config)),
+            yaml.safe_load(dump_yaml(self.config, lenient=True)),
+            output_dir=self.output_dir,
+            allow=self.config.checkpoint.allow_changes,
+        )
 
     def _store_client(self) -> StoreClient:
         """Start Ray if needed and a fresh store actor for this run (``memory.backend: ray``).
@@ -490,6 +520,10 @@ class GRPOTrainer:
     def train_step(self, step: int) -> dict[str, Any]:
         """Run training step ``step`` (0-based) and return its figures."""
         self.setup()
+        if self.finished:
+            raise InvalidArgumentError(
+                finished_message(self.output_dir, self.resumed_from, self.state.step, self.config.steps)
+            )
         cfg = self.config
         start = time.perf_counter()
         questions = question_schedule(self.num_questions, cfg.rollout.questions_per_step, step, cfg.seed)
@@ -504,6 +538,10 @@ class GRPOTrainer:
         update = self.memory.step() if self.memory is not None else None
         bank = getattr(update, "bank", None) if getattr(update, "outcome", None) == "written" else None
         train["step_s"] = time.perf_counter() - start
+        train["signal"] = float(np.mean([abs(a) > 1e-12 for a in advantages])) if advantages else 0.0
+        warning = self.no_signal.observe(step + 1, advantages, [e.reward for e in episodes])
+        if warning is not None:
+            logger.warning(warning)
         rollout = rollout_metrics(episodes)
         record = {"step": step + 1, "rollout": rollout, "train": train}
         if update is not None:
@@ -538,6 +576,8 @@ class GRPOTrainer:
             The final :class:`~.checkpoint.TrainerState` (step and per-step figures).
         """
         self.setup()
+        if self.finished:
+            return self.state
         cfg = self.config
         end = cfg.steps if steps is None else min(cfg.steps, self.state.step + steps)
         bar = tqdm(
@@ -548,6 +588,7 @@ class GRPOTrainer:
                 record = self.train_step(self.state.step)
                 self.state.step += 1
                 self.state.history.append(record)
+                append_metrics(self.metrics_file, record)
                 r, t = record["rollout"], record["train"]
                 bar.update(1)
                 bar.set_postfix(

@@ -293,11 +293,18 @@ def _check_retriever(config: AgentConfig) -> None:
 
 
 def cluster_runtime_env(
-    config: RunConfig, flat: dict[str, Any], runtime_env: dict[str, Any], staging: str | None = None
+    config: RunConfig,
+    flat: dict[str, Any],
+    runtime_env: dict[str, Any],
+    staging: str | None = None,
+    created: list[str] | None = None,
 ) -> list[str]:
     """Fill ``runtime_env`` with the store actor's name and, for a cluster run, the package,
     the run file and the agent file (``flat``'s ``train.agent_func_path`` then names the
     shipped copy). Call it before ``flat`` becomes flags.
+
+    Without ``staging``, the shipped files go to a new temporary folder, which is appended
+    to ``created`` (the caller removes it once Ray has uploaded them: after the launch).
 
     Returns warnings to print. Raises :class:`InvalidArgumentError` for a multi-node run
     that cannot work (a loopback retriever).
@@ -320,7 +327,10 @@ def cluster_runtime_env(
             "SQLite files in WAL mode, which only processes on one machine can share (not across nodes, not "
             "on NFS); drop that setting to let the store actor own them."
         )
-    staging = staging or tempfile.mkdtemp(prefix="searchgym-ray-")
+    if staging is None:
+        staging = tempfile.mkdtemp(prefix="searchgym-ray-")
+        if created is not None:
+            created.append(staging)
     runtime_env["py_modules"] = [stage_package(os.path.join(staging, "py_modules"))]
     workdir = os.path.join(staging, "working_dir")
     os.makedirs(workdir, exist_ok=True)

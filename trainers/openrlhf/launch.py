@@ -25,9 +25,10 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -130,6 +131,14 @@ class LaunchPlan:
     secrets: dict[str, str] = field(default_factory=dict, repr=False)
     """Variables the command needs that are never printed (``WANDB_API_KEY``); set them in its
     environment. A submitted job's runtime env in ``command`` holds them too."""
+    staged: tuple[str, ...] = ()
+    """Temporary folders holding the files a cluster run ships (the package, the run file);
+    Ray uploads them when the run starts. :meth:`cleanup` removes them."""
+
+    def cleanup(self) -> None:
+        """Remove :attr:`staged` (after the run, or when the plan is not run)."""
+        for folder in self.staged:
+            shutil.rmtree(folder, ignore_errors=True)
 
     def shell(self) -> str:
         """The command as one shell line, with its variables in front and each secret written as
@@ -193,7 +202,26 @@ def compose(config: RunConfig, basedir: str | None = None) -> LaunchPlan:
     secrets, secret_warnings = take_wandb_key(flat)
     warnings += secret_warnings
     cluster_env: dict[str, Any] = {"env_vars": {}}  # the store actor; a cluster run's shipped files
-    warnings += cluster_runtime_env(config, flat, cluster_env)
+    staged: list[str] = []
+    warnings += cluster_runtime_env(config, flat, cluster_env, created=staged)
+    try:
+        plan = _compose_checked(config, flat, basedir, warnings, secrets, cluster_env)
+    except BaseException:
+        for folder in staged:
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
+    return replace(plan, staged=tuple(staged))
+
+
+def _compose_checked(
+    config: RunConfig,
+    flat: dict[str, Any],
+    basedir: str,
+    warnings: list[str],
+    secrets: dict[str, str],
+    cluster_env: dict[str, Any],
+) -> LaunchPlan:
+    """:func:`compose` after the runtime env is staged: the checks and the command."""
     _check_fresh_stores(config, flat, basedir)
     check_data_files(flat)
     info = openrlhf_parser()
@@ -275,9 +303,22 @@ def launch(config_path: str | os.PathLike[str], dry_run: bool = False, *, out: T
     out = out or sys.stdout
     config = load_run_config(config_path)
     plan = compose(config)
+    try:
+        return _run_plan(config, plan, dry_run, out)
+    finally:
+        plan.cleanup()  # Ray has uploaded the shipped files by the time the command returns
+
+
+def _run_plan(config: RunConfig, plan: LaunchPlan, dry_run: bool, out: TextIO) -> int:
     for line in plan.warnings + plan.notes:
         print(f"# {line}", file=sys.stderr)
     if dry_run:
+        if plan.staged:
+            print(
+                "# searchgym: the files the runtime env ships (working_dir, py_modules) are staged anew at "
+                "launch; this dry run removed its copy.",
+                file=sys.stderr,
+            )
         print(plan.shell(), file=out)
         out.flush()
         return 0
@@ -294,6 +335,12 @@ def launch(config_path: str | os.PathLike[str], dry_run: bool = False, *, out: T
                 "machine: pip install 'openrlhf[vllm]==0.11.2' (which brings vllm, deepspeed and ray), then "
                 "rerun. --dry-run prints the command without running it."
             )
+    elif shutil.which(plan.command[0]) is None:
+        raise SearchGymError(
+            f"launch.ray_address submits the run with `{plan.command[0]} job submit`, and this machine has no "
+            f"{plan.command[0]!r} command: pip install 'ray[default]' (the Ray version of the cluster), then "
+            "rerun. --dry-run prints the command without running it."
+        )
     print(plan.shell(), file=out)
     out.flush()
     env = {**os.environ, **plan.env, **plan.secrets}
