@@ -2,11 +2,14 @@
 
     python benchmarks/real_model_table.py
 
-Reads ``benchmarks/results/real_model_eval.json`` (``real_model_eval.py``) and
-``benchmarks/results/real_model_train.json`` (``real_model_train.py``) and
+Reads ``benchmarks/results/real_model_eval.json`` (``real_model_eval.py``),
+``benchmarks/results/real_model_train*.json`` (``real_model_train.py``),
+``benchmarks/results/real_model_baselines.json`` (``real_model_baselines.py``) and
 ``benchmarks/results/real_model_eval_speed.json`` (``real_model_eval_speed.py``), and
-replaces the text between the ``<!-- real-model-eval -->``, ``<!-- real-model-train -->``
-and ``<!-- real-model-speed -->`` markers and their ``<!-- end -->`` in the page. Nothing in the tables is typed by hand.
+replaces the text between the ``<!-- real-model-eval -->``, ``<!-- real-model-train -->``,
+``<!-- real-model-train-warm -->``, ``<!-- real-model-heldout -->``,
+``<!-- real-model-baselines -->`` and ``<!-- real-model-speed -->`` markers and their
+``<!-- end -->`` in the page (and the README's evaluation table and training summary). Nothing in the tables is typed by hand.
 """
 
 from __future__ import annotations
@@ -121,6 +124,64 @@ def heldout_table(reports: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def baselines_table(baselines: dict[str, Any], reports: list[dict[str, Any]]) -> str:
+    """The no-learning baselines beside the warm-started model before and after GRPO, on the
+    same held-out questions, then what the split shares with the training questions."""
+    relations = list(baselines["relations"])
+    lines = [
+        "| Answers by | Learning | Searches per question | EM | F1 | "
+        + " | ".join(f"EM, {rel} ({n})" for rel, n in baselines["relations"].items())
+        + " |",
+        "|---|---|---|---|---|" + "---|" * len(relations),
+    ]
+    names = {
+        "prior": ("the template prior: the most frequent training answer of the question's template", "none"),
+        "heuristic": (
+            "the extraction heuristic: BM25 top-1 passage for the question, "
+            '"born ... in X", else a training answer in the passage, else the prior',
+            "none",
+        ),
+    }
+    for key, (label, learning) in names.items():
+        r = baselines["results"][key]
+        lines.append(
+            f"| {label} | {learning} | {r['searches']:.2f} | {100 * r['em']:.1f} | {100 * r['f1']:.1f} | "
+            + " | ".join(f"{100 * r['by_relation'][rel]['em']:.1f}" for rel in relations)
+            + " |"
+        )
+    kinds = {"start of GRPO": "warm start (supervised)", "end of GRPO": "warm start, then GRPO"}
+    for report in reports:
+        for r in report["heldout"]:
+            if r["model"] not in kinds:
+                continue
+            cells = ["–"] * len(relations)
+            if r.get("episodes"):
+                by_id = {row["question_id"]: row["relation"] for row in baselines["rows"]}
+                cells = [
+                    f"{100 * sum(e['em'] for e in ep) / len(ep):.1f}"
+                    for rel in relations
+                    for ep in [[e for e in r["episodes"] if by_id[e["question_id"]] == rel]]
+                ]
+            lines.append(
+                f"| SmolLM2-135M-Instruct, {r['model']}, seed {_seed(report)} | {kinds[r['model']]} "
+                f"| {r['st']:.2f} | {100 * r['em']:.1f} | {100 * r['f1']:.1f} | " + " | ".join(cells) + " |"
+            )
+    n = baselines["questions"]
+    lines += [
+        "",
+        f"The {n} held-out questions hold two relations only ("
+        + ", ".join(f"{rel}: {k}" for rel, k in baselines["relations"].items())
+        + f"); {baselines['gold_in_training_answers']} of {n} have a gold answer that is also a gold answer "
+        f"of one of the {baselines['training_questions']} training questions, and "
+        f"{baselines['subject_in_training']} of {n} name the subject of a training question. "
+        f"The template prior answers {', '.join(repr(a) for a in baselines['prior_answers'].values())}.",
+        "",
+        f"`python benchmarks/real_model_baselines.py` (`benchmarks/results/real_model_baselines.json`, "
+        f"with every question's passage, answers and scores; {baselines['wall_time_s']:.0f} s).",
+    ]
+    return "\n".join(lines)
+
+
 def _seed(report: dict[str, Any]) -> Any:
     """The run's seed: in the report, else in its config file."""
     if "seed" in report:
@@ -173,6 +234,12 @@ def main_text(text: str) -> str:
     if warm:
         text = replace(text, "real-model-train-warm", train_table([read(path) for path in warm]))
         text = replace(text, "real-model-heldout", heldout_table([read(path) for path in warm]))
+    if warm and (RESULTS / "real_model_baselines.json").is_file():
+        text = replace(
+            text,
+            "real-model-baselines",
+            baselines_table(read(RESULTS / "real_model_baselines.json"), [read(path) for path in warm]),
+        )
     runs = [RESULTS / "real_model_train.json", *sorted(RESULTS.glob("real_model_train_seed*.json"))]
     if runs[0].is_file():
         text = replace(text, "real-model-train", train_table([read(path) for path in runs]))
