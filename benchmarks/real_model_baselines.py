@@ -102,8 +102,12 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--config", type=Path, default=REPO / "configs" / "grpo_smollm2_cpu_warm.yaml")
-    parser.add_argument("--heldout", type=int, default=100, help="held-out questions (as in real_model_train.py)")
-    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "real_model_baselines.json")
+    parser.add_argument(
+        "--heldout", type=int, default=100, help="held-out questions (as in real_model_train.py)"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=REPO / "benchmarks" / "results" / "real_model_baselines.json"
+    )
     args = parser.parse_args()
 
     import gymnasium as gym

@@ -132,7 +132,17 @@ def single_turn(policy: Any, questions: list[Any], retriever: Any | None, topk: 
     }
 
 
-EPISODE_KEYS = ("question_id", "queries", "retrieved_ids", "answer", "em", "f1", "cover_em", "num_searches", "format_ok")
+EPISODE_KEYS = (
+    "question_id",
+    "queries",
+    "retrieved_ids",
+    "answer",
+    "em",
+    "f1",
+    "cover_em",
+    "num_searches",
+    "format_ok",
+)
 """The env's ``info`` keys kept per episode by :func:`multi_turn` with ``episodes``."""
 
 

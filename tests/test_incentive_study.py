@@ -315,13 +315,14 @@ def test_the_says_unknown_sweep_sets_the_skill(study):
 
 
 def test_the_ablation_table_is_the_paired_differences(committed):
-    from scipy.stats import t
-
     from report import _ablation_rows
+    from scipy.stats import t
 
     def paired(arm: str, base: str, key: str, sampled: bool) -> str:
         value = {s["seed"]: (s["sampled"] if sampled else s)[key] for s in committed["arms"][base]["seeds"]}
-        diffs = [(s["sampled"] if sampled else s)[key] - value[s["seed"]] for s in committed["arms"][arm]["seeds"]]
+        diffs = [
+            (s["sampled"] if sampled else s)[key] - value[s["seed"]] for s in committed["arms"][arm]["seeds"]
+        ]
         n = len(diffs)
         mean = sum(diffs) / n
         sd = (sum((d - mean) ** 2 for d in diffs) / (n - 1)) ** 0.5

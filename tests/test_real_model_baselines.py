@@ -60,7 +60,9 @@ def test_the_rules_by_hand():
     # nothing in the passage: the template's most frequent training answer
     assert baselines.extract("Nothing here.", "occupation", answers) == ("actor", "prior")
     # a word inside another is no match ("actor" in "factory")
-    assert baselines.extract("He ran a factory.", "occupation", collections.Counter({"actor": 1, "x": 2})) == (
+    assert baselines.extract(
+        "He ran a factory.", "occupation", collections.Counter({"actor": 1, "x": 2})
+    ) == (
         "x",
         "prior",
     )
@@ -82,9 +84,13 @@ def test_the_committed_figures_follow_from_the_rows_and_the_data(shared_data):
     # the overlap with the training answers, recomputed from the data file alone
     records = [json.loads(line) for line in (shared_data / "questions" / "popqa.jsonl").open()]
     held = {r["question_id"] for r in rows}
-    train_golds = {normalize_answer(a) for rec in records if rec["id"] not in held for a in rec["golden_answers"]}
+    train_golds = {
+        normalize_answer(a) for rec in records if rec["id"] not in held for a in rec["golden_answers"]
+    }
     overlap = sum(
-        any(normalize_answer(a) in train_golds for a in rec["golden_answers"]) for rec in records if rec["id"] in held
+        any(normalize_answer(a) in train_golds for a in rec["golden_answers"])
+        for rec in records
+        if rec["id"] in held
     )
     assert overlap == report["gold_in_training_answers"]
     props = collections.Counter(rec["metadata"]["prop"] for rec in records if rec["id"] in held)

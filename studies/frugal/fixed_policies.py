@@ -32,7 +32,9 @@ class FixedPolicy:
 
     def __init__(self, actions: Sequence[int]):
         if len(actions) != len(STATES) or any(a not in ACTIONS for a in actions):
-            raise ValueError(f"a rule gives one of {ACTIONS} per state ({len(STATES)} states); got {actions!r}.")
+            raise ValueError(
+                f"a rule gives one of {ACTIONS} per state ({len(STATES)} states); got {actions!r}."
+            )
         self.actions = tuple(actions)
 
     def greedy(self, state: int) -> int:

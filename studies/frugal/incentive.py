@@ -361,9 +361,14 @@ def _rules(study: dict[str, Any], seeds: Sequence[int], skills: Skills, workers:
     rules = []
     for i, row in enumerate(per_seed[0]):
         seeds_of_rule = [rows[i]["seeds"][0] for rows in per_seed]
-        mean = {k: round(statistics.fmean(s[k] for s in seeds_of_rule), 4) for k in seeds_of_rule[0] if k not in ("seed", "sampled")}
+        mean = {
+            k: round(statistics.fmean(s[k] for s in seeds_of_rule), 4)
+            for k in seeds_of_rule[0]
+            if k not in ("seed", "sampled")
+        }
         mean["sampled"] = {
-            k: round(statistics.fmean(s["sampled"][k] for s in seeds_of_rule), 4) for k in seeds_of_rule[0]["sampled"]
+            k: round(statistics.fmean(s["sampled"][k] for s in seeds_of_rule), 4)
+            for k in seeds_of_rule[0]["sampled"]
         }
         rules.append({"rule": row["rule"], "mean": mean, "seeds": seeds_of_rule})
     return rules

@@ -84,8 +84,7 @@ def _sweep_table(sweep: list[dict[str, Any]], key: str, knob: str = "recall") ->
     ]
     for arm in arms:
         cells = [
-            next(_cell(r[key], None, 1) for r in sweep if r["arm"] == arm and r[knob] == x)
-            for x in points
+            next(_cell(r[key], None, 1) for r in sweep if r["arm"] == arm and r[knob] == x) for x in points
         ]
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
     return lines
@@ -142,12 +141,16 @@ ABLATIONS = (
 """(arm, base, what): the paired differences the ablation table shows."""
 
 
-def _paired(arm: list[dict[str, Any]], base: list[dict[str, Any]], key: str, sampled: bool) -> tuple[float, float]:
+def _paired(
+    arm: list[dict[str, Any]], base: list[dict[str, Any]], key: str, sampled: bool
+) -> tuple[float, float]:
     """Mean and 95% half-width over seeds of arm − base (``incentive.mean_ci``'s t-interval)."""
     from incentive import mean_ci
 
     by_seed = {s["seed"]: (s["sampled"] if sampled else s)[key] for s in base}
-    return mean_ci([(s["sampled"] if sampled else s)[key] - by_seed[s["seed"]] for s in arm if s["seed"] in by_seed])
+    return mean_ci(
+        [(s["sampled"] if sampled else s)[key] - by_seed[s["seed"]] for s in arm if s["seed"] in by_seed]
+    )
 
 
 def _ablation_rows(arms: dict[str, Any]) -> list[str]:
@@ -316,7 +319,9 @@ def plot_sweep(results: dict[str, Any], path: Path, knob: str = "recall") -> Non
         panels.insert(1, ("sr_unknown", "unknown questions searched (%)"))
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4))
     styles = ["-", "--", ":", "-."]
-    label = {"recall": "recall accuracy on known facts", "says_unknown": 'P("unknown" | an unknown fact)'}[knob]
+    label = {"recall": "recall accuracy on known facts", "says_unknown": 'P("unknown" | an unknown fact)'}[
+        knob
+    ]
     for i, arm in enumerate(arms):
         rows = sorted((r for r in sweep if r["arm"] == arm), key=lambda r: r[knob])
         xs = [r[knob] for r in rows]
