@@ -125,8 +125,9 @@ def heldout_table(reports: list[dict[str, Any]]) -> str:
 
 
 def baselines_table(baselines: dict[str, Any], reports: list[dict[str, Any]]) -> str:
-    """The no-learning baselines beside the warm-started model before and after GRPO, on the
-    same held-out questions, then what the split shares with the training questions."""
+    """The no-learning baselines beside the warm-started model before and after GRPO (runs
+    that trained all their steps), on the same held-out questions, then what the split shares
+    with the training questions."""
     relations = list(baselines["relations"])
     lines = [
         "| Answers by | Learning | Searches per question | EM | F1 | "
@@ -150,7 +151,7 @@ def baselines_table(baselines: dict[str, Any], reports: list[dict[str, Any]]) ->
             + " |"
         )
     kinds = {"start of GRPO": "warm start (supervised)", "end of GRPO": "warm start, then GRPO"}
-    for report in reports:
+    for report in filter(complete, reports):
         for r in report["heldout"]:
             if r["model"] not in kinds:
                 continue
@@ -248,19 +249,42 @@ def main_text(text: str) -> str:
     return text
 
 
-def train_summary(reports: list[dict[str, Any]]) -> str:
-    """One line per warm-started run: its steps and time, and its held-out EM before and after GRPO."""
+def complete(report: dict[str, Any]) -> bool:
+    """Whether the run trained for all its configured steps (a run stopped early is no replicate)."""
+    return report["steps_done"] >= report["steps_configured"]
+
+
+def train_summary(reports: list[dict[str, Any]], baselines: dict[str, Any] | None = None) -> str:
+    """One line per complete warm-started run: its steps and time, its held-out EM before and
+    after GRPO and its searches per question; then the no-learning baselines on the same
+    questions, and a line naming each run stopped early."""
     lines = []
-    for report in reports:
+    for report in filter(complete, reports):
         rows = {r["model"]: r for r in report["heldout"]}
         start, end = rows["start of GRPO"], rows["end of GRPO"]
         lines.append(
             f"- seed {_seed(report)}: {report['steps_done']} of {report['steps_configured']} GRPO steps"
-            + (" (stopped by its time cap)" if report["steps_done"] < report["steps_configured"] else "")
-            + f" in {report['wall_time_s'] / 60:.0f} min; "
+            f" in {report['wall_time_s'] / 60:.0f} min; "
             f"EM on {end['questions']} held-out PopQA questions {100 * start['em']:.0f}% after the warm start, "
-            f"{100 * end['em']:.0f}% after GRPO (F1 {100 * start['f1']:.1f} -> {100 * end['f1']:.1f})."
+            f"{100 * end['em']:.0f}% after GRPO (F1 {100 * start['f1']:.1f} -> {100 * end['f1']:.1f}); "
+            f"searches per question {start['st']:.2f} before GRPO and {end['st']:.2f} after."
         )
+    if baselines:
+        prior, heuristic = baselines["results"]["prior"], baselines["results"]["heuristic"]
+        lines.append(
+            f"- on the same {baselines['questions']} questions, with no learning: the template prior "
+            f"(each template's most frequent training answer) {100 * prior['em']:.0f}% EM; an extraction "
+            f"heuristic over the BM25 top-1 passage {100 * heuristic['em']:.0f}% EM, with "
+            f"{heuristic['searches']:.2f} searches per question. The held-out questions hold two relations, "
+            f"and {baselines['gold_in_training_answers']} of {baselines['questions']} have a training answer: "
+            "GRPO taught the answer's type and copying it from the passage, not when to search."
+        )
+    for report in reports:
+        if not complete(report):
+            lines.append(
+                f"- seed {_seed(report)} stopped by its time cap after {report['steps_done']} of "
+                f"{report['steps_configured']} steps, with other settings: not a replicate (see the page)."
+            )
     return "\n".join(lines)
 
 
@@ -270,7 +294,9 @@ def readme_text(text: str) -> str:
         text, "real-model-eval", eval_table(json.loads((RESULTS / "real_model_eval.json").read_text()))
     )
     warm = [json.loads(path.read_text()) for path in sorted(RESULTS.glob("real_model_train_warm*.json"))]
-    return replace(text, "real-model-train-summary", train_summary(warm))
+    baselines = RESULTS / "real_model_baselines.json"
+    summary = train_summary(warm, json.loads(baselines.read_text()) if baselines.is_file() else None)
+    return replace(text, "real-model-train-summary", summary)
 
 
 def main() -> None:
