@@ -132,17 +132,56 @@ def single_turn(policy: Any, questions: list[Any], retriever: Any | None, topk: 
     }
 
 
-def multi_turn(policy: Any, env_id: str, env_kwargs: dict[str, Any], count: int, seed: int) -> dict[str, Any]:
+EPISODE_KEYS = (
+    "question_id",
+    "queries",
+    "retrieved_ids",
+    "answer",
+    "em",
+    "f1",
+    "cover_em",
+    "num_searches",
+    "format_ok",
+)
+"""The env's ``info`` keys kept per episode by :func:`multi_turn` with ``episodes``."""
+
+
+def episode_log(env: Any, log: list[dict[str, Any]]) -> Any:
+    """``env`` wrapped so that each finished episode appends its :data:`EPISODE_KEYS` to ``log``."""
+    import gymnasium as gym
+
+    class EpisodeLog(gym.Wrapper):
+        def step(self, action: Any) -> Any:
+            observation, reward, terminated, truncated, info = self.env.step(action)
+            if terminated or truncated:
+                log.append({key: info.get(key) for key in EPISODE_KEYS} | {"reward": float(reward)})
+            return observation, reward, terminated, truncated, info
+
+    return EpisodeLog(env)
+
+
+def multi_turn(
+    policy: Any,
+    env_id: str,
+    env_kwargs: dict[str, Any],
+    count: int,
+    seed: int,
+    episodes: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """The figures of ``count`` greedy episodes; with ``episodes``, each episode's record is appended to it."""
     import gymnasium as gym
 
     from searchgym.policies import evaluate
 
     counting = CountingPolicy(policy)
+
+    def make_env() -> Any:
+        env = gym.make(env_id, **env_kwargs)
+        return env if episodes is None else episode_log(env, episodes)
+
     # every episode side by side: each turn hands all running contexts to the policy, which
     # generates from them in length-sorted batches of --batch-size
-    result = evaluate(
-        lambda: gym.make(env_id, **env_kwargs), counting, count, seed=seed, batch_size=count, progress=False
-    )  # type: ignore[arg-type]
+    result = evaluate(make_env, counting, count, seed=seed, batch_size=count, progress=False)  # type: ignore[arg-type]
     return {
         "em": result.em,
         "f1": result.f1,

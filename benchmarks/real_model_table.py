@@ -2,11 +2,14 @@
 
     python benchmarks/real_model_table.py
 
-Reads ``benchmarks/results/real_model_eval.json`` (``real_model_eval.py``) and
-``benchmarks/results/real_model_train.json`` (``real_model_train.py``) and
+Reads ``benchmarks/results/real_model_eval.json`` (``real_model_eval.py``),
+``benchmarks/results/real_model_train*.json`` (``real_model_train.py``),
+``benchmarks/results/real_model_baselines.json`` (``real_model_baselines.py``) and
 ``benchmarks/results/real_model_eval_speed.json`` (``real_model_eval_speed.py``), and
-replaces the text between the ``<!-- real-model-eval -->``, ``<!-- real-model-train -->``
-and ``<!-- real-model-speed -->`` markers and their ``<!-- end -->`` in the page. Nothing in the tables is typed by hand.
+replaces the text between the ``<!-- real-model-eval -->``, ``<!-- real-model-train -->``,
+``<!-- real-model-train-warm -->``, ``<!-- real-model-heldout -->``,
+``<!-- real-model-baselines -->`` and ``<!-- real-model-speed -->`` markers and their
+``<!-- end -->`` in the page (and the README's evaluation table and training summary). Nothing in the tables is typed by hand.
 """
 
 from __future__ import annotations
@@ -121,6 +124,65 @@ def heldout_table(reports: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def baselines_table(baselines: dict[str, Any], reports: list[dict[str, Any]]) -> str:
+    """The no-learning baselines beside the warm-started model before and after GRPO (runs
+    that trained all their steps), on the same held-out questions, then what the split shares
+    with the training questions."""
+    relations = list(baselines["relations"])
+    lines = [
+        "| Answers by | Learning | Searches per question | EM | F1 | "
+        + " | ".join(f"EM, {rel} ({n})" for rel, n in baselines["relations"].items())
+        + " |",
+        "|---|---|---|---|---|" + "---|" * len(relations),
+    ]
+    names = {
+        "prior": ("the template prior: the most frequent training answer of the question's template", "none"),
+        "heuristic": (
+            "the extraction heuristic: BM25 top-1 passage for the question, "
+            '"born ... in X", else a training answer in the passage, else the prior',
+            "none",
+        ),
+    }
+    for key, (label, learning) in names.items():
+        r = baselines["results"][key]
+        lines.append(
+            f"| {label} | {learning} | {r['searches']:.2f} | {100 * r['em']:.1f} | {100 * r['f1']:.1f} | "
+            + " | ".join(f"{100 * r['by_relation'][rel]['em']:.1f}" for rel in relations)
+            + " |"
+        )
+    kinds = {"start of GRPO": "warm start (supervised)", "end of GRPO": "warm start, then GRPO"}
+    for report in filter(complete, reports):
+        for r in report["heldout"]:
+            if r["model"] not in kinds:
+                continue
+            cells = ["–"] * len(relations)
+            if r.get("episodes"):
+                by_id = {row["question_id"]: row["relation"] for row in baselines["rows"]}
+                cells = [
+                    f"{100 * sum(e['em'] for e in ep) / len(ep):.1f}"
+                    for rel in relations
+                    for ep in [[e for e in r["episodes"] if by_id[e["question_id"]] == rel]]
+                ]
+            lines.append(
+                f"| SmolLM2-135M-Instruct, {r['model']}, seed {_seed(report)} | {kinds[r['model']]} "
+                f"| {r['st']:.2f} | {100 * r['em']:.1f} | {100 * r['f1']:.1f} | " + " | ".join(cells) + " |"
+            )
+    n = baselines["questions"]
+    lines += [
+        "",
+        f"The {n} held-out questions hold two relations only ("
+        + ", ".join(f"{rel}: {k}" for rel, k in baselines["relations"].items())
+        + f"); {baselines['gold_in_training_answers']} of {n} have a gold answer that is also a gold answer "
+        f"of one of the {baselines['training_questions']} training questions, and "
+        f"{baselines['subject_in_training']} of {n} name the subject of a training question. "
+        f"The template prior answers {', '.join(repr(a) for a in baselines['prior_answers'].values())}.",
+        "",
+        f"`python benchmarks/real_model_baselines.py` (`benchmarks/results/real_model_baselines.json`, "
+        f"with every question's passage, answers and scores; {baselines['wall_time_s']:.0f} s).",
+    ]
+    return "\n".join(lines)
+
+
 def _seed(report: dict[str, Any]) -> Any:
     """The run's seed: in the report, else in its config file."""
     if "seed" in report:
@@ -173,6 +235,12 @@ def main_text(text: str) -> str:
     if warm:
         text = replace(text, "real-model-train-warm", train_table([read(path) for path in warm]))
         text = replace(text, "real-model-heldout", heldout_table([read(path) for path in warm]))
+    if warm and (RESULTS / "real_model_baselines.json").is_file():
+        text = replace(
+            text,
+            "real-model-baselines",
+            baselines_table(read(RESULTS / "real_model_baselines.json"), [read(path) for path in warm]),
+        )
     runs = [RESULTS / "real_model_train.json", *sorted(RESULTS.glob("real_model_train_seed*.json"))]
     if runs[0].is_file():
         text = replace(text, "real-model-train", train_table([read(path) for path in runs]))
@@ -181,19 +249,42 @@ def main_text(text: str) -> str:
     return text
 
 
-def train_summary(reports: list[dict[str, Any]]) -> str:
-    """One line per warm-started run: its steps and time, and its held-out EM before and after GRPO."""
+def complete(report: dict[str, Any]) -> bool:
+    """Whether the run trained for all its configured steps (a run stopped early is no replicate)."""
+    return report["steps_done"] >= report["steps_configured"]
+
+
+def train_summary(reports: list[dict[str, Any]], baselines: dict[str, Any] | None = None) -> str:
+    """One line per complete warm-started run: its steps and time, its held-out EM before and
+    after GRPO and its searches per question; then the no-learning baselines on the same
+    questions, and a line naming each run stopped early."""
     lines = []
-    for report in reports:
+    for report in filter(complete, reports):
         rows = {r["model"]: r for r in report["heldout"]}
         start, end = rows["start of GRPO"], rows["end of GRPO"]
         lines.append(
             f"- seed {_seed(report)}: {report['steps_done']} of {report['steps_configured']} GRPO steps"
-            + (" (stopped by its time cap)" if report["steps_done"] < report["steps_configured"] else "")
-            + f" in {report['wall_time_s'] / 60:.0f} min; "
+            f" in {report['wall_time_s'] / 60:.0f} min; "
             f"EM on {end['questions']} held-out PopQA questions {100 * start['em']:.0f}% after the warm start, "
-            f"{100 * end['em']:.0f}% after GRPO (F1 {100 * start['f1']:.1f} -> {100 * end['f1']:.1f})."
+            f"{100 * end['em']:.0f}% after GRPO (F1 {100 * start['f1']:.1f} -> {100 * end['f1']:.1f}); "
+            f"searches per question {start['st']:.2f} before GRPO and {end['st']:.2f} after."
         )
+    if baselines:
+        prior, heuristic = baselines["results"]["prior"], baselines["results"]["heuristic"]
+        lines.append(
+            f"- on the same {baselines['questions']} questions, with no learning: the template prior "
+            f"(each template's most frequent training answer) {100 * prior['em']:.0f}% EM; an extraction "
+            f"heuristic over the BM25 top-1 passage {100 * heuristic['em']:.0f}% EM, with "
+            f"{heuristic['searches']:.2f} searches per question. The held-out questions hold two relations, "
+            f"and {baselines['gold_in_training_answers']} of {baselines['questions']} have a training answer: "
+            "GRPO taught the answer's type and copying it from the passage, not when to search."
+        )
+    for report in reports:
+        if not complete(report):
+            lines.append(
+                f"- seed {_seed(report)} stopped by its time cap after {report['steps_done']} of "
+                f"{report['steps_configured']} steps, with other settings: not a replicate (see the page)."
+            )
     return "\n".join(lines)
 
 
@@ -203,7 +294,9 @@ def readme_text(text: str) -> str:
         text, "real-model-eval", eval_table(json.loads((RESULTS / "real_model_eval.json").read_text()))
     )
     warm = [json.loads(path.read_text()) for path in sorted(RESULTS.glob("real_model_train_warm*.json"))]
-    return replace(text, "real-model-train-summary", train_summary(warm))
+    baselines = RESULTS / "real_model_baselines.json"
+    summary = train_summary(warm, json.loads(baselines.read_text()) if baselines.is_file() else None)
+    return replace(text, "real-model-train-summary", summary)
 
 
 def main() -> None:

@@ -101,7 +101,9 @@ def hold_out(config, count: int) -> tuple[Any, list[int]]:
 
 
 def evaluate_heldout(config, trainer, data_path: str, count: int, untrained: bool) -> list[dict]:
-    """Greedy figures of the start model(s) and the trained one on the held-out questions."""
+    """Greedy figures of the start model(s) and the trained one on the held-out questions,
+    each with its per-question records (``episodes``: question id, queries, retrieved passage
+    ids, answer, scores)."""
     import copy
 
     from real_model_eval import multi_turn
@@ -127,8 +129,9 @@ def evaluate_heldout(config, trainer, data_path: str, count: int, untrained: boo
             device="cpu",
             name=label,
         )
-        row = multi_turn(policy, config.env.id, kwargs, count, 0)
-        rows.append({"model": label, "questions": count, **row})
+        episodes: list[dict] = []
+        row = multi_turn(policy, config.env.id, kwargs, count, 0, episodes)
+        rows.append({"model": label, "questions": count, **row, "episodes": episodes})
         print(f"held-out {label}: EM {row['em']:.3f} F1 {row['f1']:.3f} well-formed {row['format_ok']:.2f}")
     return rows
 

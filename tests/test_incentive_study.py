@@ -268,3 +268,82 @@ def test_the_study_shows_a_bar_over_its_runs(study, capsys):
     assert "study: 100%" in err and "4/4" in err  # two arms x two seeds, each counted as it ends
     run_study(small, ["f1"], [0], progress=False)
     assert "study:" not in capsys.readouterr().err
+
+
+# -- every deterministic rule, the says-"unknown" sweep, the ablations -----------------------
+
+
+def test_fixed_rules_by_hand():
+    from fixed_policies import FixedPolicy, every_rule, learned_rule, rule_name
+
+    rules = every_rule()
+    assert len(rules) == len(set(rules)) == 3**4
+    policy = FixedPolicy((1, 0, 2, 2))
+    rng = random.Random(5)
+    assert [policy.greedy(s) for s in range(4)] == [1, 0, 2, 2]
+    assert [policy.sample(s, rng) for s in range(4)] == [1, 0, 2, 2]
+    reference = random.Random(5)
+    assert rng.random() == [reference.random() for _ in range(5)][-1]  # one draw per decision
+    assert rule_name((1, 0, 2, 2)) == "1 0 2 2"
+    table = {"1-hop, unknown": [0.1, 0.8, 0.1], "1-hop, name": [0.4, 0.4, 0.2],
+             "2-hop, unknown": [0.2, 0.3, 0.5], "2-hop, name": [0.0, 0.5, 0.5]}  # fmt: skip
+    assert learned_rule(table) == (1, 0, 2, 1)  # ties go to fewer searches
+    with pytest.raises(ValueError, match="one of"):
+        FixedPolicy((3, 0, 0, 0))
+
+
+def test_each_learned_policy_scores_what_its_rule_scores(committed, study):
+    """Greedy evaluation depends on a learned table only through its argmax per state, so a
+    committed seed of every arm has exactly the greedy figures of the rule it learned,
+    evaluated afresh as a fixed rule."""
+    from agent import Skills
+    from fixed_policies import FixedPolicy, learned_rule
+    from incentive import evaluate
+
+    skills = Skills(**study["skills"])
+    for name, arm in committed["arms"].items():
+        seed = arm["seeds"][0]
+        rule = FixedPolicy(learned_rule(seed["policy"]))
+        fixed = evaluate(study, study["arms"][name] or {}, seed["seed"], skills, rule, greedy=True)  # type: ignore[arg-type]
+        for key in ("em", "st", "sr_known", "sr_unknown"):
+            assert seed[key] == pytest.approx(fixed[key], abs=1e-5), (name, key)
+
+
+@pytest.mark.slow
+def test_the_says_unknown_sweep_sets_the_skill(study):
+    from incentive import run_study
+
+    small = {**study, "arms": {"otc": study["arms"]["otc"]}, "seeds": [0], "workers": 1, "rules": False,
+             "train": {**study["train"], "steps": 3}, "eval": {"samples": 1},
+             "sweep": {"says_unknown": [0.0, 1.0], "arms": ["otc"], "seeds": [0]}}  # fmt: skip
+    results = run_study(small)
+    rows = {row["says_unknown"]: row for row in results["sweep_says_unknown"]}
+    assert "sweep" not in results and "rules" not in results
+    # the share of unknown one-hop questions the model names somebody for: all of them when it
+    # never says "unknown", none when it always does (greedy and sampled alike)
+    assert rows[0.0]["named_unknown"] == 100.0 and rows[0.0]["sampled"]["named_unknown"] == 100.0
+    assert rows[1.0]["named_unknown"] == 0.0 and rows[1.0]["sampled"]["named_unknown"] == 0.0
+
+
+def test_the_ablation_table_is_the_paired_differences(committed):
+    from report import _ablation_rows
+    from scipy.stats import t
+
+    def paired(arm: str, base: str, key: str, sampled: bool) -> str:
+        value = {s["seed"]: (s["sampled"] if sampled else s)[key] for s in committed["arms"][base]["seeds"]}
+        diffs = [
+            (s["sampled"] if sampled else s)[key] - value[s["seed"]] for s in committed["arms"][arm]["seeds"]
+        ]
+        n = len(diffs)
+        mean = sum(diffs) / n
+        sd = (sum((d - mean) ** 2 for d in diffs) / (n - 1)) ** 0.5
+        digits = 2 if key == "st" else 1
+        return f"{mean:.{digits}f} ± {t.ppf(0.975, n - 1) * sd / n**0.5:.{digits}f}"
+
+    rows = _ablation_rows(committed["arms"])
+    row = next(r for r in rows if "`lightsearcher_no_adaptive` − `lightsearcher`" in r)
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1:5] == [paired("lightsearcher_no_adaptive", "lightsearcher", "em", False),
+                          paired("lightsearcher_no_adaptive", "lightsearcher", "em", True),
+                          paired("lightsearcher_no_adaptive", "lightsearcher", "st", False),
+                          paired("lightsearcher_no_adaptive", "lightsearcher", "st", True)]  # fmt: skip

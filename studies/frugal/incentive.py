@@ -330,33 +330,60 @@ def check_targets(arms: dict[str, Any], targets: dict[str, Any]) -> list[dict[st
 
 # -- the whole study -------------------------------------------------------------------------
 
+SWEPT = {"recall": ("recall", "recall_greedy"), "says_unknown": ("says_unknown", "says_unknown_greedy")}
+"""The sweeps of the full study: each sets its skill, greedy and sampled alike (``sweep`` in the study file)."""
+
 
 def _task(args: tuple[dict[str, Any], str, int, dict[str, float] | None]) -> tuple[str, int, dict[str, Any]]:
     study, arm, seed, skills = args
     return arm, seed, run_one(study, arm, seed, Skills(**skills) if skills else None)
 
 
-def _run_tasks(
-    tasks: list[tuple], workers: int, progress: bool = False
-) -> list[tuple[str, int, dict[str, Any]]]:
+def _rules_task(args: tuple[dict[str, Any], int, dict[str, float]]) -> list[dict[str, Any]]:
+    from fixed_policies import evaluate_rules
+
+    study, seed, skills = args
+    return evaluate_rules(study, [seed], Skills(**skills))
+
+
+def _run_tasks(tasks: list[tuple], workers: int, task: Any = _task, progress: bool = False) -> list[Any]:
     """Every task's result, in order; with ``progress``, a bar that counts the finished runs."""
     from tqdm.auto import tqdm
 
     with tqdm(total=len(tasks), desc="study", unit="run", disable=not progress) as bar:
         if workers <= 1:
             done = []
-            for task in tasks:
-                done.append(_task(task))
+            for one in tasks:
+                done.append(task(one))
                 bar.update(1)
             return done
         import multiprocessing
 
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
             done = []
-            for result in pool.map(_task, tasks, chunksize=1):
+            for result in pool.map(task, tasks, chunksize=1):
                 done.append(result)
                 bar.update(1)
             return done
+
+
+def _rules(study: dict[str, Any], seeds: Sequence[int], skills: Skills, workers: int) -> list[dict[str, Any]]:
+    """Every deterministic rule (``fixed_policies``) on every seed, with its means over the seeds."""
+    per_seed = _run_tasks([(study, s, skills.to_dict()) for s in seeds], workers, _rules_task)
+    rules = []
+    for i, row in enumerate(per_seed[0]):
+        seeds_of_rule = [rows[i]["seeds"][0] for rows in per_seed]
+        mean = {
+            k: round(statistics.fmean(s[k] for s in seeds_of_rule), 4)
+            for k in seeds_of_rule[0]
+            if k not in ("seed", "sampled")
+        }
+        mean["sampled"] = {
+            k: round(statistics.fmean(s["sampled"][k] for s in seeds_of_rule), 4)
+            for k in seeds_of_rule[0]["sampled"]
+        }
+        rules.append({"rule": row["rule"], "mean": mean, "seeds": seeds_of_rule})
+    return rules
 
 
 def run_study(
@@ -365,7 +392,8 @@ def run_study(
     seeds: Sequence[int] | None = None,
     progress: bool = False,
 ) -> dict[str, Any]:
-    """Every arm x seed, then (for the full study only) the recall sweep; the results dict.
+    """Every arm x seed, then, for the full study only (no ``arms`` or ``seeds``), the sweeps over
+    recall and over saying "unknown", and every deterministic rule (``rules: true``); the results dict.
 
     With ``progress``, a bar on standard error counts the finished runs."""
     unknown = sorted(set(arms or ()) - set(study["arms"]))
@@ -376,21 +404,27 @@ def run_study(
     full = arms is None and seeds is None
     skills = Skills(**(study.get("skills") or {}))
     tasks: list[tuple] = [(study, a, s, None) for a in chosen_arms for s in chosen_seeds]
+    knobs: list[tuple[str, float] | None] = [None] * len(tasks)  # the swept skill of each task
     sweep = study.get("sweep") or {}
-    points = [float(x) for x in sweep.get("recall", [])] if full else []
-    for x in points:
-        swept = {**skills.to_dict(), "recall": x, "recall_greedy": x}
-        tasks += [(study, a, s, swept) for a in sweep["arms"] for s in sweep["seeds"]]
+    points = {knob: [float(x) for x in sweep.get(knob, [])] if full else [] for knob in SWEPT}
+    for knob, values in points.items():
+        for x in values:
+            swept = {**skills.to_dict(), **{name: x for name in SWEPT[knob]}}
+            runs = [(study, a, s, swept) for a in sweep["arms"] for s in sweep["seeds"]]
+            tasks += runs
+            knobs += [(knob, x)] * len(runs)
+    workers = int(study.get("workers", os.cpu_count() or 1))
     started = time.perf_counter()
-    done = _run_tasks(tasks, int(study.get("workers", os.cpu_count() or 1)), progress)
+    done = _run_tasks(tasks, workers, progress=progress)
+    rules = _rules(study, chosen_seeds, skills, workers) if full and study.get("rules") else None
     wall = time.perf_counter() - started
     main: dict[str, list[dict[str, Any]]] = {a: [] for a in chosen_arms}
-    swept_runs: dict[tuple[float, str], list[dict[str, Any]]] = {}
-    for task, (arm, _, result) in zip(tasks, done, strict=True):
-        if task[3] is None:
+    swept_runs: dict[tuple[str, float, str], list[dict[str, Any]]] = {}
+    for knob, (arm, _, result) in zip(knobs, done, strict=True):
+        if knob is None:
             main[arm].append(result)
         else:
-            swept_runs.setdefault((task[3]["recall"], arm), []).append(result)
+            swept_runs.setdefault((*knob, arm), []).append(result)
     aggregated = aggregate(main)
     results: dict[str, Any] = {
         "arms": aggregated,
@@ -404,16 +438,15 @@ def run_study(
             "sweep_seeds": list(sweep.get("seeds", [])),
         },
     }
-    if points:
-        results["sweep"] = [
-            {
-                "recall": x,
-                "arm": a,
-                **{k: v for k, v in aggregate({a: swept_runs[(x, a)]})[a]["mean"].items()},
-            }
-            for x in points
-            for a in sweep["arms"]
-        ]
+    for knob, values in points.items():
+        if values:
+            results["sweep" if knob == "recall" else f"sweep_{knob}"] = [
+                {knob: x, "arm": a, **aggregate({a: swept_runs[(knob, x, a)]})[a]["mean"]}
+                for x in values
+                for a in sweep["arms"]
+            ]
+    if rules is not None:
+        results["rules"] = rules
     results["_wall_s"] = round(wall, 1)
     return results
 
