@@ -20,7 +20,9 @@ from real_lm.study import aggregate  # noqa: E402
 from searchgym.envs.errors import InvalidArgumentError  # noqa: E402
 
 SHARED = REPO.parent / "shared" / "data"
-needs_data = pytest.mark.skipif(not (SHARED / "questions" / "popqa.jsonl").exists(), reason="needs ../shared/data")
+needs_data = pytest.mark.skipif(
+    not (SHARED / "questions" / "popqa.jsonl").exists(), reason="needs ../shared/data"
+)
 
 
 @needs_data
@@ -77,11 +79,27 @@ def test_interval_is_the_t_interval():
 def test_aggregate_pairs_each_seed_with_f1():
     def cell(arm, seed, searched):
         rows = [
-            {"qid": "k", "searches": searched, "answer": "x", "em": 1.0, "f1": 1.0, "format_ok": True, "reward": 1},
+            {
+                "qid": "k",
+                "searches": searched,
+                "answer": "x",
+                "em": 1.0,
+                "f1": 1.0,
+                "format_ok": True,
+                "reward": 1,
+            },
             {"qid": "u", "searches": 1, "answer": "y", "em": 0.0, "f1": 0.0, "format_ok": True, "reward": 0},
         ]
-        return {"arm": arm, "seed": seed, "greedy": rows, "sampled": rows, "steps": 1, "train_s": 1.0,
-                "wall_s": 2.0, "median_step_s": 1.0}
+        return {
+            "arm": arm,
+            "seed": seed,
+            "greedy": rows,
+            "sampled": rows,
+            "steps": 1,
+            "train_s": 1.0,
+            "wall_s": 2.0,
+            "median_step_s": 1.0,
+        }
 
     cells = [cell("f1", 0, 1), cell("f1", 1, 1), cell("otc", 0, 0), cell("otc", 1, 1)]
     out = aggregate(cells, {"k": True, "u": False})
@@ -90,8 +108,15 @@ def test_aggregate_pairs_each_seed_with_f1():
     assert out["otc"]["vs_f1"]["sr_known"]["mean"] == -50.0
     assert out["otc"]["vs_f1"]["sr_known"]["n"] == 2
     assert out["otc"]["seeds"][0]["questions"][0] == {
-        "qid": "k", "searches": 0, "answer": "x", "em": 1.0, "f1": 1.0, "format_ok": True, "reward": 1,
-        "known": True, "sampled": {"searches": 0, "answer": "x", "em": 1.0, "f1": 1.0, "format_ok": True},
+        "qid": "k",
+        "searches": 0,
+        "answer": "x",
+        "em": 1.0,
+        "f1": 1.0,
+        "format_ok": True,
+        "reward": 1,
+        "known": True,
+        "sampled": {"searches": 0, "answer": "x", "em": 1.0, "f1": 1.0, "format_ok": True},
     }
 
 
@@ -136,8 +161,11 @@ def test_one_cell_end_to_end_with_a_tiny_model(tmp_path, monkeypatch):
     study["model"] = str(tiny)
     study["workers"] = 1
     study["data"].update(
-        questions=str(SHARED / "questions" / "popqa.jsonl"), corpus=str(SHARED / "corpus.jsonl"),
-        train=8, heldout=6, passage_words=8,
+        questions=str(SHARED / "questions" / "popqa.jsonl"),
+        corpus=str(SHARED / "corpus.jsonl"),
+        train=8,
+        heldout=6,
+        passage_words=8,
     )
     study["warm_start"].update(epochs=1, fact_repeats=1, batch_size=8)
     study["base"]["steps"] = 1
@@ -150,7 +178,10 @@ def test_one_cell_end_to_end_with_a_tiny_model(tmp_path, monkeypatch):
     from searchgym.cli import main
 
     out = tmp_path / "out"
-    assert main(["study", "--config", str(config), "--output-dir", str(out), "--arms", "f1", "--seeds", "0"]) == 0
+    assert (
+        main(["study", "--config", str(config), "--output-dir", str(out), "--arms", "f1", "--seeds", "0"])
+        == 0
+    )
     results = json.loads((out / "results.json").read_text(encoding="utf-8"))
     f1 = results["arms"]["f1"]
     assert set(f1["mean"]) >= {"em", "sr_known", "sr_unknown", "ci95", "sampled"}
@@ -159,9 +190,18 @@ def test_one_cell_end_to_end_with_a_tiny_model(tmp_path, monkeypatch):
     assert [q["qid"] for q in seed["questions"]] == [q["qid"] for q in results["known"]["probe"]]
     assert {"qid", "known", "searches", "answer", "em", "f1"} <= set(seed["questions"][0])
     assert results["split"]["heldout"] == 6 and len(results["known"]["probe"]) == 6
-    assert set(results["baselines"]) >= {"no_retrieval", "naive_rag", "untrained", "warm_started",
-                                         "answer_prior", "heuristic"}
+    assert set(results["baselines"]) >= {
+        "no_retrieval",
+        "naive_rag",
+        "untrained",
+        "warm_started",
+        "answer_prior",
+        "heuristic",
+    }
     cell = out / "cells" / "f1" / "seed0" / "cell.json"
     stamp = cell.stat().st_mtime_ns
-    assert main(["study", "--config", str(config), "--output-dir", str(out), "--arms", "f1", "--seeds", "0"]) == 0
+    assert (
+        main(["study", "--config", str(config), "--output-dir", str(out), "--arms", "f1", "--seeds", "0"])
+        == 0
+    )
     assert cell.stat().st_mtime_ns == stamp  # finished cells are kept

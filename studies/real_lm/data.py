@@ -18,7 +18,7 @@ from typing import Any
 
 from searchgym.envs.errors import DataFileError, InvalidArgumentError
 
-__all__ = ["DataSettings", "StudyData", "prepare_data", "overlap", "short_passage"]
+__all__ = ["DataSettings", "StudyData", "prepare_data", "overlap", "short_passage", "answer_prior"]
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,9 @@ def overlap(train: list[dict[str, Any]], heldout: list[dict[str, Any]]) -> dict[
     n = max(len(heldout), 1)
     return {
         "question_pct": 100.0 * sum(_norm(q["question"]) in questions for q in heldout) / n,
-        "subject_pct": 100.0 * sum(_norm(q.get("metadata", {}).get("subj", "")) in subjects for q in heldout) / n,
+        "subject_pct": 100.0
+        * sum(_norm(q.get("metadata", {}).get("subj", "")) in subjects for q in heldout)
+        / n,
         "answer_pct": 100.0 * sum(_norm(q["golden_answers"][0]) in answers for q in heldout) / n,
     }
 
@@ -179,7 +181,8 @@ def prepare_data(settings: DataSettings, folder: str | Path) -> StudyData:
             text = short_passage(passage["text"], settings.passage_words)
             out.write(json.dumps({"id": passage["id"], "title": passage["title"], "text": text}) + "\n")
     meta_path.write_text(
-        json.dumps({"settings": asdict(settings), "taught": sorted(taught)}, indent=1) + "\n", encoding="utf-8"
+        json.dumps({"settings": asdict(settings), "taught": sorted(taught)}, indent=1) + "\n",
+        encoding="utf-8",
     )
     return StudyData(
         folder=folder,

@@ -54,7 +54,11 @@ def _answer_text(text: str) -> str:
 
 
 def probe_known(
-    model: Any, tokenizer: Any, env_kwargs: dict[str, Any], questions: Sequence[dict[str, Any]], data_path: str
+    model: Any,
+    tokenizer: Any,
+    env_kwargs: dict[str, Any],
+    questions: Sequence[dict[str, Any]],
+    data_path: str,
 ) -> list[dict[str, Any]]:
     """Per question: the greedy forced answer in the agent's prompt and whether it is right.
 
@@ -185,7 +189,9 @@ def no_search_answers(
     return [_answer_text(c.text) for c in _hf_policy(model, tokenizer, 16, None).complete(texts)]
 
 
-def heuristic_answers(data: StudyData, questions: Sequence[dict[str, Any]], passages: Sequence[str]) -> list[str]:
+def heuristic_answers(
+    data: StudyData, questions: Sequence[dict[str, Any]], passages: Sequence[str]
+) -> list[str]:
     """The strongest no-learning rule written for PopQA, given the BM25 top-1 passage.
 
     Place of birth: the place after "born in" (or "born ... in"), else a training answer of

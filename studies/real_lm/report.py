@@ -167,9 +167,16 @@ def plot(results: Mapping[str, Any], path: Path) -> Path:
     for k, (arm, entry) in enumerate(results["arms"].items()):
         m = entry["mean"]
         ci = m["ci95"]
-        left.errorbar(m["st"], m["em"], xerr=ci["st"], yerr=ci["em"], fmt="o", color=f"C{k}", capsize=3, label=arm)
+        left.errorbar(
+            m["st"], m["em"], xerr=ci["st"], yerr=ci["em"], fmt="o", color=f"C{k}", capsize=3, label=arm
+        )
         right.errorbar(
-            m["sr_known"], m["sr_unknown"], xerr=ci["sr_known"], yerr=ci["sr_unknown"], fmt="o", color=f"C{k}",
+            m["sr_known"],
+            m["sr_unknown"],
+            xerr=ci["sr_known"],
+            yerr=ci["sr_unknown"],
+            fmt="o",
+            color=f"C{k}",
             capsize=3,
         )
     left.set_xlabel("searches per question")

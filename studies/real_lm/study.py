@@ -54,8 +54,20 @@ __all__ = ["load_study", "run_study", "run_cell", "aggregate", "cell_config"]
 
 logger = logging.getLogger("searchgym.trainers")
 
-KEYS = {"runner", "output_dir", "seeds", "model", "threads", "workers", "data", "warm_start", "instructions",
-        "eval", "base", "arms"}
+KEYS = {
+    "runner",
+    "output_dir",
+    "seeds",
+    "model",
+    "threads",
+    "workers",
+    "data",
+    "warm_start",
+    "instructions",
+    "eval",
+    "base",
+    "arms",
+}
 
 
 def merge(base: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
@@ -194,9 +206,8 @@ def run_baselines(study: Mapping[str, Any], out: Path, data: StudyData, model_di
     import torch
     from transformers import AutoModelForCausalLM
 
-    from searchgym.policies.tiny import load_tokenizer
-
     from searchgym.envs.models import resolve_model
+    from searchgym.policies.tiny import load_tokenizer
 
     key = _key(str(model_dir), study["model"], _eval_settings(study), study["instructions"], "v1")
     path = out / "baselines.json"
@@ -379,7 +390,9 @@ def _collect(study, out: Path, data: StudyData, model_dir: Path, fresh: list[dic
             if (arm, seed) in cells:
                 continue
             config = cell_config(study, arm, seed, out, data, model_dir)
-            found = _load(Path(config.output_dir) / "cell.json", _key(asdict(config), _eval_settings(study), "v1"))
+            found = _load(
+                Path(config.output_dir) / "cell.json", _key(asdict(config), _eval_settings(study), "v1")
+            )
             if found is not None:
                 cells[(arm, seed)] = found
     return [cells[k] for k in sorted(cells, key=lambda k: (list(study["arms"]).index(k[0]), k[1]))]
@@ -441,7 +454,7 @@ def aggregate(cells: list[dict[str, Any]], known: dict[str, bool]) -> dict[str, 
         out[arm] = {"mean": mean, "seeds": seeds}
     if "f1" in out:
         base = {s["seed"]: s for s in out["f1"]["seeds"]}
-        for arm, entry in out.items():
+        for entry in out.values():
             diffs = {}
             for name in ("em", "st", "sr_known", "sr_unknown"):
                 pairs = [s[name] - base[s["seed"]][name] for s in entry["seeds"] if s["seed"] in base]

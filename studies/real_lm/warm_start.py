@@ -101,10 +101,14 @@ def episode_pairs(
             actions = [opening] if direct else [f"{opening}<search> {q.question} </search>"]
             actions += [] if direct else [f"{SEM_THINK_LAST}<answer> {gold} </answer>"]
         else:
-            actions = [f"<answer> {gold} </answer>"] if direct else [
-                f"<search> {q.question} </search>",
-                f"<answer> {gold} </answer>",
-            ]
+            actions = (
+                [f"<answer> {gold} </answer>"]
+                if direct
+                else [
+                    f"<search> {q.question} </search>",
+                    f"<answer> {gold} </answer>",
+                ]
+            )
         obs, _ = env.reset(seed=0, options={"index": index})
         context = formatter.prompt(obs)
         for k, action in enumerate(actions):
@@ -148,9 +152,8 @@ def warm_start(
     import torch
     from transformers import AutoModelForCausalLM
 
-    from searchgym.policies.tiny import load_tokenizer
-
     from searchgym.envs.models import resolve_model
+    from searchgym.policies.tiny import load_tokenizer
     from searchgym.trainers.grpo.ptx import load_ptx_examples, ptx_nll, write_ptx_examples
 
     out = Path(folder) / f"warm_{_key(settings, model, env_kwargs, data)}"
