@@ -51,7 +51,8 @@ def _num(value: Any, digits: int = 1) -> str:
 def _cell(block: Mapping[str, Any], key: str) -> str:
     digits = 2 if key == "st" else 1
     ci = block.get("ci95", {}).get(key)
-    if ci is None:
+    value = block.get(key)
+    if ci is None or value is None or (isinstance(value, float) and math.isnan(value)):
         return _num(block.get(key), digits)
     return f"{_num(block.get(key), digits)} ± {_num(ci, digits)}"
 
@@ -121,7 +122,8 @@ def _timing_text(results: Mapping[str, Any]) -> str:
         for s in entry["seeds"]:
             lines.append(
                 f"- {arm}, seed {s['seed']}: {s['steps']} steps, training {_num(s['train_s'], 0)} s "
-                f"(median step {_num(s['median_step_s'], 1)} s), cell {_num(s['wall_s'], 0)} s with evaluation."
+                f"(median step {_num(s['median_step_s'], 1)} s), cell {_num(s['wall_s'], 0)} s with evaluation; "
+                f"CPU time {_num(s.get('train_cpu_s'), 0)} s training, {_num(s.get('cpu_s'), 0)} s in all."
             )
     return "\n".join(lines)
 

@@ -148,7 +148,19 @@ def _write(path: Path, data: Mapping[str, Any]) -> None:
     from searchgym.envs.storage import write_atomically
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomically(path, (json.dumps(data, indent=1) + "\n").encode("utf-8"))
+    text = json.dumps(_no_nan(data), indent=1, allow_nan=False) + "\n"
+    write_atomically(path, text.encode("utf-8"))
+
+
+def _no_nan(value: Any) -> Any:
+    """``value`` with every NaN (a share of an empty subset) written as None (JSON null)."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, Mapping):
+        return {k: _no_nan(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_no_nan(v) for v in value]
+    return value
 
 
 def _eval_settings(study: Mapping[str, Any]) -> dict[str, Any]:
@@ -284,11 +296,11 @@ def run_cell(study: Mapping[str, Any], arm: str, seed: int, out_dir: str, model_
     if found is not None:
         return found
     torch.set_num_threads(int(study.get("threads", 1)))
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     trainer = GRPOTrainer(config, progress=False)
     try:
         state = trainer.train()
-        train_s = time.perf_counter() - start
+        train_s, train_cpu_s = time.perf_counter() - start, time.process_time() - cpu_start
         heldout = _limit(data.heldout, study)
         make_env = _heldout_env(config, data, trainer.memory)
         episodes = _evaluate(trainer.model, trainer.tokenizer, make_env, study, len(heldout), seed)
@@ -304,6 +316,8 @@ def run_cell(study: Mapping[str, Any], arm: str, seed: int, out_dir: str, model_
         "median_step_s": round(statistics.median(steps), 2) if steps else None,
         "eval_s": {"greedy": episodes["greedy_s"], "sampled": episodes["sampled_s"]},
         "wall_s": round(time.perf_counter() - start, 1),
+        "train_cpu_s": round(train_cpu_s, 1),
+        "cpu_s": round(time.process_time() - cpu_start, 1),
         "torch_threads": torch.get_num_threads(),
         "greedy": episodes["greedy"],
         "sampled": episodes["sampled"],
@@ -446,6 +460,8 @@ def aggregate(cells: list[dict[str, Any]], known: dict[str, bool]) -> dict[str, 
                     "train_s": cell["train_s"],
                     "wall_s": cell["wall_s"],
                     "median_step_s": cell["median_step_s"],
+                    "cpu_s": cell.get("cpu_s"),
+                    "train_cpu_s": cell.get("train_cpu_s"),
                     "questions": questions,
                 }
             )
