@@ -205,3 +205,7 @@ def test_one_cell_end_to_end_with_a_tiny_model(tmp_path, monkeypatch):
         == 0
     )
     assert cell.stat().st_mtime_ns == stamp  # finished cells are kept
+    (out / "results.json").unlink()
+    assert main(["study", "--config", str(config), "--output-dir", str(out), "--collect"]) == 0
+    collected = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert list(collected["arms"]) == ["f1"] and collected["arms"]["f1"]["seeds"][0]["seed"] == 0

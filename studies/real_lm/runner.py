@@ -19,9 +19,13 @@ def run(
     arms: Sequence[str] | None,
     seeds: Sequence[int] | None,
     *,
+    collect: bool = False,
     progress: bool = True,
 ) -> int:
-    """Run (or pick up) the study file ``config``; print its summary table."""
+    """Run (or pick up) the study file ``config``; print its summary table.
+
+    With ``collect``, nothing new runs: ``results.json`` is written from the finished cells.
+    """
     study = load_study(config)
     configure_threads(int(study.get("threads", 1)))
     logger = logging.getLogger("searchgym.trainers")
@@ -30,7 +34,9 @@ def run(
         handler.setFormatter(logging.Formatter("%(message)s"))
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)
-    results = run_study(study, output_dir, arms=arms, seeds=seeds, log=lambda m: print(m, file=sys.stderr))
+    results = run_study(
+        study, output_dir, arms=arms, seeds=seeds, collect=collect, log=lambda m: print(m, file=sys.stderr)
+    )
     print(format_summary(results))
     out = Path(output_dir or study["output_dir"])
     print(f"results: {out / 'results.json'}", file=sys.stderr)

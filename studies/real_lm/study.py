@@ -338,14 +338,23 @@ def run_study(
     arms: Sequence[str] | None = None,
     seeds: Sequence[int] | None = None,
     log: Any = print,
+    collect: bool = False,
 ) -> dict[str, Any]:
-    """Run (or pick up) the study's cells; write and return ``results.json``'s content."""
+    """Run (or pick up) the study's cells; write and return ``results.json``'s content.
+
+    With ``collect``, no cell runs: the table holds the cells already finished (the warm
+    start and the baselines must be finished too).
+    """
     for arm in arms or ():
         if arm not in study["arms"]:
             raise did_you_mean("arm", arm, study["arms"])
     out = Path(output_dir or study["output_dir"])
     start = time.perf_counter()
     data = prepare_data(study["data"], out / "data")
+    if collect and not list(out.glob("warm_*/warm_start.json")):
+        raise InvalidArgumentError(
+            f"--collect: {out} holds no finished warm start; run the study without --collect first."
+        )
     model_dir, warm = warm_start(
         data,
         study["warm_start"],
@@ -358,10 +367,10 @@ def run_study(
     log(f"warm start: {model_dir} ({warm['wall_s']} s)")
     baselines = run_baselines(study, out, data, model_dir)
     log(f"known held-out questions: {baselines['known_pct']:.0f}%")
-    todo = [(a, s) for s in (seeds or study["seeds"]) for a in (arms or study["arms"])]
+    todo = [] if collect else [(a, s) for s in (seeds or study["seeds"]) for a in (arms or study["arms"])]
     workers = max(1, int(study.get("workers", 1)))
     cells: list[dict[str, Any]] = []
-    if workers == 1:
+    if workers == 1 or not todo:
         for arm, seed in todo:
             log(f"cell {arm}, seed {seed}")
             cells.append(run_cell(study, arm, seed, str(out), str(model_dir)))
