@@ -290,3 +290,16 @@ def test_one_cell_end_to_end_with_a_tiny_model(tmp_path, monkeypatch):
     assert main(["study", "--config", str(config), "--output-dir", str(out), "--collect"]) == 0
     collected = json.loads((out / "results.json").read_text(encoding="utf-8"))
     assert list(collected["arms"]) == ["f1"] and collected["arms"]["f1"]["seeds"][0]["seed"] == 0
+
+
+def test_warm_start_batches_cover_every_example_once_and_pad_little():
+    import numpy as np
+    from real_lm.warm_start import _batches
+
+    lengths = [10, 100] * 32  # fact lessons and episodes, interleaved
+    batches = _batches(lengths, 4, np.random.default_rng(0))
+    assert sorted(i for b in batches for i in b) == list(range(64))
+    assert all(1 <= len(b) <= 4 for b in batches)
+    # pools of 8 batches are sorted by length: at most one batch per pool of 32 mixes the kinds
+    mixed = [b for b in batches if len({lengths[i] for i in b}) > 1]
+    assert len(mixed) <= 2
