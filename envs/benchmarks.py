@@ -55,7 +55,8 @@ class BenchmarkQAEnv(SearchQAEnv):
         when ``retriever`` is a :class:`Retriever` object, a server URL or ``"simulated"``.
     retriever: a backend name (``bm25``) or a :class:`Retriever`. retriever_kwargs: options
         of the backend (e.g. ``{"k1": 1.2}``, or the generator of ``"simulated"``). index_dir:
-        where the backend saves and reloads its index. Other arguments as :class:`SearchQAEnv`.
+        where the backend saves and reloads its index. Other arguments (``instructions``,
+        ``max_searches``, ...) as :class:`SearchQAEnv`.
 
     ## Version History
     * v0: initial version.
@@ -78,6 +79,7 @@ class BenchmarkQAEnv(SearchQAEnv):
         max_turns: int = 4,
         max_searches: int | None = None,
         render_mode: str | None = None,
+        instructions: str | None = None,
     ):
         if dataset not in BENCHMARKS.values():
             raise did_you_mean("dataset", dataset, BENCHMARKS.values())
@@ -110,4 +112,5 @@ class BenchmarkQAEnv(SearchQAEnv):
             max_turns=max_turns,
             max_searches=max_searches,
             render_mode=render_mode,
+            instructions=instructions,
         )

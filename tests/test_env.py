@@ -231,3 +231,18 @@ def test_benchmark_env_with_a_generated_corpus_needs_no_corpus_path(shared_data)
     env.reset(seed=0)
     obs, _, _, _, info = env.step("<search>anything</search>")
     assert info["num_searches"] == 1 and "characters asked" in obs
+
+
+def test_benchmark_env_takes_its_own_instructions(shared_data):
+    # SearchQAEnv and SyntheticFacts take instructions; a benchmark env must too (a study that
+    # shortens the prompt needs it), and keep the protocol's own when none are given.
+    kwargs = {
+        "data_path": shared_data / "questions" / "nq.jsonl",
+        "retriever": "simulated",
+        "retriever_kwargs": {"generator": _echo_generator},
+    }
+    short = "Answer with <answer> answer </answer>."
+    observation, _ = gym.make("searchgym/NQ-v0", instructions=short, **kwargs).reset(seed=0)
+    assert observation.startswith(short) and "Question: " in observation
+    default, _ = gym.make("searchgym/NQ-v0", **kwargs).reset(seed=0)
+    assert not default.startswith(short) and "<search>" in default

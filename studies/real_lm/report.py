@@ -1,0 +1,214 @@
+"""Tables and the plot of the real-LM study, generated from its ``results.json``.
+
+    python studies/real_lm/report.py --results studies/real_lm/results/calibration.json \
+        --page docs/real_lm_study.md --png docs/real_lm_study.png
+
+rewrites every block of the page between ``<!-- real-lm:NAME -->`` and ``<!-- end -->``
+from the JSON; ``tests/test_real_lm_study.py`` checks that the page equals what this writes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = ["format_summary", "blocks", "render_page", "plot"]
+
+_ARM_COLUMNS = (
+    ("EM", "em"),
+    ("F1", "f1"),
+    ("Searches/q", "st"),
+    ("Searched known (%)", "sr_known"),
+    ("Searched unknown (%)", "sr_unknown"),
+    ("EM known", "em_known"),
+    ("EM unknown", "em_unknown"),
+    ("Well-formed (%)", "format_ok"),
+)
+
+_BASELINES = (
+    ("untrained", "untrained model, agent env, greedy"),
+    ("warm_started", "warm-started model, agent env, greedy"),
+    ("warm_started_sampled", "warm-started model, agent env, T = training"),
+    ("no_retrieval", "warm-started model, no retrieval (fact-lesson chat)"),
+    ("naive_rag", "warm-started model, naive RAG (BM25 top 1 in the question)"),
+    ("answer_prior", "answer-type prior (most frequent training answer per relation)"),
+    ("heuristic", "extraction heuristic over BM25 top 1 (no learning)"),
+)
+
+
+def _num(value: Any, digits: int = 1) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return f"{value:.{digits}f}"
+
+
+def _cell(block: Mapping[str, Any], key: str) -> str:
+    digits = 2 if key == "st" else 1
+    ci = block.get("ci95", {}).get(key)
+    value = block.get(key)
+    if ci is None or value is None or (isinstance(value, float) and math.isnan(value)):
+        return _num(block.get(key), digits)
+    return f"{_num(block.get(key), digits)} ± {_num(ci, digits)}"
+
+
+def _arm_table(results: Mapping[str, Any], mode: str) -> str:
+    head = "| Arm | Seeds | " + " | ".join(h for h, _ in _ARM_COLUMNS) + " |"
+    lines = [head, "|---|---|" + "---|" * len(_ARM_COLUMNS)]
+    for arm, entry in results["arms"].items():
+        block = entry["mean"] if mode == "greedy" else entry["mean"]["sampled"]
+        cells = " | ".join(_cell(block, key) for _, key in _ARM_COLUMNS)
+        lines.append(f"| {arm} | {len(entry['seeds'])} | {cells} |")
+    return "\n".join(lines)
+
+
+def _baseline_table(results: Mapping[str, Any]) -> str:
+    head = "| Baseline | " + " | ".join(h for h, _ in _ARM_COLUMNS) + " |"
+    lines = [head, "|---|" + "---|" * len(_ARM_COLUMNS)]
+    for name, label in _BASELINES:
+        row = results["baselines"].get(name)
+        if row is not None:
+            cells = " | ".join(_num(row.get(key), 2 if key == "st" else 1) for _, key in _ARM_COLUMNS)
+            lines.append(f"| {label} | {cells} |")
+    return "\n".join(lines)
+
+
+def _paired_table(results: Mapping[str, Any]) -> str:
+    lines = [
+        "| Arm | Seeds paired | ΔEM | ΔSearches/q | ΔSearched known | ΔSearched unknown |",
+        "|---|---|---|---|---|---|",
+    ]
+    for arm, entry in results["arms"].items():
+        diffs = entry.get("vs_f1")
+        if arm == "f1" or not diffs:
+            continue
+        cells = [
+            f"{_num(diffs[k]['mean'], 2 if k == 'st' else 1)} ± {_num(diffs[k]['ci95'], 2 if k == 'st' else 1)}"
+            for k in ("em", "st", "sr_known", "sr_unknown")
+        ]
+        lines.append(f"| {arm} | {diffs['em']['n']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _split_text(results: Mapping[str, Any]) -> str:
+    split, known, warm = results["split"], results["known"], results["warm_start"]
+    overlap = split["overlap"]
+    n = split["heldout"]
+    return "\n".join(
+        [
+            f"- Questions: {split['train']} RL-training and {n} held-out PopQA questions, no question in both; "
+            f"of the held-out questions {_num(overlap['subject_pct'])}% share a subject and "
+            f"{_num(overlap['answer_pct'])}% their first gold answer with a training question.",
+            f"- Taught facts: {split['taught_train']} training and {split['taught_heldout']} held-out questions.",
+            f"- Known held-out questions (measured on the warm-started model, greedy, no search): "
+            f"{_num(known['pct'])}% ({_num(known['taught_pct'])}% of the taught, "
+            f"{_num(known['untaught_pct'])}% of the untaught ones).",
+            f"- Warm start: {warm['steps']} AdamW steps on {warm['lessons']} fact lessons and "
+            f"{warm['episode_actions']} demonstrated actions, {_num(warm['wall_s'], 0)} s on "
+            f"{warm['torch_threads']} torch thread(s); loss {_num(warm['loss_first'], 2)} at the first step, "
+            f"{_num(warm['loss_last10'], 2)} over the last ten.",
+        ]
+    )
+
+
+def _timing_text(results: Mapping[str, Any]) -> str:
+    lines = []
+    for arm, entry in results["arms"].items():
+        for s in entry["seeds"]:
+            lines.append(
+                f"- {arm}, seed {s['seed']}: {s['steps']} steps, training {_num(s['train_s'], 0)} s "
+                f"(median step {_num(s['median_step_s'], 1)} s), cell {_num(s['wall_s'], 0)} s with evaluation; "
+                f"CPU time {_num(s.get('train_cpu_s'), 0)} s training, {_num(s.get('cpu_s'), 0)} s in all."
+            )
+    return "\n".join(lines)
+
+
+def blocks(results: Mapping[str, Any]) -> dict[str, str]:
+    """The page's generated blocks, by name."""
+    return {
+        "split": _split_text(results),
+        "arms-greedy": _arm_table(results, "greedy"),
+        "arms-sampled": _arm_table(results, "sampled"),
+        "paired": _paired_table(results),
+        "baselines": _baseline_table(results),
+        "timing": _timing_text(results),
+    }
+
+
+def render_page(page: str, results: Mapping[str, Any]) -> str:
+    """``page`` with every ``<!-- real-lm:NAME -->`` block rewritten from ``results``."""
+    generated = blocks(results)
+
+    def replace(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in generated:
+            raise KeyError(f"the page names an unknown block {name!r}; known: {sorted(generated)}")
+        return f"<!-- real-lm:{name} -->\n{generated[name]}\n<!-- end -->"
+
+    return re.sub(r"<!-- real-lm:([\w-]+) -->\n.*?<!-- end -->", replace, page, flags=re.S)
+
+
+def format_summary(results: Mapping[str, Any]) -> str:
+    """The greedy arm table and the baselines, for the terminal."""
+    return _arm_table(results, "greedy") + "\n\n" + _baseline_table(results)
+
+
+def plot(results: Mapping[str, Any], path: Path) -> Path:
+    """Searched known against searched unknown (%), one marker per arm (mean ± 95% CI)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.2))
+    for k, (arm, entry) in enumerate(results["arms"].items()):
+        m = entry["mean"]
+        ci = m["ci95"]
+        left.errorbar(
+            m["st"], m["em"], xerr=ci["st"], yerr=ci["em"], fmt="o", color=f"C{k}", capsize=3, label=arm
+        )
+        right.errorbar(
+            m["sr_known"],
+            m["sr_unknown"],
+            xerr=ci["sr_known"],
+            yerr=ci["sr_unknown"],
+            fmt="o",
+            color=f"C{k}",
+            capsize=3,
+        )
+    left.set_xlabel("searches per question")
+    left.set_ylabel("held-out EM (%)")
+    right.set_xlabel("searched, known questions (%)")
+    right.set_ylabel("searched, unknown questions (%)")
+    right.set_xlim(-5, 105)
+    right.set_ylim(-5, 105)
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+    left.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--results", type=Path, required=True)
+    parser.add_argument("--page", type=Path, required=True)
+    parser.add_argument("--png", type=Path)
+    args = parser.parse_args(argv)
+    results = json.loads(args.results.read_text(encoding="utf-8"))
+    args.page.write_text(render_page(args.page.read_text(encoding="utf-8"), results), encoding="utf-8")
+    if args.png:
+        plot(results, args.png)
+    print(f"wrote {args.page}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

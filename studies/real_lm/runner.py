@@ -1,0 +1,43 @@
+"""``searchgym study --config studies/real_lm/study.yaml``: the real-LM study's entry point."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # studies/, home of the real_lm package
+
+from real_lm.report import format_summary  # noqa: E402
+from real_lm.study import configure_threads, load_study, run_study  # noqa: E402
+
+
+def run(
+    config: str | Path,
+    output_dir: str | Path | None,
+    arms: Sequence[str] | None,
+    seeds: Sequence[int] | None,
+    *,
+    collect: bool = False,
+    progress: bool = True,
+) -> int:
+    """Run (or pick up) the study file ``config``; print its summary table.
+
+    With ``collect``, nothing new runs: ``results.json`` is written from the finished cells.
+    """
+    study = load_study(config)
+    configure_threads(int(study.get("threads", 1)))
+    logger = logging.getLogger("searchgym.trainers")
+    if progress and not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+    results = run_study(
+        study, output_dir, arms=arms, seeds=seeds, collect=collect, log=lambda m: print(m, file=sys.stderr)
+    )
+    print(format_summary(results))
+    out = Path(output_dir or study["output_dir"])
+    print(f"results: {out / 'results.json'}", file=sys.stderr)
+    return 0

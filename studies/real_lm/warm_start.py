@@ -1,0 +1,231 @@
+"""The shared supervised warm start: taught facts, and episodes that search before answering.
+
+One warm start serves every arm and seed (it is cached under the study's output folder,
+keyed by its settings). It trains the actions' tokens only (masked cross-entropy,
+:func:`searchgym.trainers.grpo.ptx.ptx_nll`) on three kinds of example:
+
+- **fact lessons**, ``question -> answer`` in a plain chat (``QA_SYSTEM``), for the taught
+  facts of both sides (training and held-out). They let the model answer without searching.
+- **search_r1 episodes** on the RL-training questions, played through the env with BM25:
+  ``<search> question </search>`` then ``<answer> gold </answer>``. A share
+  ``direct_share`` of the *taught* training questions answer at once instead, so that
+  sampling sometimes tries it (RL has something to compare); the rest search, so the model
+  starts by over-searching, as the papers' outcome-rewarded agents do.
+- **SEM episodes** on the same questions, in SEM's layout: a first answer (the taught
+  answer, or ``unknown``), then a search and the final answer; ``direct_share`` of the
+  taught ones stop after the first answer.
+
+Held-out questions appear only as fact lessons (taught side), never as episodes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from .data import StudyData
+
+__all__ = ["WarmStartSettings", "QA_SYSTEM", "warm_start", "fact_prompt", "episode_pairs"]
+
+QA_SYSTEM = "Answer the question in a few words."
+"""The system message of fact lessons and of the no-retrieval baseline."""
+
+SEM_THINK_FIRST = "<think>From memory.</think>"
+SEM_THINK_LAST = "<think>From the result.</think>"
+
+
+@dataclass(frozen=True)
+class WarmStartSettings:
+    """The warm start's data and optimiser.
+
+    Attributes:
+        fact_repeats: Times each taught fact is shown as a lesson.
+        direct_share: Share of taught training questions demonstrated answering at once.
+        protocols: Protocols whose episodes are demonstrated (``search_r1``, ``sem``).
+        epochs: Passes over the examples.
+        batch_size: Examples per AdamW step.
+        lr: AdamW learning rate.
+        seed: Seed of the example order, the direct/search coin and torch.
+    """
+
+    fact_repeats: int = 6
+    direct_share: float = 0.15
+    protocols: tuple[str, ...] = ("search_r1", "sem")
+    epochs: int = 2
+    batch_size: int = 16
+    lr: float = 1.0e-4
+    seed: int = 0
+
+
+def fact_prompt(formatter_tokenizer: Any, question: str) -> str:
+    """The model input of a fact lesson (and of the no-retrieval baseline) for ``question``."""
+    from searchgym.policies.chat import ChatFormatter
+
+    return ChatFormatter(formatter_tokenizer, system=QA_SYSTEM).prompt(question)
+
+
+def _direct(qid: str, taught: frozenset[str], share: float, seed: int) -> bool:
+    """Whether the demonstration of ``qid`` answers at once: taught, and a seeded coin."""
+    return qid in taught and random.Random(f"{seed}:{qid}").random() < share
+
+
+def episode_pairs(
+    data: StudyData, env_kwargs: dict[str, Any], protocol: str, tokenizer: Any, settings: WarmStartSettings
+) -> list[tuple[str, str]]:
+    """``(model input, action)`` pairs of demonstrated episodes on the training questions.
+
+    ``env_kwargs`` are the PopQA env's arguments for ``protocol`` (corpus, index, its
+    instructions, ``topk``, ``max_turns``); ``data_path`` and ``reward`` are set here.
+    """
+    import gymnasium as gym
+
+    import searchgym  # noqa: F401  (registers the ids)
+    from searchgym.policies.chat import ChatFormatter
+
+    kwargs = {**env_kwargs, "data_path": str(data.train_path), "protocol": protocol, "reward": "f1"}
+    kwargs.pop("reward_kwargs", None)
+    env = gym.make("searchgym/PopQA-v0", **kwargs)
+    formatter = ChatFormatter(tokenizer)
+    pairs: list[tuple[str, str]] = []
+    for index, q in enumerate(env.unwrapped.questions):
+        gold = q.golden_answers[0]
+        direct = _direct(q.id, data.taught, settings.direct_share, settings.seed)
+        if protocol == "sem":
+            first = gold if q.id in data.taught else "unknown"
+            opening = f"{SEM_THINK_FIRST}<answer> {first} </answer>"
+            actions = [opening] if direct else [f"{opening}<search> {q.question} </search>"]
+            actions += [] if direct else [f"{SEM_THINK_LAST}<answer> {gold} </answer>"]
+        else:
+            actions = (
+                [f"<answer> {gold} </answer>"]
+                if direct
+                else [
+                    f"<search> {q.question} </search>",
+                    f"<answer> {gold} </answer>",
+                ]
+            )
+        obs, _ = env.reset(seed=0, options={"index": index})
+        context = formatter.prompt(obs)
+        for k, action in enumerate(actions):
+            pairs.append((context, action))
+            obs, _, terminated, truncated, info = env.step(action)
+            if not info.get("format_ok", False):
+                raise RuntimeError(f"the env refused the demonstration {action!r} ({protocol}): {info}")
+            if k < len(actions) - 1:
+                context += action + formatter.feedback(obs)
+            elif not (terminated or truncated):
+                raise RuntimeError(f"the demonstration {actions!r} did not end the episode ({protocol}).")
+    env.close()
+    return pairs
+
+
+def _batches(lengths: list[int], size: int, rng: Any) -> list[list[int]]:
+    """One epoch's batches of example indices: shuffled, then sorted by length within pools
+    of 8 batches so a batch pads little (fact lessons are a fifth of an episode's length),
+    in shuffled batch order."""
+    order = [int(i) for i in rng.permutation(len(lengths))]
+    batches: list[list[int]] = []
+    pool = 8 * size
+    for first in range(0, len(order), pool):
+        chunk = sorted(order[first : first + pool], key=lambda i: lengths[i])
+        batches += [chunk[k : k + size] for k in range(0, len(chunk), size)]
+    return [batches[int(i)] for i in rng.permutation(len(batches))]
+
+
+def _key(settings: WarmStartSettings, model: str, env_kwargs: dict[str, Any], data: StudyData) -> str:
+    blob = json.dumps(
+        {"settings": asdict(settings), "model": model, "env": env_kwargs, "data": data.summary(), "v": 2},
+        sort_keys=True,
+        default=str,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def warm_start(
+    data: StudyData,
+    settings: WarmStartSettings,
+    *,
+    model: str,
+    env_kwargs: dict[str, dict[str, Any]],
+    folder: str | Path,
+    threads: int = 1,
+    log: Any = print,
+) -> tuple[Path, dict[str, Any]]:
+    """Train (or reuse) the warm start; returns its folder and its figures.
+
+    ``env_kwargs`` maps each of ``settings.protocols`` to its env arguments
+    (see :func:`episode_pairs`).
+    """
+    import numpy as np
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from searchgym.envs.models import resolve_model
+    from searchgym.policies.tiny import load_tokenizer
+    from searchgym.trainers.grpo.ptx import load_ptx_examples, ptx_nll, write_ptx_examples
+
+    out = Path(folder) / f"warm_{_key(settings, model, env_kwargs, data)}"
+    done = out / "warm_start.json"
+    if done.exists():
+        return out, json.loads(done.read_text(encoding="utf-8"))
+    torch.set_num_threads(threads)
+    torch.manual_seed(settings.seed)
+    source = resolve_model(model)
+    tokenizer = load_tokenizer(source)
+    policy = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+    out.mkdir(parents=True, exist_ok=True)
+    questions = {q["id"]: q for q in [*data.train, *data.heldout]}
+    lessons = [
+        (fact_prompt(tokenizer, questions[qid]["question"]), questions[qid]["golden_answers"][0])
+        for qid in sorted(data.taught)
+    ]
+    write_ptx_examples(out / "lessons.jsonl", lessons * settings.fact_repeats, eos=True)
+    episodes: list[tuple[str, str]] = []
+    for protocol in settings.protocols:
+        episodes += episode_pairs(data, env_kwargs[protocol], protocol, tokenizer, settings)
+    # the rollouts stop at a closing tag: episode actions end there, without an end token
+    write_ptx_examples(out / "episodes.jsonl", episodes, eos=False)
+    examples = load_ptx_examples(out / "lessons.jsonl", tokenizer) + load_ptx_examples(
+        out / "episodes.jsonl", tokenizer
+    )
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=settings.lr)
+    rng = np.random.default_rng(settings.seed)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    losses: list[float] = []
+    start = time.perf_counter()
+    policy.train()
+    steps = 0
+    for epoch in range(settings.epochs):
+        for indices in _batches([len(e.token_ids) for e in examples], settings.batch_size, rng):
+            batch = [examples[i] for i in indices]
+            optimizer.zero_grad(set_to_none=True)
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = ptx_nll(policy, batch, pad, "cpu")
+                loss.backward()
+            torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
+            optimizer.step()
+            losses.append(round(float(loss.detach()), 4))
+            steps += 1
+            if steps % 20 == 0:
+                log(f"warm start epoch {epoch + 1}, step {steps}: loss {losses[-1]:.3f}")
+    policy.eval()
+    policy.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    figures = {
+        "settings": asdict(settings),
+        "model": model,
+        "lessons": len(lessons) * settings.fact_repeats,
+        "episode_actions": len(episodes),
+        "steps": steps,
+        "loss_first": losses[0] if losses else None,
+        "loss_last10": float(np.mean(losses[-10:])) if losses else None,
+        "wall_s": round(time.perf_counter() - start, 1),
+        "torch_threads": threads,
+    }
+    done.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
+    return out, figures
