@@ -174,7 +174,7 @@ class GRPOTrainer:
 
     def setup(self) -> None:
         """Load the models, build the envs, optimizer and memory, and resume if asked (idempotent)."""
-        if self._ready or self.finished:
+        if self._ready:
             return
         cfg = self.config
         self.output_dir.mkdir(parents=True, exist_ok=True)
@@ -185,10 +185,9 @@ class GRPOTrainer:
         saved = load_checkpoint(checkpoint, map_location=self.device) if checkpoint is not None else None
         if saved is not None:
             self._check_resume(saved)
-            if saved.state.step >= cfg.steps:  # nothing to train: say so before loading any model
-                self.state, self.resumed_from, self.finished = saved.state, saved.folder, True
+            if saved.state.step >= cfg.steps:  # nothing to train; still loaded, to evaluate or inspect
+                self.finished = True
                 logger.warning(finished_message(self.output_dir, saved.folder, saved.state.step, cfg.steps))
-                return
         source = model_source(cfg.model)
         torch.manual_seed(cfg.seed)
         np.random.seed(cfg.seed % 2**32)
@@ -328,7 +327,8 @@ class GRPOTrainer:
         finally:
             discard_staged(staged)
         self.resumed_from = checkpoint
-        logger.info("Resumed from %s at step %d.", checkpoint, self.state.step)
+        if not self.finished:
+            logger.info("Resumed from %s at step %d.", checkpoint, self.state.step)
 
     def _start_wandb(self) -> None:
         from ..wandb_logger import WandbLogger
