@@ -11,6 +11,12 @@ trials and how many held. The whole battery takes a couple of minutes.
                        only records that were written, and the store opens again
 ``disk_full``          appends until the file size limit (``RLIMIT_FSIZE``) stops them: one line
                        naming the file, and every acknowledged record is there after
+``repair_crash``       ``repair`` killed after a random file-system step: the old file or the
+                       repaired one at the live path, finished by the next repair, nothing left over
+``read_only``          the store on a read-only mount: ``memory repair`` says so in one line,
+                       ``memory show`` reads it
+``checkpoint_damage``  a built-in GRPO checkpoint's files cut, deleted, garbled or symlinked: the
+                       resume refuses in one line naming the file; no checkpoint is removed
 ``actor_kill``         the Ray store actor killed (Ray restarts it) during appends and step
                        counts: every acknowledged record and the exact step count survive; a
                        client with a cached handle finds a recreated actor, and without one
@@ -161,6 +167,207 @@ def disk_full(folder: Path, trials: int, rng: random.Random) -> dict[str, Any]:
         held += one_line and set(acked) <= set(stored)
         lines.append(out)
     return {"trials": trials, "held": held, "detail": f"the line: {lines[-1][:160]}"}
+
+
+_CRASHING_REPAIR = """
+import os, sys
+limit, calls = int(sys.argv[2]), [0]
+def counted(name):
+    real = getattr(os, name)
+    def call(*args, **kwargs):
+        result = real(*args, **kwargs)
+        calls[0] += 1
+        if calls[0] == limit:
+            os._exit(70)  # killed right after this change to the file system
+        return result
+    return call
+for name in ("rename", "replace", "link", "unlink", "remove", "fsync"):
+    setattr(os, name, counted(name))
+from searchgym.envs.storage import SqliteLog
+SqliteLog(sys.argv[1], schema=None).repair()
+"""
+
+
+def _damaged_log(path: Path, count: int) -> None:
+    from searchgym.envs.storage import SqliteLog
+
+    log = SqliteLog(str(path), schema=None)
+    for i in range(count):
+        log.append({"id": f"r{i:05d}", "n": i % 7})
+    log.close()
+    with open(path, "r+b") as handle:
+        handle.truncate(path.stat().st_size // 2)
+
+
+def repair_crash(folder: Path, trials: int, rng: random.Random) -> dict[str, Any]:
+    import shutil
+
+    from searchgym.envs.errors import DataFileError
+
+    pristine = folder / "pristine"
+    pristine.mkdir()
+    _damaged_log(pristine / "log.sqlite", 1500)
+    reference = folder / "reference"
+    shutil.copytree(pristine, reference)
+    from searchgym.envs.storage import SqliteLog
+
+    SqliteLog(str(reference / "log.sqlite"), schema=None).repair()
+    repaired = _ids(reference / "log.sqlite")
+    held, points, broken = 0, [], []
+    for trial in range(trials):
+        limit = rng.randrange(1, 14)
+        points.append(limit)
+        copy = folder / f"crash{trial}"
+        shutil.copytree(pristine, copy)
+        path = copy / "log.sqlite"
+        subprocess.run([sys.executable, "-c", _CRASHING_REPAIR, str(path), str(limit)], timeout=120)
+        try:
+            after = _ids(path)  # the next open finishes or rolls back the interrupted repair
+            state_ok = after == repaired
+        except DataFileError as exc:  # the old, damaged file is back at the live path
+            state_ok = "is damaged" in str(exc)
+        SqliteLog(str(path), schema=None).repair()
+        leftovers = [p.name for p in copy.iterdir() if ".rebuilding-" in p.name or p.name.endswith(".repair")]
+        ok = state_ok and _ids(path) == repaired and not leftovers
+        held += ok
+        if not ok:
+            broken.append(f"killed after step {limit}: state {state_ok}, leftovers {leftovers}")
+    return {
+        "trials": trials,
+        "held": held,
+        "detail": f"repair killed after file-system steps {sorted(points)}: the old file or the repaired one "
+        f"at the live path each time, {len(repaired):,} records after the repair finished"
+        + "".join(f"; FAILED {b}" for b in broken),
+    }
+
+
+def read_only(folder: Path, trials: int, rng: random.Random) -> dict[str, Any]:
+    import shlex
+    import shutil
+
+    from searchgym.memory import MemoryStore
+
+    store = MemoryStore(folder / "store")
+    for i in range(30):
+        store.log("min_tool_calls").append({"id": f"q{i}", "n": i % 5}, None)
+    store.close()
+
+    def on_read_only(*command: str) -> subprocess.CompletedProcess[str]:
+        line = " ".join(shlex.quote(part) for part in (sys.executable, "-m", "searchgym.cli", *command))
+        target = shlex.quote(str(folder / "store"))
+        if os.geteuid() != 0:
+            (folder / "store").chmod(0o555)
+            try:
+                return subprocess.run(line, shell=True, capture_output=True, text=True, timeout=120)
+            finally:
+                (folder / "store").chmod(0o755)
+        mount = f"mount --bind -o ro {target} {target}"
+        return subprocess.run(
+            ["unshare", "-m", "sh", "-c", f"{mount} && exec {line}"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    if os.geteuid() == 0 and shutil.which("unshare") is None:
+        return {
+            "trials": 0,
+            "held": 0,
+            "detail": "not run: needs unshare(1) to mount a folder read-only as root",
+        }
+    repair = on_read_only("memory", "repair", str(folder / "store"))
+    show = on_read_only("memory", "show", str(folder / "store"))
+    if "mount:" in repair.stderr:
+        return {"trials": 0, "held": 0, "detail": f"not run: {repair.stderr.strip()[:120]}"}
+    said = repair.stderr.strip()
+    repair_ok = repair.returncode == 2 and "\n" not in said and "Traceback" not in said
+    show_ok = show.returncode == 0 and show.stdout.startswith(f"Store {folder / 'store'}")
+    return {
+        "trials": 2,
+        "held": int(repair_ok) + int(show_ok),
+        "detail": f"`memory repair` said: {said[:160]}; `memory show` read the store",
+    }
+
+
+def checkpoint_damage(folder: Path, trials: int, rng: random.Random) -> dict[str, Any]:
+    import shutil
+
+    from searchgym.envs.errors import DataFileError
+    from searchgym.policies.tiny import build_tiny_lm
+    from searchgym.trainers.config import TrainConfig
+    from searchgym.trainers.grpo import GRPOTrainer
+
+    tiny = folder / "tiny"
+    build_tiny_lm(tiny, hidden_size=32, num_layers=1)
+
+    def config(out: Path, steps: int) -> TrainConfig:
+        return TrainConfig.from_dict(
+            {
+                "output_dir": str(out),
+                "steps": steps,
+                "env": {"id": "searchgym/SyntheticFacts-v0", "kwargs": {"reward": "f1", "max_turns": 2}},
+                "model": {"tiny": {"dir": str(tiny), "hidden_size": 32, "num_layers": 1}},
+                "rollout": {"group_size": 2, "questions_per_step": 1, "max_new_tokens": 4},
+                "algo": {"kl_coef": 0.0, "micro_batch_size": 4},
+                "checkpoint": {"every": 1, "keep_last": 5},
+                "wandb": {"enabled": False},
+            }
+        )
+
+    run = folder / "run"
+    trainer = GRPOTrainer(config(run, 2), progress=False)
+    trainer.train()
+    trainer.close()
+
+    def truncate(path: Path) -> None:
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+    def garbage(path: Path) -> None:
+        path.write_bytes(bytes(rng.randrange(256) for _ in range(path.stat().st_size)))
+
+    def symlink(path: Path) -> None:
+        outside = folder / f"outside-{path.name}"
+        shutil.copyfile(path, outside)
+        path.unlink()
+        path.symlink_to(outside)
+
+    damages = {
+        "optimizer.pt cut in half": ("optimizer.pt", truncate),
+        "trainer_state.json deleted": ("trainer_state.json", Path.unlink),
+        "rng.pt overwritten with random bytes": ("rng.pt", garbage),
+        "model weights cut in half": ("model/model.safetensors", truncate),
+        "tokenizer.json deleted": ("model/tokenizer.json", Path.unlink),
+        "scheduler.pt replaced by a symlink": ("scheduler.pt", symlink),
+    }
+    held, broken = 0, []
+    for what, (name, damage) in damages.items():
+        copy = shutil.copytree(run, folder / f"copy-{len(broken)}-{held}")
+        target = copy / "checkpoints" / "step_000002" / name
+        if not target.exists():
+            broken.append(f"{what}: no {name} in the checkpoint")
+            continue
+        damage(target)
+        try:
+            resumed = GRPOTrainer(config(copy, 4), progress=False)
+            resumed.setup()
+            resumed.close()
+            message = ""
+        except DataFileError as exc:
+            message = str(exc)
+        steps_kept = sorted(p.name for p in (copy / "checkpoints").iterdir()) == [
+            "step_000001",
+            "step_000002",
+        ]
+        ok = bool(message) and "\n" not in message and "step_000002" in message and steps_kept
+        held += ok
+        if not ok:
+            broken.append(f"{what}: {message[:120]!r}")
+    return {
+        "trials": len(damages),
+        "held": held,
+        "detail": f"{', '.join(damages)}: each refused in one line naming the file, both checkpoints kept"
+        + "".join(f"; FAILED {b}" for b in broken),
+    }
 
 
 def actor_kill(folder: Path, trials: int, rng: random.Random) -> dict[str, Any]:
@@ -359,6 +566,13 @@ CHECKS: dict[str, tuple[str, Callable[[Path, int, random.Random], dict[str, Any]
     "writer_kill": ("a writer `kill -9`-ed during appends", writer_kill, 8),
     "file_cut_short": ("the database file cut short, then `repair`", file_cut_short, 3),
     "disk_full": ("the file size limit reached during appends", disk_full, 3),
+    "repair_crash": ("`repair` killed after a random step", repair_crash, 4),
+    "read_only": ("the store on a read-only disk: `repair` and `show`", read_only, 2),
+    "checkpoint_damage": (
+        "a GRPO checkpoint's files cut, deleted, garbled or symlinked",
+        checkpoint_damage,
+        6,
+    ),
     "actor_kill": ("the Ray store actor killed, restarted and ended", actor_kill, 3),
     "slow_readers": ("clients that never read their 20 MB answers", slow_readers, 8),
     "idle_burst": ("60 idle connections at once, `max_connections=50`", idle_burst, 2),

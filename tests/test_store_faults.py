@@ -233,6 +233,41 @@ def test_a_repair_killed_after_any_step_leaves_the_old_file_or_the_repaired_one(
     assert limit > 10  # it was killed after each of its steps before that
 
 
+def test_a_repair_killed_after_its_rebuilt_file_went_live_leaves_no_false_loss(tmp_path: Path) -> None:
+    """A file cut short loses acknowledged ids; the repair reports them once. Killed after the
+    rebuilt file replaced the live one (with or without its journal still there), the next
+    open must not report those ids as missing again."""
+    pristine = tmp_path / "pristine"
+    pristine.mkdir()
+    log = SqliteLog(pristine / "a.sqlite", schema=None)
+    for i in range(1500):
+        log.append({"i": i})
+    log.close()
+    with open(pristine / "a.sqlite", "r+b") as handle:
+        handle.truncate(os.path.getsize(pristine / "a.sqlite") // 2)
+    reference = shutil.copytree(pristine, tmp_path / "reference")
+    assert SqliteLog(reference / "a.sqlite", schema=None).repair().missing  # the loss, reported once
+    repaired = SqliteLog(reference / "a.sqlite", schema=None).read()[0]
+    survived = 0
+    for limit in range(1, 40):
+        folder = shutil.copytree(pristine, tmp_path / f"crash-{limit}")
+        run = subprocess.run(
+            [sys.executable, "-c", _CRASHING_REPAIR, str(folder / "a.sqlite"), str(limit)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert run.returncode in (0, 70), run.stderr
+        if run.returncode == 0:
+            break
+        if any(p.name.startswith("a.sqlite.damaged-") for p in folder.iterdir()):  # the rebuilt file is live
+            assert SqliteLog(folder / "a.sqlite", schema=None).read()[0] == repaired, (
+                f"killed after step {limit}"
+            )
+            survived += 1
+    assert survived >= 2
+
+
 def test_a_rebuilt_file_an_older_repair_left_instead_of_the_live_one_is_put_back(tmp_path: Path) -> None:
     log = SqliteLog(tmp_path / "a.sqlite")
     for i in range(50):

@@ -203,7 +203,8 @@ def rebuild(path: str, tables: tuple[str, ...], meta: dict[str, str]) -> tuple[s
     Args:
         path: The live database file.
         tables: The statements that create the tables of a new database.
-        meta: Rows of the ``meta`` table of the new database (its generation, instance, ...).
+        meta: Rows of the ``meta`` table of the new database (its generation, instance, ...);
+            an ``id_floor`` there (the ids acknowledged) is kept when the original gave fewer.
 
     Returns:
         Where the original was kept, the records kept, and the highest id the original gave.
@@ -222,7 +223,7 @@ def rebuild(path: str, tables: tuple[str, ...], meta: dict[str, str]) -> tuple[s
             conn.execute(statement)
         conn.executemany("INSERT OR IGNORE INTO records (id, body, key) VALUES (?, ?, ?)", records)
         conn.executemany("INSERT INTO snapshots (step, last_id, time) VALUES (?, ?, ?)", snapshots)
-        rows = {**meta, "id_floor": str(highest)}
+        rows = {**meta, "id_floor": str(max(highest, int(meta.get("id_floor", "0"))))}
         conn.executemany("INSERT INTO meta (name, value) VALUES (?, ?)", sorted(rows.items()))
         conn.execute("COMMIT")
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")

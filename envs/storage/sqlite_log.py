@@ -742,6 +742,7 @@ class SqliteLog:
             return False
 
     def _repair(self, report: RepairReport) -> None:
+        rebuilt = 0
         acked = self._ack.read()
         copy = self._keep_wal()  # before anything can checkpoint it away
         problems, instance = self._check()
@@ -750,15 +751,19 @@ class SqliteLog:
         report.acknowledged = acknowledged
         if problems != ["ok"]:
             report.problems = problems
-            meta = {"generation": str(time.time_ns()), "instance": instance}
-            report.original, report.kept, highest = recovery.rebuild(self.path, _TABLES, meta)
+            # The acknowledged ids stay given in the rebuilt file from the moment it goes live:
+            # a crash before this repair ends leaves no store that seems to have lost them anew.
+            meta = {"generation": str(time.time_ns()), "instance": instance, "id_floor": str(acknowledged)}
+            report.original, report.kept, rebuilt = recovery.rebuild(self.path, _TABLES, meta)
             self._seen.clear()
             logger.warning(
                 "%s: rebuilt (%s); the original is kept as %s.", self.path, problems[0], report.original
             )
         with self.writing(), self._errors("repairing"):
             conn = self._db()
-            highest = int(conn.execute(self._highest_sql).fetchone()[0])
+            highest = (
+                rebuilt if report.original is not None else int(conn.execute(self._highest_sql).fetchone()[0])
+            )
             if acknowledged > highest:
                 report.missing = [highest + 1, acknowledged]
                 if report.original is None:  # a rebuild has read the WAL's frames already
