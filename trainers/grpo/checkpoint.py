@@ -240,7 +240,11 @@ def save_checkpoint(
             reward = {"scheme": reward_scheme.name, "state": reward_scheme.state_dict()}
             (staging / _REWARD).write_text(json.dumps(reward) + "\n", encoding="utf-8")
         if memory_dir is not None and Path(memory_dir).is_dir():
-            MemoryStore(memory_dir).copy_to(staging / "memory")  # each log as one consistent state
+            store = MemoryStore(memory_dir)
+            try:
+                store.copy_to(staging / "memory")  # each log as one consistent state
+            finally:
+                store.close()
         (staging / "config.yaml").write_text(config_yaml, encoding="utf-8")
         (staging / _STATE).write_text(json.dumps(asdict(state), indent=1) + "\n", encoding="utf-8")
         write_manifest(staging, state.run_id, state.step)
