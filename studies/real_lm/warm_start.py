@@ -51,6 +51,9 @@ class WarmStartSettings:
         batch_size: Examples per AdamW step.
         lr: AdamW learning rate.
         seed: Seed of the example order, the direct/search coin and torch.
+        autocast: ``bfloat16`` trains float32 weights under bfloat16 autocast (fast on a CPU
+            with native bfloat16, AMX or AVX512-BF16); ``None`` trains in float32, the fast
+            choice on a CPU without it (see ``results/warm_start_speed.json``).
     """
 
     fact_repeats: int = 6
@@ -60,6 +63,7 @@ class WarmStartSettings:
     batch_size: int = 16
     lr: float = 1.0e-4
     seed: int = 0
+    autocast: str | None = None
 
 
 def fact_prompt(formatter_tokenizer: Any, question: str) -> str:
@@ -198,21 +202,29 @@ def warm_start(
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     losses: list[float] = []
     start = time.perf_counter()
+    precision = (
+        torch.autocast("cpu", dtype=getattr(torch, settings.autocast))
+        if settings.autocast
+        else torch.autocast("cpu", enabled=False)
+    )
+    total = settings.epochs * -(-len(examples) // settings.batch_size)
+    log(f"warm start: {len(examples)} examples, {total} steps of {settings.batch_size}")
     policy.train()
     steps = 0
     for epoch in range(settings.epochs):
         for indices in _batches([len(e.token_ids) for e in examples], settings.batch_size, rng):
             batch = [examples[i] for i in indices]
             optimizer.zero_grad(set_to_none=True)
-            with torch.autocast("cpu", dtype=torch.bfloat16):
+            with precision:
                 loss = ptx_nll(policy, batch, pad, "cpu")
                 loss.backward()
             torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
             optimizer.step()
             losses.append(round(float(loss.detach()), 4))
             steps += 1
-            if steps % 20 == 0:
-                log(f"warm start epoch {epoch + 1}, step {steps}: loss {losses[-1]:.3f}")
+            if steps % 5 == 0 or steps == total:
+                elapsed = time.perf_counter() - start
+                log(f"warm start step {steps}/{total} (epoch {epoch + 1}): loss {losses[-1]:.3f}, {elapsed:.0f} s")
     policy.eval()
     policy.save_pretrained(out)
     tokenizer.save_pretrained(out)
