@@ -1,7 +1,7 @@
 """docs/methods.md is the one place the repository explains its methods, and it stays true.
 
 - No file in the repository points readers at a methods digest that is not in it.
-- Every ``methods.md#anchor`` reference, in code, configs, docs or tests, names a heading
+- Every ``methods.md#<heading>`` reference, in code, configs, docs or tests, names a heading
   the page has (GitHub's anchor for it).
 - Every default the page's parameter tables state equals the default in the code: the line
   ``<!-- defaults: DOTTED.PATH -->`` before a table names a class, function or module, and
@@ -80,15 +80,27 @@ def test_no_file_mentions_the_digest_that_is_not_in_the_repository():
     )
 
 
-def test_every_methods_page_reference_names_a_heading_it_has():
-    anchors = page_anchors(PAGE.read_text())
-    broken = [
-        f"{path.relative_to(ROOT)}:{n}: #{anchor}"
-        for path in _repository_files()
+def broken_references(files: list[Path], anchors: set[str]) -> list[str]:
+    """``file:line: #anchor`` for each reference into the page in ``files`` whose anchor is not in ``anchors``."""
+    return [
+        f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}:{n}: #{anchor}"
+        for path in files
         for n, line in enumerate(_text(path).splitlines(), 1)
         for anchor in REFERENCE.findall(line)
         if anchor not in anchors
     ]
+
+
+def test_broken_references_are_found(tmp_path: Path):
+    code = tmp_path / "scheme.py"
+    wrong = "methods.md" + "#sem_rewards"  # in two parts, so this file holds no broken reference
+    code.write_text(f'"""A scheme (docs/methods.md#sem-reward; see also {wrong})."""\n')
+    assert broken_references([code], {"sem", "sem-reward"}) == [f"{code}:1: #sem_rewards"]
+
+
+def test_every_methods_page_reference_names_a_heading_it_has():
+    anchors = page_anchors(PAGE.read_text())
+    broken = broken_references(_repository_files(), anchors)
     assert not broken, (
         f"References to headings docs/methods.md does not have: {broken}. Its anchors are "
         f"{sorted(anchors)}; fix the reference or the heading."
@@ -123,8 +135,8 @@ def _resolve(dotted: str) -> object:
 def _code_default(target: object, name: str) -> object:
     if isinstance(target, ModuleType):
         return getattr(target, name)
-    func = target.__init__ if inspect.isclass(target) else target  # type: ignore[misc]
-    params = inspect.signature(func).parameters  # type: ignore[arg-type]
+    func = target.__init__ if inspect.isclass(target) else target
+    params = inspect.signature(func).parameters
     if name not in params or params[name].default is inspect.Parameter.empty:
         raise KeyError(f"{name} is not a parameter with a default of {target!r}")
     return params[name].default
@@ -158,13 +170,13 @@ def test_defaults_tables_are_read_as_written():
     assert defaults_tables(page) == [("x.Y", 1, [("`lam`", "`0.75`"), ("`gate`", "`'hard'`")])]
 
 
-def test_every_default_the_page_states_is_the_codes():
-    tables = defaults_tables(PAGE.read_text())
-    assert len(tables) >= 6, f"expected the page's parameter tables, found {len(tables)}"
+def default_mismatches(text: str) -> list[str]:
+    """Where the marked parameter tables of ``text`` disagree with the code, one line each."""
     wrong = []
-    for target_name, line, rows in tables:
+    for target_name, line, rows in defaults_tables(text):
         target = _resolve(target_name)
-        assert rows, f"docs/methods.md:{line}: the table for {target_name} has no rows"
+        if not rows:
+            wrong.append(f"docs/methods.md:{line}: the table for {target_name} has no rows")
         for name_cell, default_cell in rows:
             name, written = name_cell.strip("`"), default_cell.strip("`")
             try:
@@ -174,7 +186,29 @@ def test_every_default_the_page_states_is_the_codes():
                 continue
             stated = ast.literal_eval(written)
             if stated != actual or type(stated) is not type(actual):
-                wrong.append(f"docs/methods.md:{line} {target_name}.{name}: page says {written}, code {actual!r}")
+                wrong.append(
+                    f"docs/methods.md:{line} {target_name}.{name}: page says {written}, code {actual!r}"
+                )
+    return wrong
+
+
+def test_a_wrong_or_unknown_default_is_reported():
+    head = "<!-- defaults: searchgym.envs.rewards.SEMReward -->\n| parameter | paper | default | meaning |\n|---|---|---|---|\n"
+    assert default_mismatches(head + "| `tau` | τ | `0.8` | threshold |\n") == []
+    assert default_mismatches(head + "| `tau` | τ | `0.7` | threshold |\n") == [
+        "docs/methods.md:1 searchgym.envs.rewards.SEMReward.tau: page says 0.7, code 0.8"
+    ]
+    assert default_mismatches(head + "| `tau` | τ | `1` | threshold |\n")  # an int is not the float 1.0
+    (unknown,) = default_mismatches(head + "| `theta` | τ | `0.8` | threshold |\n")
+    assert "theta is not a parameter with a default" in unknown
+    module = "<!-- defaults: searchgym.envs.rewards.otc -->\n| name | symbol | value | meaning |\n|---|---|---|---|\n"
+    assert default_mismatches(module + "| `DEFAULT_C` | c | `1.0` | smoothing |\n") == []
+
+
+def test_every_default_the_page_states_is_the_codes():
+    text = PAGE.read_text()
+    assert len(defaults_tables(text)) >= 6, "expected the page's parameter tables"
+    wrong = default_mismatches(text)
     assert not wrong, "docs/methods.md disagrees with the code:\n" + "\n".join(wrong)
 
 
