@@ -537,7 +537,7 @@ def test_tsas_stage_two():
 
 
 def test_tsas_eq2_variant_stage_two():
-    # docs/methods.md#light-search, Eq. 2 variant: σ+ = max(0, sigmoid(A+) - 0.5); A = A+ - σ+·(S+ + T+).
+    # docs/methods.md#light-search-readings, Eq. 2 variant: σ+ = max(0, sigmoid(A+) - 0.5); A = A+ - σ+·(S+ + T+).
     # Same group as above. i=1: σ+ = 0.122459, S+ + T+ = -0.554072 + 1.098612 = 0.544540,
     #      A = 0.5 - 0.066684 = 0.433316.
     # i=2: σ+ = max(0, -0.122459) = 0 → A = A+ = -0.5.   i=3: σ+ = 0 → 0.
