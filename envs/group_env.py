@@ -155,8 +155,8 @@ class _GroupCore:
       2, fixed), or ``warmup_steps`` (default 150): stage 1 while ``group_step <
       warmup_steps``, where ``group_step`` counts resets (0 for the first group); assign
       ``env.group_step`` to follow a trainer's own step count instead. ``alpha`` (0.01).
-      ``variant``: ``"eq4"`` (Eq. 4 as printed, default) or ``"eq2"`` (PAPERS.md §2's
-      Eq. 2-faithful stage 2, which charges searches to successful rollouts only).
+      ``variant``: ``"eq4"`` (Eq. 4 as printed, default) or ``"eq2"`` (the Eq. 2-faithful
+      stage 2, which charges searches to successful rollouts only; docs/methods.md#light-search-readings).
     * ``"otc"``: ``s_i × otc_grpo_tool_rewards(searches, s >= threshold, c)[i]`` with
       ``s_i`` the rollout's EM (``outcome="em"``, default) or F1; ``threshold`` (1.0)
       decides correctness and ``c`` (1.0) is OTC's smoothing constant. A baseline.

@@ -1,6 +1,6 @@
 """SQuAD-style answer scores: EM, F1 and CoverEM, maximised over gold aliases.
 
-Normalisation (PAPERS.md, notation): lower-case, drop punctuation, drop the articles
+Normalisation (docs/methods.md#answer-scores): lower-case, drop punctuation, drop the articles
 a/an/the, collapse white space.
 """
 

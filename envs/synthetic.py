@@ -4,7 +4,7 @@ The world is the data of the embedded default environment. It needs no files: a 
 generator invents names, a seeded :class:`random.Random` wires them into facts, and each
 fact becomes one passage and one or more questions. Every fact carries a ``known`` flag that
 marks the "parametric" subset a policy could have memorised, so that a study of *when* to
-search (SEM, PAPERS.md section 3) has questions that need no search (all facts known) and
+search (SEM, docs/methods.md#sem) has questions that need no search (all facts known) and
 questions that do.
 
 Everything is a pure function of the arguments of :func:`generate_world`: the same

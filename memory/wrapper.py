@@ -2,8 +2,8 @@
 
 At ``reset`` the wrapper rebuilds the prompt as LightSearcher's Eq. 20 orders it:
 instructions, experience, one few-shot example, question. Each added part is wrapped in a
-marker so a trainer can mask it out of the loss (HiExp masks experience text; PAPERS.md
-§4), and ``info["memory_spans"]`` gives the character offsets of every marked block::
+marker so a trainer can mask it out of the loss (HiExp masks experience text;
+docs/methods.md#hiexp), and ``info["memory_spans"]`` gives the character offsets of every marked block::
 
     {instructions}
 

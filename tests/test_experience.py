@@ -1,4 +1,4 @@
-"""ExperienceMemory: Good/Bad split, update cadence, few-shot pool, failures, sharing (PAPERS.md §1)."""
+"""ExperienceMemory: Good/Bad split, update cadence, few-shot pool, failures, sharing (docs/methods.md#lightsearcher-memory)."""
 
 from __future__ import annotations
 

@@ -64,7 +64,7 @@ def test_tsas_stage_two_by_hand():
 
 
 def test_tsas_eq2_variant_by_hand_and_through_group_advantages():
-    # Eq. 2 reading (PAPERS.md §2): σ+ = max(0, ±0.122459); A1 = 0.5 − 0.122459 · 1.291759
+    # Eq. 2 reading (docs/methods.md#light-search-readings): σ+ = max(0, ±0.122459); A1 = 0.5 − 0.122459 · 1.291759
     # = 0.5 − 0.158188 = 0.341812; A2 = −0.5 (σ+ = 0).
     assert tsas(FIGURES, step=150, variant="eq2") == pytest.approx([0.341812, -0.5], abs=1e-6)
     got = group_advantages("tsas", FIGURES, step=150, tsas_variant="eq2")

@@ -1,4 +1,4 @@
-"""SQuAD-style answer scores (PAPERS.md, notation): normalisation, EM, F1, CoverEM.
+"""SQuAD-style answer scores (docs/methods.md#answer-scores): normalisation, EM, F1, CoverEM.
 
 Every expected value is worked out by hand in a comment. Normalisation, in order:
 lower-case, delete ASCII punctuation, replace the whole words a/an/the by a space, then
@@ -145,7 +145,7 @@ def test_f1_is_symmetric_in_precision_and_recall():
         ("Eiffel", ["Eiffel Tower"], 0.0),
         # max over aliases: "big apple" contains "big apple" (second alias) → 1
         ("The Big Apple", ["New York", "big apple"], 1.0),
-        # PAPERS.md defines CoverEM as a substring test on the normalised strings, so it
+        # docs/methods.md#answer-scores defines CoverEM as a substring test on the normalised strings, so it
         # is character-level: "party" contains "art" → 1
         ("party", ["art"], 1.0),
         # unicode: "kreisfreie stadt köln" contains "köln" → 1

@@ -331,7 +331,7 @@ def test_format_penalty_reaches_the_summed_reward(tokenizer, tmp_path):
     result = run(
         SearchGymAgentExecutor(config=AgentConfig(ENV_ID, env_kwargs)), label_of(question), engine, tokenizer
     )
-    # LightSearcher: any malformed turn makes R = -1 (PAPERS.md §1), given at the last step
+    # LightSearcher: any malformed turn makes R = -1 (docs/methods.md#lightsearcher-reward), given at the last step
     assert result["reward"] == -1.0
     assert result["extra_logs"]["format_errors"] == 1.0 and result["extra_logs"]["format_ok"] == 0.0
     assert len(result["action_ranges"]) == 2

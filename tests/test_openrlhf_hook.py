@@ -32,7 +32,7 @@ EM = "openrlhf.trainer.ppo_utils.experience_maker"
 R = [1.0, 0.0, 0.5, 1.0, 1.0, 0.0]
 S = [1, 0, 2, 0, 3, 1]
 T = [2, 1, 1, 1, 2, 0]
-# Worked out with the math module from PAPERS.md §2 (α = 0.01, population std):
+# Worked out with the math module from docs/methods.md#light-search (α = 0.01, population std):
 # stage 1, prompt 0 (mean R 0.5): 0.5 + ln 2 + 0.01 ln 3 = 1.2041333; -0.5 + 0.01 ln 2 = -0.4930685;
 #   ln 3 + 0.01 ln 2 = 1.1055438. Prompt 1 (mean R 2/3): 1/3 + 0.01 ln 2 = 0.3402648;
 #   1/3 + ln 4 + 0.01 ln 3 = 1.7306138; -2/3 + ln 2 = 0.0264805.

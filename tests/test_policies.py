@@ -126,7 +126,7 @@ def test_oracle_searches_once_per_unknown_fact_and_always_answers_right(protocol
 
 
 def test_oracle_under_sem_searches_each_unknown_fact_after_its_first_answer(world):
-    # SEM allows several searches after the first answer (PAPERS.md §3, corrected), so a
+    # SEM allows several searches after the first answer (docs/methods.md#sem-protocol), so a
     # two-hop chain with both facts unknown is solved with two searches.
     env = gym.make(ENV_ID, protocol="sem", reward="sem")
     oracle = make_policy("oracle_synthetic", protocol="sem", world=world)

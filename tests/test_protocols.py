@@ -349,7 +349,7 @@ def test_sem_second_turn_is_one_pair_or_another_search():
     assert protocol.parse("<think>found it</think><answer>\\boxed{Nashville}</answer>", 1) == Action(
         kind="answer", answer="Nashville", think_blocks=1, answer_blocks=1
     )
-    # PAPERS.md §3 (corrected): more searches may follow, with or without a think first, as in
+    # docs/methods.md#sem-protocol: more searches may follow, with or without a think first, as in
     # SEM's Redenbach example (sem.txt, Table 4).
     assert protocol.parse("<think>need the city</think><search>2003 NHL Entry Draft</search>", 1) == Action(
         kind="search", query="2003 NHL Entry Draft", think_blocks=1

@@ -428,7 +428,7 @@ def test_sem_branches():
     assert sem(traj(answer("Lyon"))) == 0.0
     # a1 partial below τ (F1 = 2/3 < 0.8), no search: 0.
     assert sem(traj(answer("Paris France"))) == 0.0
-    # a1 wrong, two searches then a right answer: PAPERS.md §3 allows several searches, u = 1 → 1.
+    # a1 wrong, two searches then a right answer: docs/methods.md#sem-protocol allows several searches, u = 1 → 1.
     assert sem(traj(search(answer="Lyon"), search(), answer("Paris"))) == 1.0
     # ... three searches, partial a2: F1(a2) = 2/3.
     assert sem(traj(search(answer="Lyon"), search(), search(), answer("Paris France"))) == pytest.approx(
@@ -537,7 +537,7 @@ def test_tsas_stage_two():
 
 
 def test_tsas_eq2_variant_stage_two():
-    # PAPERS.md §2, Eq. 2 variant: σ+ = max(0, sigmoid(A+) - 0.5); A = A+ - σ+·(S+ + T+).
+    # docs/methods.md#light-search-readings, Eq. 2 variant: σ+ = max(0, sigmoid(A+) - 0.5); A = A+ - σ+·(S+ + T+).
     # Same group as above. i=1: σ+ = 0.122459, S+ + T+ = -0.554072 + 1.098612 = 0.544540,
     #      A = 0.5 - 0.066684 = 0.433316.
     # i=2: σ+ = max(0, -0.122459) = 0 → A = A+ = -0.5.   i=3: σ+ = 0 → 0.

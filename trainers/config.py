@@ -213,11 +213,11 @@ class AlgoConfig:
 
     Attributes:
         advantage: ``group_norm`` ((R − mean) / std over the group), ``dr_grpo`` (R − mean),
-            or ``tsas`` (Light-Search's two-stage shaping, PAPERS.md §2).
+            or ``tsas`` (Light-Search's two-stage shaping, docs/methods.md#light-search).
         tsas_warmup_steps: M1, the first step of Light-Search's stage 2 (paper: 150).
         tsas_alpha: α, the weight of the reasoning term in stage 1 (paper: 0.01).
         tsas_variant: Stage 2 as Eq. 4 is printed (``eq4``) or the Eq. 2-faithful reading
-            (``eq2``: searches cost only rollouts above the group mean), PAPERS.md §2.
+            (``eq2``: searches cost only rollouts above the group mean), docs/methods.md#light-search-readings.
         tsas_reasoning: T counts ``<think>`` blocks (``steps``, the paper's choice) or the
             tokens inside them (``tokens``).
         clip_eps: PPO clip range ε (0.2).

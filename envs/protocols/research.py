@@ -1,6 +1,6 @@
 """The ReSearch protocol: ``<search>`` → ``<result>``, the answer in ``\\boxed{}``.
 
-ReSearch / ReCall (PAPERS.md §5) search with ``<search>query</search>``, get passages back
+ReSearch / ReCall (docs/methods.md#research-and-recall) search with ``<search>query</search>``, get passages back
 inside ``<result>…</result>``, and give the final answer in ``\\boxed{…}``, usually inside
 ``<answer>…</answer>``. Also home of :func:`read_boxed`, which SEM and the tool-call
 protocol use to read a boxed answer.

@@ -1,6 +1,6 @@
 """The Search-R1 protocol.
 
-Search-R1 (PAPERS.md §5): the policy searches with ``<search>query</search>``, reads the
+Search-R1 (docs/methods.md#search-r1): the policy searches with ``<search>query</search>``, reads the
 passages inside ``<information>…</information>``, and ends with ``<answer>…</answer>``.
 Reasoning in ``<think>…</think>`` is optional.
 

@@ -1,4 +1,4 @@
-"""The SEM protocol: answer first, then search as often as needed (PAPERS.md §3).
+"""The SEM protocol: answer first, then search as often as needed (docs/methods.md#sem-protocol).
 
 Turn 0 is ``<think>…</think><answer>a1</answer>``, optionally followed by
 ``<search>query</search>``. After a search the env returns ``<result>…</result>`` and each
@@ -82,11 +82,11 @@ class SEMProtocol(Protocol):
       pairs are well formed (``format_ok`` True); ``answer`` is the first one and
       ``think_blocks``/``answer_blocks`` count all of them, for SEM's ``t`` indicator.
     * Turn 1 and later (after a search): ``[think] search``, kind ``search`` with no
-      ``answer``; or exactly one think/answer pair, kind ``answer``. PAPERS.md §3 (corrected)
+      ``answer``; or exactly one think/answer pair, kind ``answer``. docs/methods.md#sem-protocol
       allows several searches before the final answer, as in SEM's own multi-hop example.
 
     An answer is the content of the first ``\\boxed{}`` inside ``<answer>`` when present,
-    else the whole ``<answer>`` text (as PAPERS.md §3 settles), stripped.
+    else the whole ``<answer>`` text (as docs/methods.md#sem-protocol settles), stripped.
 
     Blocks do not nest: a tag inside another block (``<think><think>…``, ``<answer><search>…``)
     is invalid, and so is a ``\\boxed{}`` inside the box of an answer.

@@ -1,6 +1,6 @@
 """The tool-call protocol of LightSearcher and HiExp: ``<think>`` then one answer or tool call.
 
-A well-formed action (PAPERS.md §1) is ``<think>…</think>`` followed by exactly one of
+A well-formed action (docs/methods.md#lightsearcher) is ``<think>…</think>`` followed by exactly one of
 ``<answer>…</answer>`` or ``<tool_call>{"name": "search", "arguments": {"query": …}}</tool_call>``,
 with nothing but white space around and between them. Search results come back inside
 ``<tool_response>…</tool_response>``.
@@ -65,7 +65,7 @@ class ToolCallProtocol(Protocol):
     invalid with ``format_ok`` False. Keys of ``arguments`` other than ``query`` are
     ignored. The answer is the content of the first ``\\boxed{}`` in the ``<answer>`` block
     when there is one (LightSearcher's learnt guidance asks for a boxed answer), else the
-    whole block text, stripped; PAPERS.md settles this reading for SEM and it is used here
+    whole block text, stripped; docs/methods.md#sem-protocol settles this reading for SEM and it is used here
     too.
 
     Blocks do not nest: a tag inside another block (``<think><think>…``, ``<answer><tool_call>…``)

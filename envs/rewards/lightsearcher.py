@@ -21,7 +21,7 @@ __all__ = ["LightSearcherReward", "MinToolCallStore"]
 
 
 class LightSearcherReward(RewardScheme):
-    """LightSearcher's reward (PAPERS.md §1, Eq. 16-18).
+    """LightSearcher's reward (docs/methods.md#lightsearcher-reward, the paper's Eq. 16-18).
 
     Equations, for a trajectory with ``m`` searches and final answer ``y``::
 

@@ -11,10 +11,10 @@ __all__ = ["SEMReward"]
 
 
 class SEMReward(RewardScheme):
-    """SEM's reward (PAPERS.md §3, Eq. 1), for trajectories of the SEM protocol.
+    """SEM's reward (docs/methods.md#sem-reward, the paper's Eq. 1), for trajectories of the SEM protocol.
 
     The policy first reasons and gives an answer a1; if unsure it may then search (several
-    times, PAPERS.md §3 as corrected), reason again and give a final answer a2. With τ the confidence threshold::
+    times, docs/methods.md#sem-protocol), reason again and give a final answer a2. With τ the confidence threshold::
 
         R = f · [ 1{F1(a1) >= τ and s = 0 and t = 1} · F1(a1)
                 + 1{F1(a1) <  τ and u = 1}          · F1(a2) ]
@@ -33,7 +33,7 @@ class SEMReward(RewardScheme):
     answer pays only through searches followed by a final answer. A confident, correct
     a1 followed by a needless search scores 0, as does a truncated episode (``f = 0``).
 
-    Defaults: τ = 0.8 (PAPERS.md settles it; the paper leaves it unnamed).
+    Defaults: τ = 0.8 (the paper gives τ no value; docs/methods.md#sem-reward).
 
     Args:
         tau: Threshold in [0, 1] on F1(a1) for counting the first answer as right.

@@ -16,7 +16,7 @@ from ..errors import InvalidArgumentError
 __all__ = ["TSAS_VARIANTS", "tsas_advantages", "tsas_stage"]
 
 TSAS_VARIANTS = ("eq4", "eq2")
-"""Readings of stage 2: Eq. 4 as printed, and the Eq. 2-faithful one (PAPERS.md §2)."""
+"""Readings of stage 2: Eq. 4 as printed, and the Eq. 2-faithful one (docs/methods.md#light-search-readings)."""
 
 
 def _sigmoid(x: float) -> float:
@@ -46,7 +46,7 @@ def tsas_advantages(
     alpha: float = 0.01,
     variant: Literal["eq4", "eq2"] = "eq4",
 ) -> list[float]:
-    """Shaped advantages of the G rollouts of one question (PAPERS.md §2).
+    """Shaped advantages of the G rollouts of one question (docs/methods.md#light-search).
 
     For rollout ``i`` with task reward ``R_i`` (F1 in training), ``S_i`` searches and
     ``T_i`` reasoning steps (``<think>`` blocks by default, or reasoning tokens)::
@@ -65,7 +65,7 @@ def tsas_advantages(
     from those below it, so a right search outranks a right direct answer.
 
     The paper's Eq. 2 instead defines stage 2 as a cost charged to successful trajectories
-    only, ``R2 = R − g(R)·C``. PAPERS.md §2 settles that reading as ``variant="eq2"``
+    only, ``R2 = R − g(R)·C``. docs/methods.md#light-search-readings settles that reading as ``variant="eq2"``
     (stage 1 unchanged)::
 
         σ+_i = max(0, sigmoid(A+_i) - 0.5)
@@ -74,7 +74,7 @@ def tsas_advantages(
     so a rollout above the group mean pays for its searches and reasoning, and one below
     it is left at ``A+_i``.
 
-    Settled in PAPERS.md: mean and std are over the group, std is the population std
+    Settled in docs/methods.md#light-search: mean and std are over the group, std is the population std
     (divide by G), logs are natural, and stage 1 uses ``log(T + 1)`` where the paper writes
     ``log(T)`` so that T = 0 is defined. ``α`` appears in stage 1 only.
 

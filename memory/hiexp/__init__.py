@@ -1,4 +1,4 @@
-"""HiExp's hierarchical experience (PAPERS.md section 4)."""
+"""HiExp's hierarchical experience (docs/methods.md#hiexp)."""
 
 from .build import BuildReport
 from .encode import MiniLMEncoder

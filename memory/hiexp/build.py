@@ -1,4 +1,4 @@
-"""HiExp's construction (PAPERS.md section 4; HiExp's Algorithm 1).
+"""HiExp's construction (docs/methods.md#hiexp; HiExp's Algorithm 1).
 
 1. :func:`distill`: group finished trajectories by question id and split each group by
    outcome reward: successful when ``reward >= success_threshold`` (default 0.5), failed

@@ -1,4 +1,4 @@
-"""HiExp's title encoder and clustering (PAPERS.md section 4).
+"""HiExp's title encoder and clustering (docs/methods.md#hiexp).
 
 Titles are embedded with a sentence encoder (by default all-MiniLM-L6-v2, the offline model
 of dense retrieval) into L2-normalised rows, and each level is clustered with

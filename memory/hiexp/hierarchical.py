@@ -1,4 +1,4 @@
-"""HiExp's hierarchical experience: the levels of records and their retrieval (PAPERS.md section 4).
+"""HiExp's hierarchical experience: the levels of records and their retrieval (docs/methods.md#hiexp).
 
 :class:`HierarchicalExperience` holds the records of every level.
 :meth:`~HierarchicalExperience.build` constructs them offline from K rollouts per question

@@ -1,4 +1,4 @@
-"""HiExp's storage: ``hiexp_levels.jsonl`` in a store folder (PAPERS.md section 4).
+"""HiExp's storage: ``hiexp_levels.jsonl`` in a store folder (docs/methods.md#hiexp).
 
 One JSON object per line, each an :class:`~searchgym.memory.hiexp.record.ExperienceRecord`
 with its ``level`` and ``"schema": 1``, lowest level first. :func:`save_records` writes

@@ -1,5 +1,5 @@
 """HiExp's experience record and the interface of the case summarisers that write it
-(PAPERS.md section 4).
+(docs/methods.md#hiexp).
 
 A level-1 record contrasts the successful and failed rollouts of one question; a record of
 level l > 1 generalises a cluster of level l-1 records. Both are written by a *case

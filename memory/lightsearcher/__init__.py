@@ -1,4 +1,4 @@
-"""LightSearcher's contrastive experience memory (PAPERS.md section 1)."""
+"""LightSearcher's contrastive experience memory (docs/methods.md#lightsearcher-memory)."""
 
 from .bank import ExperienceBank, Summarizer, SummarizerError, TrajectorySummary, summarise_trajectory
 from .bank_history import BankRecord, read_bank_history

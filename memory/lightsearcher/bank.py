@@ -1,7 +1,7 @@
 """LightSearcher's experience bank, the trajectory summaries a summariser reads, and the
 summariser interface.
 
-A summariser reads compact summaries of Good and Bad trajectories (PAPERS.md §1: each with
+A summariser reads compact summaries of Good and Bad trajectories (docs/methods.md#lightsearcher-memory: each with
 its F1, its reward and an explanation of that reward) and writes an :class:`ExperienceBank`:
 guidance in three groups (success strategies, pitfalls to avoid, reasoning guidelines).
 The backends are in :mod:`~searchgym.memory.lightsearcher.rule_summarizer` (the default) and

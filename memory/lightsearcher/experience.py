@@ -1,4 +1,4 @@
-"""LightSearcher's contrastive experience memory (PAPERS.md §1, Sec. 4.2 and 4.4 of the paper).
+"""LightSearcher's contrastive experience memory (docs/methods.md#lightsearcher-memory, Sec. 4.2 and 4.4 of the paper).
 
 Finished trajectories go in with :meth:`ExperienceMemory.add`. Every ``update_every``
 calls of :meth:`ExperienceMemory.step` (a training step, as the trainer counts them) the

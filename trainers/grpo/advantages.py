@@ -7,7 +7,7 @@ name            advantage of rollout i                                          
 ==============  ==============================================================  ===========================
 ``group_norm``  (R_i − mean R) / (std R + ε), std with Bessel's correction       GRPO (DeepSeekMath); OpenRLHF
 ``dr_grpo``     R_i − mean R                                                     Dr. GRPO; OpenRLHF
-``tsas``        Light-Search's two stages (PAPERS.md §2), switching at M1        :func:`searchgym.tsas_advantages`
+``tsas``        Light-Search's two-stage shaping: docs/methods.md#light-search  :func:`searchgym.tsas_advantages`
 ==============  ==============================================================  ===========================
 
 ``group_norm`` divides by the sample standard deviation (divide by G − 1) plus ε = 1e-9,

@@ -1,6 +1,6 @@
 """The Ray worker hook: Light-Search's TSAS and the memory's steps inside OpenRLHF's trainer.
 
-Light-Search's two-stage advantage (PAPERS.md §2) cannot be written as a reward:
+Light-Search's two-stage advantage (docs/methods.md#light-search) cannot be written as a reward:
 OpenRLHF's ``group_norm`` divides it by the group's std and ``dr_grpo`` subtracts the
 group mean again. So the hook wraps
 ``RemoteExperienceMaker.compute_advantages_and_returns`` in the process that runs it, the

@@ -91,7 +91,7 @@ class AdvantageConfig:
     """A group-advantage scheme applied inside OpenRLHF's trainer actor (``agent.advantage``).
 
     Attributes:
-        scheme: ``tsas``: Light-Search's two-stage shaping (PAPERS.md §2), applied by the
+        scheme: ``tsas``: Light-Search's two-stage shaping (docs/methods.md#light-search), applied by the
             worker hook of :mod:`~searchgym.trainers.openrlhf.advantage_hook`. R is the
             env's reward, S the searches and T the ``<think>`` blocks of each rollout.
         warmup_steps: M1, the training step at which stage 2 starts (paper: 150).
