@@ -289,7 +289,7 @@ def server_dense(report: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
-def autocast_cpu(report: dict[str, Any]) -> str:
+def autocast_cpu(report: dict[str, Any], stem: str = "autocast_cpu") -> str:
     median = report["median_s"]
     rows = ["| setting | sampling (s) | update (s) |", "|---|---:|---:|"]
     for name, parts in median.items():
@@ -299,10 +299,21 @@ def autocast_cpu(report: dict[str, Any]) -> str:
     return "\n".join(rows) + (
         f"\n\nSmolLM2-135M-Instruct, {report['batch']} sequences of {report['prompt_tokens']} tokens; sampling "
         f"{report['new_tokens']} new tokens each; update: their log-probabilities and the backward pass. "
-        f"Medians of {report['repeats']} alternated runs: autocast is {base['sampling'] / fast['sampling']:.1f}x "
-        f"as fast at sampling and {base['update'] / fast['update']:.1f}x at the update. {_machine(report)}, "
-        f"torch threads {report['torch_threads']}, CPU flags: {flags}. {_source('autocast_cpu', report)}"
+        f"{_runs(report['repeats'])}: autocast is {_speed(base['sampling'], fast['sampling'])} at sampling and "
+        f"{_speed(base['update'], fast['update'])} at the update. {_machine(report)}, "
+        f"torch threads {report['torch_threads']}, CPU flags: {flags}. {_source(stem, report)}"
     )
+
+
+def _runs(repeats: int) -> str:
+    return f"Medians of {repeats} alternated runs" if repeats > 1 else "One run of each"
+
+
+def _speed(base_s: float, other_s: float) -> str:
+    """``other_s`` against ``base_s`` in words: "2.3x as fast" or "4.4x slower"."""
+    if other_s <= base_s:
+        return f"{base_s / other_s:.1f}x as fast"
+    return f"{other_s / base_s:.1f}x slower"
 
 
 def server_cache(report: dict[str, Any]) -> str:
@@ -396,6 +407,7 @@ TABLES: dict[str, tuple[Path, Callable[[dict[str, Any]], str]]] = {
     "server_cache": (RETRIEVAL, server_cache),
     "e5_prefix": (RETRIEVAL, e5_prefix),
     "autocast_cpu": (TRAIN_CLI, autocast_cpu),
+    "autocast_cpu_avx2": (TRAIN_CLI, lambda report: autocast_cpu(report, "autocast_cpu_avx2")),
     "kv_reuse": (EVALUATION, kv_reuse),
 }
 SOURCES = {"server_workers": ("server_workers_1", "server_workers_2")}

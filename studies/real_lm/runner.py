@@ -35,7 +35,12 @@ def run(
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)
     results = run_study(
-        study, output_dir, arms=arms, seeds=seeds, collect=collect, log=lambda m: print(m, file=sys.stderr, flush=True)
+        study,
+        output_dir,
+        arms=arms,
+        seeds=seeds,
+        collect=collect,
+        log=lambda m: print(m, file=sys.stderr, flush=True),
     )
     print(format_summary(results))
     out = Path(output_dir or study["output_dir"])

@@ -53,7 +53,7 @@ class WarmStartSettings:
         seed: Seed of the example order, the direct/search coin and torch.
         autocast: ``bfloat16`` trains float32 weights under bfloat16 autocast (fast on a CPU
             with native bfloat16, AMX or AVX512-BF16); ``None`` trains in float32, the fast
-            choice on a CPU without it (see ``results/warm_start_speed.json``).
+            choice on a CPU without it (see ``benchmarks/results/autocast_cpu_avx2.json``).
     """
 
     fact_repeats: int = 6
@@ -224,7 +224,9 @@ def warm_start(
             steps += 1
             if steps % 5 == 0 or steps == total:
                 elapsed = time.perf_counter() - start
-                log(f"warm start step {steps}/{total} (epoch {epoch + 1}): loss {losses[-1]:.3f}, {elapsed:.0f} s")
+                log(
+                    f"warm start step {steps}/{total} (epoch {epoch + 1}): loss {losses[-1]:.3f}, {elapsed:.0f} s"
+                )
     policy.eval()
     policy.save_pretrained(out)
     tokenizer.save_pretrained(out)
