@@ -13,7 +13,7 @@ import pytest
 
 from searchgym.envs.errors import InvalidArgumentError, SearchGymError, UnknownNameError
 from searchgym.envs.protocols import make_protocol
-from searchgym.trainers.config_base import ConfigError
+from searchgym.envs.config_base import ConfigError
 from searchgym.trainers.openrlhf import agent_file_path, compose, launch, load_run_config
 from searchgym.trainers.openrlhf.advantage_hook import HOOK
 from searchgym.trainers.openrlhf.flags import FlagError, check_flags, openrlhf_parser
@@ -334,7 +334,7 @@ def test_tsas_needs_a_group_estimator_and_installs_the_hook(tmp_path):
 
 
 def test_the_agent_memory_is_the_builtin_memory_section(tmp_path, monkeypatch):
-    from searchgym.trainers.memory_config import MemoryConfig
+    from searchgym.memory.config import MemoryConfig
     from searchgym.trainers.openrlhf import env_pool
 
     none = load_run_config(write(tmp_path, BASE.replace("agent:\n", "agent:\n  memory: {kind: none}\n")))

@@ -92,7 +92,7 @@ def _env(study: dict[str, Any], arm: dict[str, Any], seed: int, split: str, skil
 def _advantages(
     arm: dict[str, Any], train: dict[str, Any], step: int, group: list[dict[str, Any]]
 ) -> list[float]:
-    from searchgym.trainers.grpo.advantages import GroupFigures, group_advantages
+    from searchgym.trainers.advantages import GroupFigures, group_advantages
 
     figures = GroupFigures(
         rewards=tuple(g["reward"] for g in group),

@@ -33,7 +33,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .advantages import GroupFigures, dr_grpo, group_advantages, group_norm, tsas
+    from ..advantages import GroupFigures, dr_grpo, group_advantages, group_norm, tsas
     from .checkpoint import TrainerState, latest_checkpoint, list_checkpoints
     from .generation import Sampled, SamplingSettings, sample_actions
     from .loss import clipped_token_loss, k3_kl, token_logprobs, token_weights

@@ -42,10 +42,10 @@ from tqdm.auto import tqdm
 from ...envs.errors import InvalidArgumentError
 from ...policies.chat import ChatFormatter
 from ..config import ConfigError, TrainConfig
-from ..config_base import dump_yaml, save_yaml, to_dict
+from ...envs.config_base import dump_yaml, plain, save_yaml, to_dict
 from ..ray_store import NAMESPACE as STORE_NAMESPACE
 from ..ray_store import StoreClient
-from .advantages import GroupFigures, group_advantages
+from ..advantages import GroupFigures, group_advantages
 from .checkpoint import (
     Checkpoint,
     TrainerState,
@@ -271,7 +271,7 @@ class GRPOTrainer:
         check_resume(
             saved.folder,
             saved_config(file, type(self.config)),
-            yaml.safe_load(dump_yaml(self.config, lenient=True)),
+            plain(self.config),
             output_dir=self.output_dir,
             allow=self.config.checkpoint.allow_changes,
         )

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from searchgym.trainers.config import EnvConfig, TrainConfig
-from searchgym.trainers.config_base import (
+from searchgym.envs.config_base import (
     check,
     check_finite,
     check_int,

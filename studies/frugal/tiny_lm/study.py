@@ -33,7 +33,7 @@ import yaml
 
 from searchgym.envs.errors import InvalidArgumentError, did_you_mean
 from searchgym.trainers.config import ConfigError
-from searchgym.trainers.config_base import to_dict
+from searchgym.envs.config_base import to_dict
 
 from .config import StudyRunConfig
 
