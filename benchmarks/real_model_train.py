@@ -171,7 +171,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
 
-    from searchgym.trainers.config import load_config
+    from searchgym.trainers.run_spec import load_config
     from searchgym.trainers.grpo import GRPOTrainer
 
     config = load_config(args.config)

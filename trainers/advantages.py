@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..envs.checks import check_number
-from ..envs.config_base import ConfigError, check_choice, check_finite, check_int
-from ..envs.errors import InvalidArgumentError, did_you_mean
+from ..envs.config_base import check_choice, check_finite, check_int
+from ..envs.errors import InvalidArgumentError
 from ..envs.rewards import TSAS_VARIANTS, tsas_advantages, tsas_stage
 
 __all__ = [
@@ -131,7 +131,7 @@ def group_advantages(
         InvalidArgumentError: an unknown estimator, or figures of unequal lengths for ``tsas``.
     """
     if estimator not in ESTIMATORS:
-        raise did_you_mean("advantage estimator", estimator, ESTIMATORS)
+        raise InvalidArgumentError(f"estimator must be one of {', '.join(ESTIMATORS)}; got {estimator!r}.")
     config = AdvantageConfig(estimator, tsas_warmup_steps, tsas_alpha, tsas_variant)
     return build_advantage(config)(figures, step)
 
@@ -219,13 +219,7 @@ class AdvantageConfig:
     reasoning: Literal["steps", "tokens"] = "steps"
 
     def __post_init__(self) -> None:
-        if self.estimator not in ESTIMATORS:
-            raise ConfigError(
-                "estimator",
-                self.estimator,
-                "one of " + ", ".join(ESTIMATORS),
-                str(did_you_mean("advantage estimator", self.estimator, ESTIMATORS)),
-            )
+        check_choice("estimator", self.estimator, tuple(ESTIMATORS))
         check_choice("variant", self.variant, TSAS_VARIANTS)
         check_int("warmup_steps", self.warmup_steps, 0)
         check_finite("alpha", self.alpha)

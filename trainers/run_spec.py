@@ -180,8 +180,8 @@ class RunSpec:
             ``agent`` (:class:`AgentOptions`).
     """
 
-    env: EnvConfig
     backend: Literal["builtin", "openrlhf"] = "builtin"
+    env: EnvConfig = field(default_factory=EnvConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     advantage: AdvantageConfig | None = None
     builtin: BuiltinConfig | None = None
@@ -468,7 +468,6 @@ def run_spec_from_dict(data: Mapping[str, Any] | None, source: str | None = None
     if is_old_layout(data) is not None:
         raise OldLayoutError(source or "FILE", str(is_old_layout(data)))
     try:
-        check("env", None, "env" in data, "an env section with at least the env id (env: {id: ...})")
         spec = from_dict(RunSpec, data)
     except ConfigError as exc:
         raise exc.within(source=source) from None

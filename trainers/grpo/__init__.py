@@ -3,7 +3,7 @@
 For CPU runs, single-GPU users and as a readable reference next to the OpenRLHF plugin.
 Run it with ``searchgym train --config configs/grpo_synthetic.yaml`` or::
 
-    from searchgym.trainers.config import load_config
+    from searchgym.trainers.run_spec import load_config
     from searchgym.trainers.grpo import train
 
     state = train(load_config("configs/grpo_synthetic.yaml"))

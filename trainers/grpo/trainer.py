@@ -123,7 +123,7 @@ class GRPOTrainer:
         progress: Show a progress bar over steps.
 
     Example:
-        >>> from searchgym.trainers.config import load_config
+        >>> from searchgym.trainers.run_spec import load_config
         >>> trainer = GRPOTrainer(load_config("configs/grpo_synthetic.yaml"))  # doctest: +SKIP
         >>> state = trainer.train()  # doctest: +SKIP
     """
