@@ -341,17 +341,27 @@ def merge(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def field_help(cls: type) -> dict[str, str]:
+def field_help(cls: type, section: str = "Attributes") -> dict[str, str]:
     """The help text of each field of the config dataclass ``cls``, from the ``Attributes:``
-    sections of its docstring and its bases' (one paragraph per field, joined to one line)."""
+    sections of its docstring and its bases' (one paragraph per field, joined to one line).
+
+    With ``section="Args"``, the constructor's arguments as the class (or its ``__init__``)
+    documents them.
+    """
     import inspect
 
     out: dict[str, str] = {}
+    header = f"{section}:"
+    docs = []
     for klass in reversed(cls.__mro__):
-        doc = inspect.getdoc(klass) if "__doc__" in vars(klass) else None
-        if not doc or "Attributes:" not in doc:
+        if "__doc__" in vars(klass):
+            docs.append(inspect.getdoc(klass))
+        if section == "Args" and "__init__" in vars(klass):
+            docs.append(inspect.getdoc(vars(klass)["__init__"]))
+    for doc in docs:
+        if not doc or header not in doc:
             continue
-        lines = doc.split("Attributes:", 1)[1].splitlines()
+        lines = doc.split(header, 1)[1].splitlines()
         name, text = None, []
         for line in lines[1:]:
             if line and not line.startswith(" "):
