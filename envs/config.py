@@ -121,7 +121,10 @@ class EnvConfig:
                 raise ConfigError(name, value, f"null: {self.id} does not take it (it takes: {allowed})")
         if self.protocol is not None and self.protocol not in PROTOCOLS:
             raise ConfigError(
-                "protocol", self.protocol, "a registered protocol", str(did_you_mean("protocol", self.protocol, PROTOCOLS))
+                "protocol",
+                self.protocol,
+                "a registered protocol",
+                str(did_you_mean("protocol", self.protocol, PROTOCOLS)),
             )
         for name in ("topk", "max_turns"):
             value = getattr(self, name)
@@ -138,11 +141,17 @@ class EnvConfig:
         try:
             check_reward_kwargs(self.reward_name, self.reward_kwargs or {})
         except (InvalidArgumentError, UnknownNameError) as exc:
-            raise ConfigError("reward_kwargs", self.reward_kwargs, "the scheme's parameters", str(exc)) from None
+            raise ConfigError(
+                "reward_kwargs", self.reward_kwargs, "the scheme's parameters", str(exc)
+            ) from None
 
     def kwargs(self) -> dict[str, Any]:
         """The keyword arguments of ``gym.make(self.id, ...)``: every field that is set."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "id" and getattr(self, f.name) is not None}
+        return {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if f.name != "id" and getattr(self, f.name) is not None
+        }
 
     @classmethod
     def from_kwargs(cls, env_id: str, kwargs: dict[str, Any]) -> EnvConfig:
@@ -164,6 +173,11 @@ class EnvConfig:
     def reward_name(self) -> str:
         """The reward scheme's name: ``reward``, else the env's default."""
         return str(self.reward if self.reward is not None else self._default("reward"))
+
+    @property
+    def protocol_name(self) -> str:
+        """The protocol's name: ``protocol``, else the env's default."""
+        return str(self.protocol if self.protocol is not None else self._default("protocol"))
 
     @property
     def reward_class(self) -> type:

@@ -19,10 +19,10 @@ from searchgym.envs.checks import (
     check_probability,
     check_string,
 )
-from searchgym.envs.errors import InvalidArgumentError
 from searchgym.envs.config_base import ConfigError
 from searchgym.envs.config_base import check_finite as config_check_finite
 from searchgym.envs.config_base import check_int as config_check_int
+from searchgym.envs.errors import InvalidArgumentError
 
 ROOT = Path(__file__).resolve().parents[1]
 LIBRARY = ("envs", "memory", "policies", "trainers", "searchgym", "studies")

@@ -17,7 +17,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_the_reference_page_is_the_rendered_field_help():
     page = (ROOT / "docs" / "config.md").read_text(encoding="utf-8")
-    assert page == render(), "docs/config.md is stale: python -m searchgym.trainers.config_docs > docs/config.md"
+    assert page == render(), (
+        "docs/config.md is stale: python -m searchgym.trainers.config_docs > docs/config.md"
+    )
 
 
 @pytest.mark.parametrize("key,cls", SECTIONS, ids=[key for key, _ in SECTIONS])

@@ -14,10 +14,9 @@ pytest.importorskip("transformers")
 import yaml  # noqa: E402
 
 from searchgym.cli import main  # noqa: E402
+from searchgym.envs.config_base import dump_yaml  # noqa: E402
 from searchgym.policies.tiny import build_tiny_lm  # noqa: E402
 from searchgym.trainers.config import TrainConfig  # noqa: E402
-from searchgym.trainers.run_spec import convert  # noqa: E402
-from searchgym.envs.config_base import dump_yaml  # noqa: E402
 from searchgym.trainers.grpo import GRPOTrainer, list_checkpoints  # noqa: E402
 from searchgym.trainers.grpo.resume_check import (  # noqa: E402
     ABSENT,
@@ -25,6 +24,7 @@ from searchgym.trainers.grpo.resume_check import (  # noqa: E402
     config_changes,
     saved_config,
 )
+from searchgym.trainers.run_spec import convert  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -167,7 +167,9 @@ def _name_branches(path: Path, names: set[str], root: Path = ROOT) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "trainers").rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize(
+    "path", sorted((ROOT / "trainers").rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT))
+)
 def test_trainers_ask_the_registries_instead_of_branching_on_scheme_names(path):
     assert _name_branches(path, _scheme_names()) == []
 

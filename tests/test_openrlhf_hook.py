@@ -22,8 +22,8 @@ pytest.importorskip("openrlhf.utils.agent", reason="needs openrlhf==0.11.2 (--no
 torch = pytest.importorskip("torch")
 
 from searchgym.envs.rewards.tsas import tsas_advantages  # noqa: E402
-from searchgym.trainers.openrlhf import advantage_hook  # noqa: E402
 from searchgym.trainers.advantages import AdvantageConfig, build_advantage  # noqa: E402
+from searchgym.trainers.openrlhf import advantage_hook  # noqa: E402
 from searchgym.trainers.openrlhf.config import AgentConfig, MemoryConfig  # noqa: E402
 
 TSAS = AdvantageConfig(estimator="tsas")
@@ -308,7 +308,9 @@ def test_ray_runs_the_hook_in_every_worker_from_the_runtime_env(tmp_path):
     if ray.is_initialized():
         pytest.skip("another test left Ray running")
     config = tmp_path / "agent.yaml"
-    config.write_text("env: {id: searchgym/SyntheticFacts-v0}\nadvantage: {estimator: tsas, warmup_steps: 7}\n")
+    config.write_text(
+        "env: {id: searchgym/SyntheticFacts-v0}\nadvantage: {estimator: tsas, warmup_steps: 7}\n"
+    )
     ray.init(
         num_cpus=1,
         include_dashboard=False,

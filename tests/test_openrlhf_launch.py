@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from searchgym.envs.config_base import ConfigError
 from searchgym.envs.errors import InvalidArgumentError, SearchGymError, UnknownNameError
 from searchgym.envs.protocols import make_protocol
-from searchgym.envs.config_base import ConfigError
 from searchgym.trainers.openrlhf import agent_file_path, compose, launch, load_run_config
 from searchgym.trainers.openrlhf.advantage_hook import HOOK
 from searchgym.trainers.openrlhf.flags import FlagError, check_flags, openrlhf_parser
@@ -368,7 +368,8 @@ def test_job_submission_mode(tmp_path):
     path = write(
         tmp_path,
         BASE.replace(
-            "openrlhf:\n", "openrlhf:\n  launch: {ray_address: 'http://head:8265', env: {SEARCHGYM_DATA_DIR: /data}}\n"
+            "openrlhf:\n",
+            "openrlhf:\n  launch: {ray_address: 'http://head:8265', env: {SEARCHGYM_DATA_DIR: /data}}\n",
         ),
     )
     plan = compose(load_run_config(path))

@@ -60,7 +60,9 @@ def test_openrlhf_configs_in_the_new_layout_give_the_same_runs(name, tmp_path):
     assert new.agent.env_id == expected.env_id
     # An option written as null is the constructor's default when that default is None.
     defaults = inspect.signature(BenchmarkQAEnv.__init__).parameters
-    written = {k: v for k, v in expected.env_kwargs.items() if not (v is None and defaults[k].default is None)}
+    written = {
+        k: v for k, v in expected.env_kwargs.items() if not (v is None and defaults[k].default is None)
+    }
     assert new.agent.env_kwargs == written
     assert new.agent.tokenizer == expected.tokenizer and new.agent.max_pool == expected.max_pool
     if memory is None or memory.get("kind") == "none":
@@ -135,12 +137,17 @@ def test_unknown_key_names_file_dotted_key_and_close_match(tmp_path):
 
 
 def test_wrong_type_is_refused_at_load(tmp_path):
-    error = _error(_write(tmp_path, {"env": {"id": "SyntheticFacts-v0"}, "builtin": {"rollout": {"group_size": "4"}}}))
+    error = _error(
+        _write(tmp_path, {"env": {"id": "SyntheticFacts-v0"}, "builtin": {"rollout": {"group_size": "4"}}})
+    )
     assert error.field == "builtin.rollout.group_size" and "an int" in str(error)
 
 
 def test_a_reward_parameter_the_scheme_lacks_fails_at_load(tmp_path):
-    path = _write(tmp_path, {"env": {"id": "SyntheticFacts-v0", "reward": "lightsearcher", "reward_kwargs": {"lamda": 1}}})
+    path = _write(
+        tmp_path,
+        {"env": {"id": "SyntheticFacts-v0", "reward": "lightsearcher", "reward_kwargs": {"lamda": 1}}},
+    )
     error = _error(path)
     assert error.field == "env.reward_kwargs" and "'lam'" in str(error)
 
@@ -151,7 +158,12 @@ def test_an_env_option_the_env_does_not_take_fails_at_load(tmp_path):
 
 
 def test_an_unknown_tsas_variant_fails_at_load(tmp_path):
-    error = _error(_write(tmp_path, {"env": {"id": "SyntheticFacts-v0"}, "advantage": {"estimator": "tsas", "variant": "eq3"}}))
+    error = _error(
+        _write(
+            tmp_path,
+            {"env": {"id": "SyntheticFacts-v0"}, "advantage": {"estimator": "tsas", "variant": "eq3"}},
+        )
+    )
     assert error.field == "advantage.variant" and "eq2" in str(error)
 
 
@@ -161,7 +173,10 @@ def test_an_unknown_estimator_gets_did_you_mean(tmp_path):
 
 
 def test_memory_without_a_store_under_openrlhf_fails_at_load(tmp_path):
-    path = _write(tmp_path, {"backend": "openrlhf", "env": {"id": "NQ-v0"}, "memory": {"kind": "lightsearcher"}, "openrlhf": {}})
+    path = _write(
+        tmp_path,
+        {"backend": "openrlhf", "env": {"id": "NQ-v0"}, "memory": {"kind": "lightsearcher"}, "openrlhf": {}},
+    )
     error = _error(path)
     assert error.field == "memory.path" and error.source == str(path)
 
@@ -176,13 +191,21 @@ def test_a_section_of_the_other_backend_fails_at_load(tmp_path):
 def test_token_reasoning_is_refused_under_openrlhf(tmp_path):
     path = _write(
         tmp_path,
-        {"backend": "openrlhf", "env": {"id": "NQ-v0"}, "advantage": {"estimator": "tsas", "reasoning": "tokens"}},
+        {
+            "backend": "openrlhf",
+            "env": {"id": "NQ-v0"},
+            "advantage": {"estimator": "tsas", "reasoning": "tokens"},
+        },
     )
     assert _error(path).field == "advantage.reasoning"
 
 
 def test_extends_merges_the_base_key_by_key(tmp_path):
-    _write(tmp_path, {"env": {"id": "SyntheticFacts-v0", "max_turns": 3, "topk": 2}, "builtin": {"steps": 5}}, "base.yaml")
+    _write(
+        tmp_path,
+        {"env": {"id": "SyntheticFacts-v0", "max_turns": 3, "topk": 2}, "builtin": {"steps": 5}},
+        "base.yaml",
+    )
     path = _write(tmp_path, {"extends": "base.yaml", "env": {"max_turns": 5}, "builtin": {"seed": 3}})
     spec = load_run(path)
     assert (spec.env.max_turns, spec.env.topk) == (5, 2)
@@ -197,7 +220,10 @@ def test_env_kwargs_are_the_fields_that_are_set():
 
 
 def test_an_agent_only_file_in_the_run_layout_is_what_the_agent_reads(tmp_path):
-    path = _write(tmp_path, {"env": {"id": "NQ-v0", "reward": "em"}, "advantage": {"estimator": "tsas", "variant": "eq2"}})
+    path = _write(
+        tmp_path,
+        {"env": {"id": "NQ-v0", "reward": "em"}, "advantage": {"estimator": "tsas", "variant": "eq2"}},
+    )
     agent = load_agent_config(path)
     assert agent.env_id == "searchgym/NQ-v0" and agent.env_kwargs == {"reward": "em"}
     assert agent.advantage is not None and agent.advantage.variant == "eq2"
@@ -206,15 +232,24 @@ def test_an_agent_only_file_in_the_run_layout_is_what_the_agent_reads(tmp_path):
 def test_a_group_norm_advantage_under_openrlhf_sets_its_estimator_flag(tmp_path):
     path = _write(
         tmp_path,
-        {"backend": "openrlhf", "env": {"id": "NQ-v0"}, "advantage": {"estimator": "dr_grpo"}, "openrlhf": {"actor": {"x": 1}}},
+        {
+            "backend": "openrlhf",
+            "env": {"id": "NQ-v0"},
+            "advantage": {"estimator": "dr_grpo"},
+            "openrlhf": {"actor": {"x": 1}},
+        },
     )
     config = load_run_config(path)
     assert config.agent.advantage is None  # OpenRLHF computes it itself
     assert config.openrlhf == {"actor": {"x": 1}, "algo": {"advantage": {"estimator": "dr_grpo"}}}
     clash = _write(
         tmp_path,
-        {"backend": "openrlhf", "env": {"id": "NQ-v0"}, "advantage": {"estimator": "dr_grpo"},
-         "openrlhf": {"algo": {"advantage": {"estimator": "group_norm"}}}},
+        {
+            "backend": "openrlhf",
+            "env": {"id": "NQ-v0"},
+            "advantage": {"estimator": "dr_grpo"},
+            "openrlhf": {"algo": {"advantage": {"estimator": "group_norm"}}},
+        },
         "clash.yaml",
     )
     assert _error(clash).field == "openrlhf.algo.advantage.estimator"
@@ -223,6 +258,11 @@ def test_a_group_norm_advantage_under_openrlhf_sets_its_estimator_flag(tmp_path)
 def test_allow_changes_take_run_file_keys(tmp_path):
     path = _write(
         tmp_path,
-        {"env": {"id": "SyntheticFacts-v0"}, "builtin": {"checkpoint": {"allow_changes": ["env.reward", "advantage.alpha", "builtin.rollout"]}}},
+        {
+            "env": {"id": "SyntheticFacts-v0"},
+            "builtin": {
+                "checkpoint": {"allow_changes": ["env.reward", "advantage.alpha", "builtin.rollout"]}
+            },
+        },
     )
     assert load_config(path).checkpoint.allow_changes == ["env.kwargs.reward", "algo.tsas_alpha", "rollout"]

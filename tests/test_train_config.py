@@ -152,14 +152,18 @@ def test_the_builtin_and_openrlhf_configs_word_a_bad_memory_section_alike(tmp_pa
 
     builtin, openrlhf = tmp_path / "builtin.yaml", tmp_path / "openrlhf.yaml"
     builtin.write_text(f"env: {{id: SyntheticFacts-v0}}\nmemory: {memory}\n")
-    openrlhf.write_text(f"backend: openrlhf\nenv: {{id: SyntheticFacts-v0}}\nmemory: {memory}\nopenrlhf: {{}}\n")
+    openrlhf.write_text(
+        f"backend: openrlhf\nenv: {{id: SyntheticFacts-v0}}\nmemory: {memory}\nopenrlhf: {{}}\n"
+    )
     with pytest.raises(ConfigError) as built_in_error:
         load_config(builtin)
     with pytest.raises(ConfigError) as openrlhf_error:
         load_run_config(openrlhf)
     assert str(built_in_error.value).startswith(f"{builtin}: memory.")
     assert str(openrlhf_error.value).startswith(f"{openrlhf}: memory.")
-    assert str(built_in_error.value)[len(f"{builtin}: ") :] == str(openrlhf_error.value)[len(f"{openrlhf}: ") :]
+    assert (
+        str(built_in_error.value)[len(f"{builtin}: ") :] == str(openrlhf_error.value)[len(f"{openrlhf}: ") :]
+    )
 
 
 def test_the_library_config_has_no_eval_section(tmp_path, capsys):
@@ -168,7 +172,10 @@ def test_the_library_config_has_no_eval_section(tmp_path, capsys):
     path = tmp_path / "run.yaml"
     path.write_text("builtin: {steps: 2, eval: {enabled: true}}\n")
     assert main(["train", "--config", str(path), "--dry-run"]) == 2
-    assert f"{path}: builtin.eval: got {{'enabled': True}}; allowed: the keys of BuiltinConfig" in capsys.readouterr().err
+    assert (
+        f"{path}: builtin.eval: got {{'enabled': True}}; allowed: the keys of BuiltinConfig"
+        in capsys.readouterr().err
+    )
 
 
 def test_errors_from_a_file_name_the_file(tmp_path):

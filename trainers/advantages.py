@@ -176,7 +176,9 @@ def register_estimator(estimator: Estimator) -> Estimator:
     """
     existing = ESTIMATORS.get(estimator.name)
     if existing is not None and existing is not estimator:
-        raise InvalidArgumentError(f"The advantage estimator name {estimator.name!r} is taken; choose another.")
+        raise InvalidArgumentError(
+            f"The advantage estimator name {estimator.name!r} is taken; choose another."
+        )
     ESTIMATORS[estimator.name] = estimator
     return estimator
 
@@ -184,7 +186,10 @@ def register_estimator(estimator: Estimator) -> Estimator:
 register_estimator(Estimator("group_norm", lambda f, step, c: group_norm(f.rewards), openrlhf="group_norm"))
 register_estimator(
     Estimator(
-        "dr_grpo", lambda f, step, c: dr_grpo(f.rewards), openrlhf="dr_grpo", loss_agg="seq_mean_token_sum_norm"
+        "dr_grpo",
+        lambda f, step, c: dr_grpo(f.rewards),
+        openrlhf="dr_grpo",
+        loss_agg="seq_mean_token_sum_norm",
     )
 )
 register_estimator(

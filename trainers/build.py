@@ -27,7 +27,15 @@ from ..envs.rewards import RewardScheme, make_reward, reward_class
 from ..memory.config import MemoryConfig
 from .advantages import build_advantage
 
-__all__ = ["build_advantage", "build_env", "build_memory", "build_reward", "reward_name", "shared_store", "wrap"]
+__all__ = [
+    "build_advantage",
+    "build_env",
+    "build_memory",
+    "build_reward",
+    "reward_name",
+    "shared_store",
+    "wrap",
+]
 
 
 def reward_name(env_id: str, kwargs: Mapping[str, Any]) -> str:
@@ -79,7 +87,14 @@ def build_memory(memory: MemoryConfig, **options: Any) -> Any:
     return memory.build(**options)
 
 
-def wrap(env: gym.Env, memory: Any, memory_config: MemoryConfig | None, *, record: bool = True, seed: int | None = None) -> gym.Env:
+def wrap(
+    env: gym.Env,
+    memory: Any,
+    memory_config: MemoryConfig | None,
+    *,
+    record: bool = True,
+    seed: int | None = None,
+) -> gym.Env:
     """``env`` behind the memory wrapper of ``memory`` (``env`` itself when ``memory`` is None)."""
     if memory is None:
         return env

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
+from ..envs.config import env_keywords
 from ..envs.config_base import (
     ConfigError,
     check,
@@ -27,6 +28,7 @@ from ..envs.config_base import (
     save_yaml,
     to_dict,
 )
+from ..envs.rewards import RewardScheme, reward_class
 from ..memory.config import MEMORY_BACKENDS, MEMORY_KINDS, MemoryConfig
 from .advantages import ESTIMATORS, AdvantageConfig
 
@@ -300,9 +302,7 @@ class AlgoConfig(UpdateConfig):
         try:
             self.advantage_config()
         except ConfigError as exc:
-            raise ConfigError(
-                _ADVANTAGE_FIELDS[exc.field], exc.value, exc.allowed, exc.hint
-            ) from None
+            raise ConfigError(_ADVANTAGE_FIELDS[exc.field], exc.value, exc.allowed, exc.hint) from None
 
     def advantage_config(self) -> AdvantageConfig:
         """The ``advantage`` section these fields hold."""
@@ -492,14 +492,10 @@ class TrainConfig:
 
     def shared_store_keyword(self) -> str | None:
         """The reward scheme's shared-store keyword (:attr:`RewardScheme.shared_store`), or None."""
-        from ..envs.rewards import RewardScheme, reward_class
-
         reward = self.env.kwargs.get("reward")
         if isinstance(reward, RewardScheme):
             return type(reward).shared_store
         if reward is None:
-            from ..envs.config import env_keywords
-
             reward = (env_keywords(self.env.id) or {})["reward"].default
         return reward_class(reward).shared_store
 

@@ -80,7 +80,12 @@ rewrites it, and `searchgym config check FILE` prints a file as the backends rea
 
 def _type(hint: Any) -> str:
     text = str(hint) if not isinstance(hint, type) else hint.__name__
-    for prefix in ("typing.", "searchgym.trainers.config.", "searchgym.trainers.advantages.", "searchgym.trainers.run_spec."):
+    for prefix in (
+        "typing.",
+        "searchgym.trainers.config.",
+        "searchgym.trainers.advantages.",
+        "searchgym.trainers.run_spec.",
+    ):
         text = text.replace(prefix, "")
     return text.replace("NoneType", "None").replace("|", "or").replace("  ", " ")
 
@@ -105,7 +110,14 @@ def _section(key: str, cls: type) -> list[str]:
     doc = (inspect.getdoc(cls) or "").split("\n\n")[0].replace("\n", " ")
     help_text = field_help(cls)
     hints = typing.get_type_hints(cls)
-    lines = [f"## `{key}`" if key != "the file" else "## The file", "", doc, "", "| key | type | default | meaning |", "|---|---|---|---|"]
+    lines = [
+        f"## `{key}`" if key != "the file" else "## The file",
+        "",
+        doc,
+        "",
+        "| key | type | default | meaning |",
+        "|---|---|---|---|",
+    ]
     for f in dataclasses.fields(cls):
         if not f.init:
             continue
@@ -129,7 +141,9 @@ def _rewards() -> list[str]:
             if p.name != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
         ]
         help_text = field_help(cls, "Args")
-        shared = f" Its `{cls.shared_store}` is shared by every rollout of the run." if cls.shared_store else ""
+        shared = (
+            f" Its `{cls.shared_store}` is shared by every rollout of the run." if cls.shared_store else ""
+        )
         lines += [f"### `{name}` ({cls.__name__})", ""]
         if shared:
             lines += [shared.strip(), ""]
@@ -145,7 +159,12 @@ def _rewards() -> list[str]:
 
 
 def _estimators() -> list[str]:
-    lines = ["## `advantage.estimator`: the registered estimators", "", "| estimator | under OpenRLHF | reads |", "|---|---|---|"]
+    lines = [
+        "## `advantage.estimator`: the registered estimators",
+        "",
+        "| estimator | under OpenRLHF | reads |",
+        "|---|---|---|",
+    ]
     for name, spec in ESTIMATORS.items():
         where = f"OpenRLHF's `{spec.openrlhf}`" if spec.openrlhf else "searchgym's worker hook"
         lines.append(f"| `{name}` | {where} | rewards{''.join(', ' + u for u in spec.uses)} |")

@@ -15,9 +15,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from ..envs.config import env_keywords
 from ..envs.errors import DataFileError, InvalidArgumentError, SearchGymError, did_you_mean
 from ..envs.models import MODELS, ModelNotPulledError, resolve_model
-from ..envs.config import env_keywords
 from . import build
 from .config import EnvConfig, TrainConfig
 
@@ -40,13 +40,16 @@ def _check_env(env: EnvConfig, field: str, memory: Any = None, memory_config: An
     keywords = env_keywords(env.id)
     for key in env.kwargs:
         if keywords is not None and key not in keywords:
-            raise InvalidArgumentError(
-                f"{field}: {did_you_mean('keyword of ' + env.id, key, keywords)}"
-            )
+            raise InvalidArgumentError(f"{field}: {did_you_mean('keyword of ' + env.id, key, keywords)}")
     try:
         reward = build.build_reward(env.id, env.kwargs)
         built = build.build_env(
-            env.id, env.kwargs, reward=reward, memory=memory, memory_config=memory_config, record=False,
+            env.id,
+            env.kwargs,
+            reward=reward,
+            memory=memory,
+            memory_config=memory_config,
+            record=False,
             disable_env_checker=True,
         )
     except SearchGymError as exc:
@@ -124,7 +127,9 @@ def _check_memory(config: TrainConfig) -> Any:
 def work_estimate(config: TrainConfig) -> str:
     """The run's size in episodes and generated tokens, from the config alone."""
     r = config.rollout
-    turns = int(config.env.kwargs.get("max_turns") or (env_keywords(config.env.id) or {})["max_turns"].default)
+    turns = int(
+        config.env.kwargs.get("max_turns") or (env_keywords(config.env.id) or {})["max_turns"].default
+    )
     episodes = config.steps * r.questions_per_step * r.group_size
     tokens = episodes * turns * r.max_new_tokens
     return (

@@ -374,7 +374,17 @@ def is_old_layout(data: Mapping[str, Any]) -> str | None:
     if "agent" in data or "env_id" in data or "env_kwargs" in data:
         return "openrlhf"
     env = data.get("env")
-    builtin_keys = {"output_dir", "steps", "seed", "log_every", "model", "rollout", "algo", "checkpoint", "wandb"}
+    builtin_keys = {
+        "output_dir",
+        "steps",
+        "seed",
+        "log_every",
+        "model",
+        "rollout",
+        "algo",
+        "checkpoint",
+        "wandb",
+    }
     if (isinstance(env, Mapping) and "kwargs" in env) or builtin_keys & set(data):
         return "builtin"
     return None
@@ -415,14 +425,20 @@ def convert(data: Mapping[str, Any]) -> dict[str, Any]:
             out["memory"] = data.pop("memory")
         algo = data.get("algo")
         if isinstance(algo, dict):
-            advantage = {new.split(".")[1]: algo.pop(old.split(".")[1]) for old, new in _ADVANTAGE_KEYS.items() if old.split(".")[1] in algo}
+            advantage = {
+                new.split(".")[1]: algo.pop(old.split(".")[1])
+                for old, new in _ADVANTAGE_KEYS.items()
+                if old.split(".")[1] in algo
+            }
             if advantage:
                 out["advantage"] = advantage
             if not algo:
                 data.pop("algo")
         checkpoint = data.get("checkpoint")
         if isinstance(checkpoint, dict) and isinstance(checkpoint.get("allow_changes"), list):
-            checkpoint["allow_changes"] = [spec_key(k) if isinstance(k, str) else k for k in checkpoint["allow_changes"]]
+            checkpoint["allow_changes"] = [
+                spec_key(k) if isinstance(k, str) else k for k in checkpoint["allow_changes"]
+            ]
         if data:
             out["builtin"] = data
         return out

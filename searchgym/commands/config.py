@@ -35,7 +35,9 @@ def run(args: argparse.Namespace) -> int:
         spec = load_run(args.config)
         from searchgym.envs.config_base import to_dict
 
-        print(yaml.safe_dump({k: v for k, v in to_dict(spec).items() if k != "path"}, sort_keys=False), end="")
+        print(
+            yaml.safe_dump({k: v for k, v in to_dict(spec).items() if k != "path"}, sort_keys=False), end=""
+        )
         return 0
     data = read_yaml(args.config, extends=False)
     new = convert(data)

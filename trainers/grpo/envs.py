@@ -87,7 +87,12 @@ def env_factory(
 
     def make() -> gym.Env:
         return build.build_env(
-            env.id, env.kwargs, reward=reward, memory=memory, memory_config=memory_config, disable_env_checker=True
+            env.id,
+            env.kwargs,
+            reward=reward,
+            memory=memory,
+            memory_config=memory_config,
+            disable_env_checker=True,
         )
 
     return make

@@ -149,7 +149,9 @@ def check_resume(
     changes = config_changes(saved, new, allow)
     if not changes:
         return
-    listed = "; ".join(f"{spec_key(key)}: {_value(old)} → {_value(now)}" for key, (old, now) in changes.items())
+    listed = "; ".join(
+        f"{spec_key(key)}: {_value(old)} → {_value(now)}" for key, (old, now) in changes.items()
+    )
     raise ResumeMismatchError(
         f"{output_dir} holds a run written with another config (checkpoint {checkpoint.name}): {listed}. "
         f"Resuming would continue that run under other settings. To start afresh, choose another "

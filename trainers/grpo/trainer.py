@@ -36,16 +36,15 @@ from typing import Any
 
 import numpy as np
 import torch
-import yaml
 from tqdm.auto import tqdm
 
+from ...envs.config_base import dump_yaml, plain, save_yaml, to_dict
 from ...envs.errors import InvalidArgumentError
 from ...policies.chat import ChatFormatter
+from ..advantages import GroupFigures, group_advantages
 from ..config import ConfigError, TrainConfig
-from ...envs.config_base import dump_yaml, plain, save_yaml, to_dict
 from ..ray_store import NAMESPACE as STORE_NAMESPACE
 from ..ray_store import StoreClient
-from ..advantages import GroupFigures, group_advantages
 from .checkpoint import (
     Checkpoint,
     TrainerState,

@@ -52,7 +52,12 @@ from .checkpoints import wrap_save_checkpoint
 from .config import AGENT_CONFIG_VARIABLE, AgentConfig, load_agent_config
 from .env_pool import open_memory
 from .memory_sync import MemoryStepper
-from .resume import run_stores, wrap_init_checkpoint_states, wrap_save_best_checkpoint, wrap_save_logs_and_checkpoints
+from .resume import (
+    run_stores,
+    wrap_init_checkpoint_states,
+    wrap_save_best_checkpoint,
+    wrap_save_logs_and_checkpoints,
+)
 
 __all__ = [
     "HOOK",
@@ -146,7 +151,9 @@ def check_hook_ran() -> None:
     config = load_agent_config(path)
     if needs_hook(config):
         wanted = (
-            f"the {config.advantage.estimator} advantage" if config.advantage is not None else "the stores of this run"
+            f"the {config.advantage.estimator} advantage"
+            if config.advantage is not None
+            else "the stores of this run"
         )
         raise SearchGymError(
             f"{path} selects {wanted}, which runs in OpenRLHF's trainer actor through a Ray worker hook, and "
@@ -289,7 +296,9 @@ def hooked_advantages(
         columns.append(ordered.reshape(-1, n_samples_per_prompt))
     groups = []
     for row in zip(*columns, strict=True):
-        figures = GroupFigures(row[0].tolist(), **{name: col.tolist() for name, col in zip(uses, row[1:], strict=True)})
+        figures = GroupFigures(
+            row[0].tolist(), **{name: col.tolist() for name, col in zip(uses, row[1:], strict=True)}
+        )
         groups.append(advantage(figures, step))
     shaped = torch.tensor(groups, dtype=torch.float64)
     return [

@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from ...envs.errors import InvalidArgumentError
 from ...envs.config_base import read_yaml
+from ...envs.errors import InvalidArgumentError
 from .config import AGENT_CONFIG_VARIABLE, AgentConfig, RunConfig
 
 __all__ = [

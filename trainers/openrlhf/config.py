@@ -19,12 +19,12 @@ import copy
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any, Literal
 
-from ...envs.errors import DataFileError, InvalidArgumentError, UnknownNameError
-from ...envs.models import resolve_model
+from ...envs.config import env_keywords
 from ...envs.config_base import ConfigError, check, check_int, from_dict
+from ...envs.errors import InvalidArgumentError, UnknownNameError
+from ...envs.models import resolve_model
 from ...envs.rewards import reward_class
 from ...memory.config import MemoryConfig
 from ..advantages import AdvantageConfig
@@ -169,8 +169,6 @@ class AgentConfig:
         """The reward scheme's shared-store keyword (:attr:`RewardScheme.shared_store`), or ``None``."""
         reward = self.env_kwargs.get("reward")
         if reward is None:
-            from ...envs.config import env_keywords
-
             reward = (env_keywords(self.env_id) or {})["reward"].default
         return reward_class(reward).shared_store if isinstance(reward, str) else type(reward).shared_store
 
@@ -186,8 +184,8 @@ class AgentConfig:
 
     @property
     def protocol(self) -> str:
-        """The protocol name the env uses (``search_r1`` when ``env_kwargs`` leaves it out)."""
-        protocol = self.env_kwargs.get("protocol", "search_r1")
+        """The protocol name the env uses (the env's default when ``env_kwargs`` leaves it out)."""
+        protocol = self.env_kwargs.get("protocol") or (env_keywords(self.env_id) or {})["protocol"].default
         return protocol if isinstance(protocol, str) else getattr(protocol, "name", str(protocol))
 
 
@@ -213,8 +211,13 @@ class RunConfig:
     @classmethod
     def from_spec(cls, spec: RunSpec, basedir: str | None = None) -> RunConfig:
         """The OpenRLHF view of the run file ``spec`` (``backend: openrlhf``)."""
-        check("backend", spec.backend, spec.backend == "openrlhf", "'openrlhf'",
-              "A built-in trainer config goes to searchgym train --backend builtin.")
+        check(
+            "backend",
+            spec.backend,
+            spec.backend == "openrlhf",
+            "'openrlhf'",
+            "A built-in trainer config goes to searchgym train --backend builtin.",
+        )
         config = cls(
             agent=AgentConfig.from_spec(spec, basedir),
             launch=spec.launch_options(),

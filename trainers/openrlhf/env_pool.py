@@ -37,7 +37,14 @@ def open_memory(config: MemoryConfig, agent: AgentConfig | None = None) -> Any:
     from its store. With ``agent`` and ``$SEARCHGYM_STORE_ACTOR`` set, a memory that learns
     is the Ray store actor's (:class:`~searchgym.trainers.ray_store.RemoteMemory`).
     """
-    key = (config.kind, config.path, config.update_every, config.summarizer, config.theta_r, config.good_reward)
+    key = (
+        config.kind,
+        config.path,
+        config.update_every,
+        config.summarizer,
+        config.theta_r,
+        config.good_reward,
+    )
     with _LOCK:
         memory = _MEMORIES.get(key)
         if memory is None:
@@ -53,7 +60,10 @@ def build_env(config: AgentConfig) -> gym.Env:
     ``gym.make(env_id, **env_kwargs)``, wrapped with memory if set."""
     memory = open_memory(config.memory, config) if config.memory is not None else None
     return build.build_env(
-        config.env_id, remote_env_kwargs(config, store_client(config)), memory=memory, memory_config=config.memory
+        config.env_id,
+        remote_env_kwargs(config, store_client(config)),
+        memory=memory,
+        memory_config=config.memory,
     )
 
 

@@ -29,7 +29,6 @@ import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any, TextIO
 
 from ...envs.errors import InvalidArgumentError, SearchGymError

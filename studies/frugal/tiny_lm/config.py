@@ -8,7 +8,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from searchgym.trainers.config import EnvConfig, TrainConfig
 from searchgym.envs.config_base import (
     check,
     check_finite,
@@ -17,6 +16,7 @@ from searchgym.envs.config_base import (
     load_yaml,
     read_sections,
 )
+from searchgym.trainers.config import EnvConfig, TrainConfig
 
 __all__ = ["SFTConfig", "EvalConfig", "StudyRunConfig", "load_run_config"]
 

@@ -31,9 +31,9 @@ from typing import Any
 import torch
 import yaml
 
+from searchgym.envs.config_base import to_dict
 from searchgym.envs.errors import InvalidArgumentError, did_you_mean
 from searchgym.trainers.config import ConfigError
-from searchgym.envs.config_base import to_dict
 
 from .config import StudyRunConfig
 
