@@ -220,7 +220,7 @@ class AdvantageConfig:
     estimator: str = "group_norm"
     warmup_steps: int = 150
     alpha: float = 0.01
-    variant: str = "eq4"
+    variant: Literal["eq4", "eq2"] = "eq4"
     reasoning: Literal["steps", "tokens"] = "steps"
 
     def __post_init__(self) -> None:

@@ -409,9 +409,10 @@ def convert(data: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(data, Mapping):
         raise ConfigError("config", data, "a mapping")
     layout = is_old_layout(data)
-    data = copy.deepcopy(dict(data))
+    rest: dict[str, Any] = copy.deepcopy(dict(data))
     if layout is None:
-        return data
+        return rest
+    data = rest
     out: dict[str, Any] = {}
     if "extends" in data:
         out["extends"] = data.pop("extends")
