@@ -278,17 +278,36 @@ def test_eval_runs_on_the_env_of_a_run_file(tmp_path, capsys):
             "env": {
                 "id": "SyntheticFacts-v0",
                 "reward": "cost",
-                "reward_kwargs": {"lam": 1.0, "price_per_search": 0.5, "gate": "none", "format_penalty": None},
+                "reward_kwargs": {
+                    "lam": 1.0,
+                    "price_per_search": 0.5,
+                    "gate": "none",
+                    "format_penalty": None,
+                },
                 "max_turns": 3,
             },
             "builtin": {"steps": 3},
         },
     )
     out = tmp_path / "figures.json"
-    argv = ["eval", "--config", str(path), "--policy", "naive_rag", "--episodes", "20", "--no-progress", "--out", str(out)]
+    argv = [
+        "eval",
+        "--config",
+        str(path),
+        "--policy",
+        "naive_rag",
+        "--episodes",
+        "20",
+        "--no-progress",
+        "--out",
+        str(out),
+    ]
     assert main(argv) == 0
     result = json.loads(out.read_text(encoding="utf-8"))
-    assert result["settings"]["reward"] == "cost" and result["settings"]["reward_kwargs"]["price_per_search"] == 0.5
+    assert (
+        result["settings"]["reward"] == "cost"
+        and result["settings"]["reward_kwargs"]["price_per_search"] == 0.5
+    )
     # naive_rag searches once per episode and, with no gate, always pays 1.0 x 0.5 for it
     assert result["st"] == 1.0 and result["reward"] == pytest.approx(result["f1"] - 0.5)
 
@@ -298,7 +317,17 @@ def test_eval_on_a_run_file_writes_no_training_store(tmp_path):
 
     store = tmp_path / "min_tool_calls.sqlite"
     path = _write(
-        tmp_path, {"env": {"id": "SyntheticFacts-v0", "reward": "lightsearcher", "reward_kwargs": {"store": str(store)}}}
+        tmp_path,
+        {
+            "env": {
+                "id": "SyntheticFacts-v0",
+                "reward": "lightsearcher",
+                "reward_kwargs": {"store": str(store)},
+            }
+        },
     )
-    assert main(["eval", "--config", str(path), "--policy", "naive_rag", "--episodes", "5", "--no-progress"]) == 0
+    assert (
+        main(["eval", "--config", str(path), "--policy", "naive_rag", "--episodes", "5", "--no-progress"])
+        == 0
+    )
     assert not store.exists()
