@@ -331,3 +331,40 @@ def test_eval_on_a_run_file_writes_no_training_store(tmp_path):
         == 0
     )
     assert not store.exists()
+
+
+@pytest.mark.parametrize("name", BUILTIN)
+def test_a_checkpoint_saved_by_the_old_trainer_resumes_under_the_new_file(name, tmp_path):
+    """A checkpoint's config.yaml is the trainer's own record, in the layout the old trainer
+    wrote it; the run file in the new layout differs from it in nothing a resume checks."""
+    from searchgym.envs.config_base import plain
+    from searchgym.trainers.grpo.resume_check import config_changes, saved_config
+
+    saved = tmp_path / "config.yaml"
+    saved.write_text((OLD / name).read_text(encoding="utf-8"), encoding="utf-8")  # as the old trainer read it
+    new = load_config(ROOT / "configs" / name)
+    assert config_changes(saved_config(saved, TrainConfig), plain(new)) == {}
+    changed = plain(new.replace(rollout={**to_dict(new.rollout), "group_size": 7}))
+    assert list(config_changes(saved_config(saved, TrainConfig), changed)) == ["rollout.group_size"]
+
+
+def test_config_check_prints_the_file_as_the_backends_read_it(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "searchgym", "config", "check", str(ROOT / "configs/openrlhf/lightsearcher_7b.yaml")],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    printed = yaml.safe_load(done.stdout)
+    assert printed["env"]["protocol"] == "tool_call"  # from the base file
+    assert printed["env"]["reward_kwargs"]["store"] == "runs/lightsearcher-7b/min_tool_calls.sqlite"  # its own
+    assert printed["openrlhf"]["actor"]["model_name_or_path"] == "Qwen/Qwen2.5-7B-Instruct"
+    old = subprocess.run(
+        [sys.executable, "-m", "searchgym", "config", "check", str(OLD / "grpo_synthetic.yaml")],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert old.returncode == 2 and len(old.stderr.strip().splitlines()) == 1
+    assert "searchgym config convert" in old.stderr
