@@ -262,11 +262,22 @@ def test_allow_changes_take_run_file_keys(tmp_path):
         {
             "env": {"id": "SyntheticFacts-v0"},
             "builtin": {
-                "checkpoint": {"allow_changes": ["env.reward", "advantage.alpha", "builtin.rollout"]}
+                "checkpoint": {
+                    "allow_changes": ["env.reward", "advantage.alpha", "builtin.rollout", "advantage"]
+                }
             },
         },
     )
-    assert load_config(path).checkpoint.allow_changes == ["env.kwargs.reward", "algo.tsas_alpha", "rollout"]
+    assert load_config(path).checkpoint.allow_changes == [
+        "env.kwargs.reward",
+        "algo.tsas_alpha",
+        "rollout",
+        "algo.advantage",
+        "algo.tsas_warmup_steps",
+        "algo.tsas_alpha",
+        "algo.tsas_variant",
+        "algo.tsas_reasoning",
+    ]
 
 
 def test_eval_runs_on_the_env_of_a_run_file(tmp_path, capsys):
@@ -350,7 +361,14 @@ def test_a_checkpoint_saved_by_the_old_trainer_resumes_under_the_new_file(name, 
 
 def test_config_check_prints_the_file_as_the_backends_read_it(tmp_path):
     done = subprocess.run(
-        [sys.executable, "-m", "searchgym", "config", "check", str(ROOT / "configs/openrlhf/lightsearcher_7b.yaml")],
+        [
+            sys.executable,
+            "-m",
+            "searchgym",
+            "config",
+            "check",
+            str(ROOT / "configs/openrlhf/lightsearcher_7b.yaml"),
+        ],
         capture_output=True,
         text=True,
         cwd=tmp_path,
@@ -358,7 +376,9 @@ def test_config_check_prints_the_file_as_the_backends_read_it(tmp_path):
     assert done.returncode == 0, done.stderr
     printed = yaml.safe_load(done.stdout)
     assert printed["env"]["protocol"] == "tool_call"  # from the base file
-    assert printed["env"]["reward_kwargs"]["store"] == "runs/lightsearcher-7b/min_tool_calls.sqlite"  # its own
+    assert (
+        printed["env"]["reward_kwargs"]["store"] == "runs/lightsearcher-7b/min_tool_calls.sqlite"
+    )  # its own
     assert printed["openrlhf"]["actor"]["model_name_or_path"] == "Qwen/Qwen2.5-7B-Instruct"
     old = subprocess.run(
         [sys.executable, "-m", "searchgym", "config", "check", str(OLD / "grpo_synthetic.yaml")],

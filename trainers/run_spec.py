@@ -72,7 +72,7 @@ __all__ = [
     "load_run",
     "run_spec_from_dict",
     "spec_key",
-    "trainer_key",
+    "trainer_keys",
 ]
 
 BACKENDS = ("builtin", "openrlhf")
@@ -267,7 +267,9 @@ class RunSpec:
             },
             "memory": to_dict(self.memory),
         }
-        data["checkpoint"]["allow_changes"] = [trainer_key(k) for k in data["checkpoint"]["allow_changes"]]
+        data["checkpoint"]["allow_changes"] = [
+            k for key in data["checkpoint"]["allow_changes"] for k in trainer_keys(key)
+        ]
         try:
             return from_dict(cls, data)
         except ConfigError as exc:
@@ -334,19 +336,19 @@ def spec_key(key: str) -> str:
     return "builtin." + key
 
 
-def trainer_key(key: str) -> str:
-    """The :class:`TrainConfig` key of a run-file key (the inverse of :func:`spec_key`);
-    a trainer key is returned as it is."""
+def trainer_keys(key: str) -> list[str]:
+    """The :class:`TrainConfig` keys of a run-file key (the inverse of :func:`spec_key`;
+    ``advantage`` is five of them); a trainer key is returned as it is."""
     if key.startswith("builtin."):
-        return key[len("builtin.") :]
+        return [key[len("builtin.") :]]
     if key == "advantage":
-        return "algo"
+        return list(_ADVANTAGE_KEYS)
     for old, new in _ADVANTAGE_KEYS.items():
         if key == new or key.startswith(new + "."):
-            return old + key[len(new) :]
+            return [old + key[len(new) :]]
     if key.startswith("env.") and key != "env.id" and not key.startswith("env.kwargs"):
-        return "env.kwargs." + key[len("env.") :]
-    return key
+        return ["env.kwargs." + key[len("env.") :]]
+    return [key]
 
 
 # -- old layouts -------------------------------------------------------------------------------
