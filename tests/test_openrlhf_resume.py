@@ -211,8 +211,8 @@ def test_a_fresh_run_refuses_a_store_that_holds_an_earlier_run(tmp_path, hook, m
     # the launcher refuses it before Ray starts, too
     run = tmp_path / "run.yaml"
     run.write_text(
-        "agent:\n  env_id: searchgym/SyntheticFacts-v0\n"
-        f"  memory: {{kind: lightsearcher, path: {store}}}\n"
+        "backend: openrlhf\nenv: {id: searchgym/SyntheticFacts-v0}\n"
+        f"memory: {{kind: lightsearcher, path: {store}}}\n"
         "openrlhf:\n  actor: {model_name_or_path: m, num_gpus_per_node: 1}\n  vllm: {num_engines: 1}\n"
         "  train: {batch_size: 8}\n  rollout: {n_samples_per_prompt: 4, batch_size: 2}\n"
         "  algo: {advantage: {estimator: group_norm}}\n  data: {prompt_dataset: train.jsonl}\n"
@@ -259,7 +259,7 @@ def test_the_agent_file_refuses_a_ray_job_without_the_hook(tmp_path):
 
     config = tmp_path / "agent.yaml"
     config.write_text(
-        f"env_id: searchgym/SyntheticFacts-v0\nmemory: {{kind: lightsearcher, path: {tmp_path}/m}}\n"
+        f"env: {{id: searchgym/SyntheticFacts-v0}}\nmemory: {{kind: lightsearcher, path: {tmp_path}/m}}\n"
     )
     ray.init(
         num_cpus=1,

@@ -251,7 +251,7 @@ def test_train_sends_openrlhf_files_to_the_plugin(tmp_path, monkeypatch, capsys)
     calls = []
     monkeypatch.setattr(plugin, "launch", lambda path, dry_run: calls.append((path, dry_run)) or 0)
     path = tmp_path / "run.yaml"
-    path.write_text("backend: openrlhf\nagent: {env_id: searchgym/SyntheticFacts-v0}\n")
+    path.write_text("backend: openrlhf\nenv: {id: searchgym/SyntheticFacts-v0}\n")
     assert main(["train", "--config", str(path), "--dry-run"]) == 0  # the file's backend key decides
     assert main(["train", "--config", str(path), "--backend", "openrlhf"]) == 0
     assert calls == [(str(path), True), (str(path), False)]

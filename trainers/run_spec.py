@@ -176,7 +176,7 @@ class RunSpec:
         builtin: ``backend: builtin`` only: :class:`BuiltinConfig`.
         openrlhf: ``backend: openrlhf`` only: OpenRLHF's flags as nested keys (``actor``,
             ``vllm``, ``rollout``, …; each becomes a dotted flag of ``train_ppo_ray``), plus
-            ``launch`` (:class:`~searchgym.trainers.openrlhf.config.LaunchOptions`) and
+            ``launch`` (:class:`LaunchOptions`) and
             ``agent`` (:class:`AgentOptions`).
     """
 
