@@ -71,11 +71,11 @@ __all__ = [
 ]
 
 _HOME = {
-    "GroupFigures": "advantages",
-    "dr_grpo": "advantages",
-    "group_advantages": "advantages",
-    "group_norm": "advantages",
-    "tsas": "advantages",
+    "GroupFigures": "..advantages",
+    "dr_grpo": "..advantages",
+    "group_advantages": "..advantages",
+    "group_norm": "..advantages",
+    "tsas": "..advantages",
     "TrainerState": "checkpoint",
     "latest_checkpoint": "checkpoint",
     "list_checkpoints": "checkpoint",
@@ -101,4 +101,4 @@ def __getattr__(name: str) -> Any:
     module = _HOME.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f".{module}", __name__), name)
+    return getattr(importlib.import_module(module if module.startswith(".") else f".{module}", __name__), name)
