@@ -239,14 +239,20 @@ def test_a_resume_without_a_snapshot_of_its_step_is_refused(tmp_path):
 
 def test_run_stores_covers_what_training_writes(tmp_path):
     memory = MemoryConfig(kind="lightsearcher", path=str(tmp_path / "m"))
-    inside = {"reward_kwargs": {"store": str(tmp_path / "m" / "min_tool_calls.sqlite")}}
-    outside = {"reward_kwargs": {"store": str(tmp_path / "min.sqlite")}}
+    # the scheme names its shared store (RewardScheme.shared_store): LightSearcher's "store"
+    inside = {
+        "reward": "lightsearcher",
+        "reward_kwargs": {"store": str(tmp_path / "m" / "min_tool_calls.sqlite")},
+    }
+    outside = {"reward": "lightsearcher", "reward_kwargs": {"store": str(tmp_path / "min.sqlite")}}
     assert len(run_stores(AgentConfig("searchgym/SyntheticFacts-v0", env_kwargs=inside, memory=memory))) == 1
     assert len(run_stores(AgentConfig("searchgym/SyntheticFacts-v0", env_kwargs=outside, memory=memory))) == 2
     assert len(run_stores(AgentConfig("searchgym/SyntheticFacts-v0", env_kwargs=outside))) == 1
     hiexp = MemoryConfig(kind="hiexp", path=str(tmp_path / "h"))  # built offline, read-only in training
     assert run_stores(AgentConfig("searchgym/SyntheticFacts-v0", memory=hiexp)) == []
     assert advantage_hook.needs_hook(AgentConfig("searchgym/SyntheticFacts-v0", env_kwargs=outside))
+    f1 = {"reward": "f1", "reward_kwargs": {"format_penalty": -1.0}}  # a scheme without a shared store
+    assert run_stores(AgentConfig("searchgym/SyntheticFacts-v0", env_kwargs=f1)) == []
 
 
 @pytest.mark.slow
