@@ -101,4 +101,6 @@ def __getattr__(name: str) -> Any:
     module = _HOME.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(module if module.startswith(".") else f".{module}", __name__), name)
+    return getattr(
+        importlib.import_module(module if module.startswith(".") else f".{module}", __name__), name
+    )
