@@ -33,7 +33,7 @@ CONFIG = REPO / "configs" / "grpo_synthetic.yaml"
 # The child: load the shipped config, shorten it, set the threads, train, print the seconds.
 CHILD = """
 import json, sys, time
-from searchgym.trainers.config import load_config
+from searchgym.trainers.run_spec import load_config
 from searchgym.trainers.grpo import train
 import torch
 config, steps, output, tiny, threads = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]

@@ -113,7 +113,7 @@ def main() -> None:
     import gymnasium as gym
 
     from searchgym.envs.metrics import exact_match, f1_score, normalize_answer
-    from searchgym.trainers.config import load_config
+    from searchgym.trainers.run_spec import load_config
 
     config = load_config(args.config)
     env_kwargs = dict(config.env.kwargs)

@@ -187,9 +187,9 @@ def _seed(report: dict[str, Any]) -> Any:
     """The run's seed: in the report, else in its config file."""
     if "seed" in report:
         return report["seed"]
-    import yaml
+    from searchgym.trainers.run_spec import load_config
 
-    return yaml.safe_load((REPO / report["config"]).read_text(encoding="utf-8")).get("seed")
+    return load_config(REPO / report["config"]).seed
 
 
 def speed_table(report: dict[str, Any]) -> str:

@@ -171,8 +171,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
 
-    from searchgym.trainers.config import load_config
     from searchgym.trainers.grpo import GRPOTrainer
+    from searchgym.trainers.run_spec import load_config
 
     config = load_config(args.config)
     if args.seed is not None:  # its own output folder, so runs of several seeds can go side by side

@@ -19,10 +19,10 @@ from searchgym.envs.checks import (
     check_probability,
     check_string,
 )
+from searchgym.envs.config_base import ConfigError
+from searchgym.envs.config_base import check_finite as config_check_finite
+from searchgym.envs.config_base import check_int as config_check_int
 from searchgym.envs.errors import InvalidArgumentError
-from searchgym.trainers.config_base import ConfigError
-from searchgym.trainers.config_base import check_finite as config_check_finite
-from searchgym.trainers.config_base import check_int as config_check_int
 
 ROOT = Path(__file__).resolve().parents[1]
 LIBRARY = ("envs", "memory", "policies", "trainers", "searchgym", "studies")
@@ -60,8 +60,8 @@ def test_no_module_keeps_its_own_copy_of_a_value_check():
     found.discard(("envs/checks.py", "_is_int"))
     # The configs' checks are adapters: the same check, a ConfigError with the dotted field.
     for name in ("check_int", "check_finite"):
-        assert "_config_check" in _calls("trainers/config_base.py", name)
-        found.discard(("trainers/config_base.py", name))
+        assert "_config_check" in _calls("envs/config_base.py", name)
+        found.discard(("envs/config_base.py", name))
     assert found == set(), "use searchgym.envs.checks instead of a private copy"
 
 

@@ -46,8 +46,8 @@ def _run_without(module: str, argv: list[str], tmp_path: Path) -> subprocess.Com
 def _config(tmp_path: Path, **changes: object) -> Path:
     """The shipped CPU config with its outputs in ``tmp_path`` and ``changes`` (dotted keys) applied."""
     data = yaml.safe_load(SYNTHETIC.read_text(encoding="utf-8"))
-    data["output_dir"] = str(tmp_path / "run")
-    data["model"]["tiny"]["dir"] = str(tmp_path / "tiny")
+    data["builtin"]["output_dir"] = str(tmp_path / "run")
+    data["builtin"]["model"]["tiny"]["dir"] = str(tmp_path / "tiny")
     for dotted, value in changes.items():
         *parents, last = dotted.split(".")
         node = data
@@ -88,7 +88,7 @@ def test_a_missing_extra_is_one_line_with_its_pip_install(module, argv, extra, s
 
 
 def test_dry_run_builds_the_env_and_suggests_the_reward(tmp_path, capsys):
-    config = _config(tmp_path, **{"env.kwargs.reward": "lightsearchr"})
+    config = _config(tmp_path, **{"env.reward": "lightsearchr"})
     assert main(["train", "--config", str(config), "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert "Did you mean 'lightsearcher'?" in err and str(config) in err
@@ -96,14 +96,14 @@ def test_dry_run_builds_the_env_and_suggests_the_reward(tmp_path, capsys):
 
 
 def test_dry_run_suggests_a_misspelled_env_keyword(tmp_path, capsys):
-    config = _config(tmp_path, **{"env.kwargs.max_turn": 3})
+    config = _config(tmp_path, **{"env.max_turn": 3})
     assert main(["train", "--config", str(config), "--dry-run"]) == 2
     assert "Did you mean 'max_turns'" in capsys.readouterr().err
 
 
 def test_dry_run_fails_on_a_missing_model_folder(tmp_path, capsys):
     missing = tmp_path / "models" / "Qwen2.5-0.5B-Instruct"
-    config = _config(tmp_path, **{"model.tiny": None, "model.path": str(missing)})
+    config = _config(tmp_path, **{"builtin.model.tiny": None, "builtin.model.path": str(missing)})
     assert main(["train", "--config", str(config), "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert f"model.path: '{missing}' is not a folder" in err
@@ -111,7 +111,7 @@ def test_dry_run_fails_on_a_missing_model_folder(tmp_path, capsys):
 
 def test_dry_run_takes_a_registered_model_name(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("SEARCHGYM_HOME", str(tmp_path / "home"))
-    config = _config(tmp_path, **{"model.tiny": None, "model.path": "smollm2-135m-instruct"})
+    config = _config(tmp_path, **{"builtin.model.tiny": None, "builtin.model.path": "smollm2-135m-instruct"})
     assert main(["train", "--config", str(config), "--dry-run"]) == 2  # not pulled into this home
     assert "searchgym models pull smollm2-135m-instruct" in capsys.readouterr().err
     folder = tmp_path / "home" / "models" / "smollm2-135m-instruct"
@@ -126,7 +126,7 @@ def test_dry_run_takes_a_registered_model_name(tmp_path, capsys, monkeypatch):
 
 def test_dry_run_fails_on_a_folder_that_is_not_a_model(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
-    config = _config(tmp_path, **{"model.tiny": None, "model.path": str(tmp_path / "empty")})
+    config = _config(tmp_path, **{"builtin.model.tiny": None, "builtin.model.path": str(tmp_path / "empty")})
     assert main(["train", "--config", str(config), "--dry-run"]) == 2
     assert "holds no config.json" in capsys.readouterr().err
 
@@ -135,8 +135,8 @@ def test_dry_run_checks_benchmark_files(tmp_path, capsys):
     config = _config(
         tmp_path,
         **{
-            "env.id": "searchgym/HotpotQA-v0",
-            "env.kwargs": {
+            "env": {
+                "id": "searchgym/HotpotQA-v0",
                 "data_path": str(tmp_path / "nope.jsonl"),
                 "corpus_path": str(tmp_path / "c.jsonl"),
             },
@@ -158,7 +158,7 @@ def test_dry_run_plans_the_shipped_config_and_writes_nothing(tmp_path, capsys):
 
 def test_dry_run_fails_on_an_output_dir_under_a_file(tmp_path, capsys):
     (tmp_path / "file").write_text("x", encoding="utf-8")
-    config = _config(tmp_path, output_dir=str(tmp_path / "file" / "run"))
+    config = _config(tmp_path, **{"builtin.output_dir": str(tmp_path / "file" / "run")})
     assert main(["train", "--config", str(config), "--dry-run"]) == 2
     assert "output_dir" in capsys.readouterr().err
 

@@ -15,9 +15,13 @@ torch = pytest.importorskip("torch")
 @pytest.mark.parametrize("device", ["cuda", "cuda:1"])
 def test_a_cuda_device_on_a_machine_without_one_stops_the_dry_run(tmp_path, capsys, device):
     path = tmp_path / "run.yaml"
-    path.write_text(f"steps: 2\noutput_dir: {tmp_path / 'out'}\nmodel: {{tiny: {{}}, device: '{device}'}}\n")
+    path.write_text(
+        f"builtin:\n  steps: 2\n  output_dir: {tmp_path / 'out'}\n  model: {{tiny: {{}}, device: '{device}'}}\n"
+    )
     assert main(["train", "--config", str(path), "--dry-run"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"model.device: '{device}', but this machine has no CUDA device" in err[0]
-    path.write_text(f"steps: 2\noutput_dir: {tmp_path / 'out'}\nmodel: {{tiny: {{}}, device: auto}}\n")
+    path.write_text(
+        f"builtin:\n  steps: 2\n  output_dir: {tmp_path / 'out'}\n  model: {{tiny: {{}}, device: auto}}\n"
+    )
     assert main(["train", "--config", str(path), "--dry-run"]) == 0  # the fix the message gives

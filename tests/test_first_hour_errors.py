@@ -21,7 +21,7 @@ from searchgym.trainers.openrlhf import launch
 from searchgym.trainers.openrlhf.flags import openrlhf_parser
 
 ROOT = Path(__file__).resolve().parents[1]
-SUBMIT = "launch: {ray_address: 'http://10.0.0.1:8265'}\n"
+SUBMIT_BASE = BASE.replace("openrlhf:\n", "openrlhf:\n  launch: {ray_address: 'http://10.0.0.1:8265'}\n")
 needs_openrlhf = pytest.mark.skipif(openrlhf_parser() is None, reason="needs openrlhf==0.11.2 (--no-deps)")
 
 
@@ -38,7 +38,7 @@ def temp_folder(tmp_path, monkeypatch) -> Path:
 def test_a_cluster_dry_run_leaves_no_staging_folder(tmp_path, temp_folder, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     out = io.StringIO()
-    assert launch(write(tmp_path, BASE + SUBMIT), dry_run=True, out=out) == 0
+    assert launch(write(tmp_path, SUBMIT_BASE), dry_run=True, out=out) == 0
     assert "working_dir" in out.getvalue()  # the runtime env ships files ...
     assert list(temp_folder.iterdir()) == []  # ... staged for the check and removed after it
     assert "this dry run removed its copy" in capsys.readouterr().err
@@ -49,7 +49,7 @@ def test_a_submitted_run_without_the_ray_command_is_one_line(tmp_path, temp_fold
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no `ray` on it
     with pytest.raises(SearchGymError, match=r"no 'ray' command: pip install 'ray\[default\]'") as caught:
-        launch(write(tmp_path, BASE + SUBMIT), out=io.StringIO())
+        launch(write(tmp_path, SUBMIT_BASE), out=io.StringIO())
     assert len(str(caught.value).splitlines()) == 1
     assert list(temp_folder.iterdir()) == []  # a failed launch removes them too
 
@@ -107,8 +107,8 @@ def test_evaluate_runs_the_hf_policy_with_the_flag(tmp_path):
     )
     config = tmp_path / "run.yaml"
     config.write_text(
-        "backend: openrlhf\nagent:\n  env_id: searchgym/NQ-v0\n"
-        "  env_kwargs: {corpus_path: corpus.jsonl, protocol: search_r1, max_turns: 2}\nopenrlhf: {}\n"
+        "backend: openrlhf\n"
+        "env: {id: searchgym/NQ-v0, corpus_path: corpus.jsonl, protocol: search_r1, max_turns: 2}\nopenrlhf: {}\n"
     )
     out = tmp_path / "eval.json"
     done = evaluate_py(

@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from searchgym.envs.errors import InvalidArgumentError  # noqa: E402
-from searchgym.trainers.grpo.advantages import (  # noqa: E402
+from searchgym.trainers.advantages import (  # noqa: E402
     GroupFigures,
     dr_grpo,
     group_advantages,

@@ -116,9 +116,9 @@ def test_a_run_writes_its_trajectories_through_the_actor_and_resumes(
 
 def test_the_dry_run_accepts_the_ray_backend_and_rejects_a_misspelt_one(tmp_path, capsys):
     data = {
-        "output_dir": str(tmp_path / "run"),
-        "env": {"id": ENV_ID, "kwargs": {"reward": "lightsearcher"}},
+        "env": {"id": ENV_ID, "reward": "lightsearcher"},
         "memory": {"kind": "lightsearcher", "backend": "ray", "ray_num_cpus": 2},
+        "builtin": {"output_dir": str(tmp_path / "run")},
     }
     path = tmp_path / "ray.yaml"
     path.write_text(yaml.safe_dump(data))

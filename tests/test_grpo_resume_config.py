@@ -14,9 +14,9 @@ pytest.importorskip("transformers")
 import yaml  # noqa: E402
 
 from searchgym.cli import main  # noqa: E402
+from searchgym.envs.config_base import dump_yaml  # noqa: E402
 from searchgym.policies.tiny import build_tiny_lm  # noqa: E402
 from searchgym.trainers.config import TrainConfig  # noqa: E402
-from searchgym.trainers.config_base import dump_yaml  # noqa: E402
 from searchgym.trainers.grpo import GRPOTrainer, list_checkpoints  # noqa: E402
 from searchgym.trainers.grpo.resume_check import (  # noqa: E402
     ABSENT,
@@ -24,6 +24,7 @@ from searchgym.trainers.grpo.resume_check import (  # noqa: E402
     config_changes,
     saved_config,
 )
+from searchgym.trainers.run_spec import convert  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +66,7 @@ def finished_run(tiny_root, tmp_path_factory) -> Path:
 
 def cli_train(tmp_path: Path, data: dict) -> int:
     config = tmp_path / "run.yaml"
-    config.write_text(yaml.safe_dump(data), encoding="utf-8")
+    config.write_text(yaml.safe_dump(convert(data)), encoding="utf-8")  # as a run file
     return main(["train", "--config", str(config), "--no-progress"])
 
 
@@ -76,10 +77,10 @@ def test_a_resume_with_another_reward_is_refused_naming_the_keys(tiny_root, fini
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.startswith("searchgym: error:")]
     assert len(lines) == 1, err
-    assert "env.kwargs.reward: 'f1' → 'lightsearcher'" in lines[0]
-    assert "rollout.group_size: 2 → 3" in lines[0]
+    assert "env.reward: 'f1' → 'lightsearcher'" in lines[0]  # named by the run file's keys
+    assert "builtin.rollout.group_size: 2 → 3" in lines[0]
     assert "steps" not in lines[0].split("(checkpoint")[1].split(". Resuming")[0]  # steps may change
-    assert "choose another output_dir" in lines[0] and "checkpoint.allow_changes" in lines[0]
+    assert "choose another output_dir" in lines[0] and "builtin.checkpoint.allow_changes" in lines[0]
     assert "Resumed" not in err
     assert [s for s, _ in list_checkpoints(copy)] == [1, 2]  # nothing trained, nothing written
 
@@ -116,7 +117,7 @@ def test_the_settings_that_may_change_resume_and_train_on(tiny_root, finished_ru
 def test_allow_changes_lets_a_named_key_change(tiny_root, finished_run, tmp_path):
     copy = shutil.copytree(finished_run, tmp_path / "run")
     data = run_data(tiny_root, copy, steps=3, env__kwargs__reward="em")
-    with pytest.raises(ResumeMismatchError, match=r"env\.kwargs\.reward: 'f1' → 'em'"):
+    with pytest.raises(ResumeMismatchError, match=r"env\.reward: 'f1' → 'em'"):
         GRPOTrainer(TrainConfig.from_dict(data), progress=False).setup()
     data["checkpoint"]["allow_changes"] = ["env.kwargs.reward"]
     trainer = GRPOTrainer(TrainConfig.from_dict(data), progress=False)

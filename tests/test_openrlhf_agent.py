@@ -173,7 +173,7 @@ def test_agent_file_runs_an_episode_configured_by_the_env_variable(tmp_path, mon
     assert issubclass(module.AgentExecutor, AgentExecutorBase)
     assert issubclass(module.AgentInstance, AgentInstanceBase)
     config = tmp_path / "agent.yaml"
-    config.write_text(f"agent:\n  env_id: {ENV_ID}\n  env_kwargs: {{protocol: tool_call, reward: f1}}\n")
+    config.write_text(f"env: {{id: {ENV_ID}, protocol: tool_call, reward: f1}}\n")
     monkeypatch.setenv("SEARCHGYM_AGENT_CONFIG", str(config))
     question = next(q for q in WORLD.questions if q.known and q.hops == 1)
     engine = ScriptedLLM(tokenizer, oracle())
@@ -561,8 +561,7 @@ def test_one_failing_sample_is_a_failed_episode_in_openrlhf_s_own_rollout(
 
     config = tmp_path / "agent.yaml"
     config.write_text(
-        f"agent:\n  env_id: {ENV_ID}\n"
-        "  env_kwargs: {protocol: tool_call, reward: f1, reward_kwargs: {format_penalty: -1.0}}\n"
+        f"env: {{id: {ENV_ID}, protocol: tool_call, reward: f1, reward_kwargs: {{format_penalty: -1.0}}}}\n"
     )
     monkeypatch.setenv("SEARCHGYM_AGENT_CONFIG", str(config))
     import searchgym.trainers.openrlhf.agent_file as agent_file

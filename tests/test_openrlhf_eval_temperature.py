@@ -21,9 +21,8 @@ from searchgym.trainers.openrlhf import load_run_config  # noqa: E402
 from searchgym.trainers.openrlhf.eval_split import EvalSign, vllm_temperature  # noqa: E402
 
 RUN = """\
-agent:
-  env_id: searchgym/SyntheticFacts-v0
-  env_kwargs: {{protocol: tool_call, reward: lightsearcher, reward_kwargs: {{store: {store}}}}}
+backend: openrlhf
+env: {{id: searchgym/SyntheticFacts-v0, protocol: tool_call, reward: lightsearcher, reward_kwargs: {{store: {store}}}}}
 openrlhf:
   rollout: {{temperature: {train}}}
   eval: {{dataset: eval.jsonl, temperature: {evals}}}

@@ -22,8 +22,11 @@ pytest.importorskip("openrlhf.utils.agent", reason="needs openrlhf==0.11.2 (--no
 torch = pytest.importorskip("torch")
 
 from searchgym.envs.rewards.tsas import tsas_advantages  # noqa: E402
+from searchgym.trainers.advantages import AdvantageConfig, build_advantage  # noqa: E402
 from searchgym.trainers.openrlhf import advantage_hook  # noqa: E402
-from searchgym.trainers.openrlhf.config import AdvantageConfig, AgentConfig, MemoryConfig  # noqa: E402
+from searchgym.trainers.openrlhf.config import AgentConfig, MemoryConfig  # noqa: E402
+
+TSAS = AdvantageConfig(estimator="tsas")
 from searchgym.trainers.openrlhf.flags import check_flags, flatten, openrlhf_parser, to_argv  # noqa: E402
 
 EM = "openrlhf.trainer.ppo_utils.experience_maker"
@@ -133,7 +136,7 @@ def test_hand_values_match_tsas_advantages():
 
 def test_shaped_rewards_follow_openrlhf_grouping():
     experiences = batch()
-    shaped = advantage_hook.tsas_shaped_rewards(experiences, 3, stage=1, alpha=0.01)
+    shaped = advantage_hook.hooked_advantages(experiences, 3, build_advantage(TSAS), step=0)  # stage 1
     by_index = {
         i: float(v) for e, a in zip(experiences, shaped, strict=True) for i, v in zip(e.index, a, strict=True)
     }
@@ -143,7 +146,7 @@ def test_shaped_rewards_follow_openrlhf_grouping():
 def test_hook_installed_lazily_wraps_openrlhfs_advantage_code(experience_maker, monkeypatch, tmp_path):
     config = tmp_path / "agent.yaml"
     config.write_text(
-        "env_id: searchgym/SyntheticFacts-v0\nadvantage: {scheme: tsas, warmup_steps: 150, alpha: 0.01}\n"
+        "env: {id: searchgym/SyntheticFacts-v0}\nadvantage: {estimator: tsas, warmup_steps: 150, alpha: 0.01}\n"
     )
     monkeypatch.setenv("SEARCHGYM_AGENT_CONFIG", str(config))
     assert EM not in sys.modules
@@ -171,6 +174,32 @@ def test_hook_installed_lazily_wraps_openrlhfs_advantage_code(experience_maker, 
                 assert float(e.info["tsas_stage"][row]) == (1 if step < 150 else 2)
 
 
+def test_the_eq2_variant_of_tsas_runs_under_openrlhf(experience_maker, monkeypatch, tmp_path):
+    """Light-Search's Eq. 2 reading (``advantage.variant: eq2``) reaches OpenRLHF's real advantage code."""
+    config = tmp_path / "run.yaml"
+    config.write_text(
+        "backend: openrlhf\nenv: {id: searchgym/SyntheticFacts-v0}\n"
+        "advantage: {estimator: tsas, variant: eq2, warmup_steps: 2, alpha: 0.01}\nopenrlhf: {}\n"
+    )
+    monkeypatch.setenv("SEARCHGYM_AGENT_CONFIG", str(config))
+    advantage_hook.setup_worker()
+    module = importlib.import_module(EM)
+    method = module.RemoteExperienceMaker.compute_advantages_and_returns
+    args = openrlhf_args()
+    for step, stage in ((1, 1), (2, 2)):
+        advantage_hook._STATE.step = step
+        experiences = method(maker(module, args), batch())
+        eq2 = [
+            *tsas_advantages(R[:3], S[:3], T[:3], stage, 0.01, variant="eq2"),
+            *tsas_advantages(R[3:], S[3:], T[3:], stage, 0.01, variant="eq2"),
+        ]
+        for e in experiences:
+            for row, i in enumerate(e.index):
+                first = int(e.action_mask[row].nonzero().min())
+                assert float(e.advantages[row][first]) == pytest.approx(eq2[i], abs=1e-5)
+    assert eq2 != pytest.approx(STAGE2, abs=1e-3)  # stage 2 of Eq. 2 is not Eq. 4's
+
+
 def test_without_the_hook_dr_grpo_recentres_the_reward(experience_maker):
     """The control: OpenRLHF's own dr_grpo is R - mean R, which is why TSAS needs the hook."""
     module = importlib.import_module(EM)
@@ -188,7 +217,7 @@ def test_without_the_hook_dr_grpo_recentres_the_reward(experience_maker):
 
 
 def test_tsas_refuses_gae(experience_maker):
-    advantage_hook.install(AgentConfig("searchgym/SyntheticFacts-v0", advantage=AdvantageConfig()))
+    advantage_hook.install(AgentConfig("searchgym/SyntheticFacts-v0", advantage=TSAS))
     module = importlib.import_module(EM)
     with pytest.raises(advantage_hook.SearchGymError, match="estimator"):
         module.RemoteExperienceMaker.compute_advantages_and_returns(
@@ -200,7 +229,7 @@ def test_missing_extra_logs_are_reported(experience_maker):
     experiences = batch()
     del experiences[1].info["num_searches"]
     with pytest.raises(advantage_hook.SearchGymError, match="num_searches"):
-        advantage_hook.tsas_shaped_rewards(experiences, 3, stage=1, alpha=0.01)
+        advantage_hook.hooked_advantages(experiences, 3, build_advantage(TSAS), step=0)
 
 
 # -- the training step: stage for TSAS, memory updates ---------------------------------------------
@@ -263,7 +292,7 @@ def test_train_step_publishes_the_step_and_updates_the_memory_every_n_steps(tmp_
 def test_needs_hook():
     bare = AgentConfig("searchgym/SyntheticFacts-v0")
     assert not advantage_hook.needs_hook(bare)
-    assert advantage_hook.needs_hook(AgentConfig(bare.env_id, advantage=AdvantageConfig()))
+    assert advantage_hook.needs_hook(AgentConfig(bare.env_id, advantage=TSAS))
     assert advantage_hook.needs_hook(
         AgentConfig(bare.env_id, memory=MemoryConfig(kind="lightsearcher", path="m"))
     )
@@ -279,7 +308,9 @@ def test_ray_runs_the_hook_in_every_worker_from_the_runtime_env(tmp_path):
     if ray.is_initialized():
         pytest.skip("another test left Ray running")
     config = tmp_path / "agent.yaml"
-    config.write_text("env_id: searchgym/SyntheticFacts-v0\nadvantage: {scheme: tsas, warmup_steps: 7}\n")
+    config.write_text(
+        "env: {id: searchgym/SyntheticFacts-v0}\nadvantage: {estimator: tsas, warmup_steps: 7}\n"
+    )
     ray.init(
         num_cpus=1,
         include_dashboard=False,

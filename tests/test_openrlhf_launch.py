@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from searchgym.envs.config_base import ConfigError
 from searchgym.envs.errors import InvalidArgumentError, SearchGymError, UnknownNameError
 from searchgym.envs.protocols import make_protocol
-from searchgym.trainers.config_base import ConfigError
 from searchgym.trainers.openrlhf import agent_file_path, compose, launch, load_run_config
 from searchgym.trainers.openrlhf.advantage_hook import HOOK
 from searchgym.trainers.openrlhf.flags import FlagError, check_flags, openrlhf_parser
@@ -88,7 +88,7 @@ def test_train_ppo_takes_the_runtime_env_from_launch(monkeypatch, tmp_path):
     monkeypatch.setenv("SEARCHGYM_RAY_RUNTIME_ENV", json.dumps({"env_vars": {"A": "1"}}))
     assert train_ppo.runtime_env() == {"env_vars": {"A": "1"}}
     monkeypatch.delenv("SEARCHGYM_RAY_RUNTIME_ENV")
-    config = write(tmp_path, BASE.replace("agent:\n", "agent:\n  advantage: {scheme: tsas}\n"))
+    config = write(tmp_path, BASE + "advantage: {estimator: tsas}\n")
     monkeypatch.setenv("SEARCHGYM_AGENT_CONFIG", str(config))
     env = train_ppo.runtime_env()  # built from the agent config when launched by hand
     assert env["worker_process_setup_hook"] == HOOK
@@ -188,9 +188,8 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 BASE = """\
-agent:
-  env_id: searchgym/SyntheticFacts-v0
-  env_kwargs: {protocol: tool_call}
+backend: openrlhf
+env: {id: searchgym/SyntheticFacts-v0, protocol: tool_call}
 openrlhf:
   actor: {model_name_or_path: m, num_gpus_per_node: 1}
   vllm: {num_engines: 1}
@@ -211,7 +210,7 @@ def test_a_minimal_run_file_composes(tmp_path):
 # -- registered offline model names ------------------------------------------------------------
 
 SMOLLM2 = "smollm2-135m-instruct"
-NAMED = BASE.replace("agent:\n", f"agent:\n  tokenizer: {SMOLLM2}\n").replace(
+NAMED = BASE.replace("openrlhf:\n", f"openrlhf:\n  agent: {{tokenizer: {SMOLLM2}}}\n").replace(
     "model_name_or_path: m,", f"model_name_or_path: {SMOLLM2},"
 )
 
@@ -240,7 +239,7 @@ def test_an_unpulled_model_name_gives_the_pull_command(tmp_path, monkeypatch, ca
     from searchgym.cli import main
 
     monkeypatch.setenv("SEARCHGYM_HOME", str(tmp_path / "empty"))
-    text = NAMED if where == "agent" else NAMED.replace(f"  tokenizer: {SMOLLM2}\n", "")
+    text = NAMED if where == "agent" else NAMED.replace(f"  agent: {{tokenizer: {SMOLLM2}}}\n", "")
     path = write(tmp_path, text)
     assert main(["train", "--backend", "openrlhf", "--config", str(path), "--dry-run"]) == 2
     captured = capsys.readouterr()
@@ -252,49 +251,54 @@ def test_an_unpulled_model_name_gives_the_pull_command(tmp_path, monkeypatch, ca
 @pytest.mark.parametrize(
     "text, match",
     [
-        (BASE + "extra: 1\n", r"^\S+run.yaml: extra: got 1; allowed: the keys of RunConfig: "),
+        (BASE + "extra: 1\n", r"^\S+run.yaml: extra: got 1; allowed: the keys of RunSpec: "),
+        (BASE.replace("env: {", "envs: {"), r"^\S+run.yaml: envs: .* Unknown key. Did you mean 'env'"),
         (
-            BASE.replace("env_kwargs:", "env_kwarg:"),
-            r"agent.env_kwarg: .* Unknown key. Did you mean 'env_kwargs'",
+            BASE.replace("openrlhf:\n", "openrlhf:\n  launch: {adress: x}\n"),
+            r"openrlhf.launch.adress: .* Did you mean 'ray_address'\?",
         ),
-        (BASE + "launch: {adress: x}\n", r"launch.adress: .* Did you mean 'ray_address'\?"),
         (
-            BASE.replace("env_id: searchgym/SyntheticFacts-v0", "env_id: SyntheticFact-v0"),
-            r"agent.env_id: got 'SyntheticFact-v0'; .* Did you mean 'searchgym/SyntheticFacts-v0'",
+            BASE.replace("id: searchgym/SyntheticFacts-v0", "id: SyntheticFact-v0"),
+            r"env.id: got 'SyntheticFact-v0'; .* Did you mean 'searchgym/SyntheticFacts-v0'",
         ),
-        (BASE + "memory: {kind: lightsearch, path: m}\n", r"memory: .* Unknown key\."),
         (
-            BASE.replace("agent:\n", "agent:\n  memory: {kind: lightsearch, path: m}\n"),
-            r"agent.memory.kind: got 'lightsearch'; allowed: one of 'none', 'lightsearcher', 'hiexp'. "
+            BASE + "memory: {kind: lightsearch, path: m}\n",
+            r"memory.kind: got 'lightsearch'; allowed: one of 'none', 'lightsearcher', 'hiexp'. "
             r"Did you mean 'lightsearcher'\?",
         ),
         (
-            BASE.replace("agent:\n", "agent:\n  memory: {kind: experience, path: m}\n"),
-            r"agent.memory.kind: got 'experience'; .* The kind 'experience' is called 'lightsearcher'",
+            BASE + "memory: {kind: experience, path: m}\n",
+            r"memory.kind: got 'experience'; .* The kind 'experience' is called 'lightsearcher'",
         ),
         (
-            BASE.replace("agent:\n", "agent:\n  memory: {kind: lightsearcher}\n"),
-            r"agent.memory.path: got None; allowed: the store folder every agent instance shares",
+            BASE + "memory: {kind: lightsearcher}\n",
+            r"memory.path: got None; allowed: the store folder every agent instance shares",
         ),
         (
-            BASE.replace("agent:\n", "agent:\n  memory: {kind: lightsearcher, path: m, backend: ray}\n"),
-            r"agent.memory.backend: got 'ray'; allowed: 'file' \(leave it out\). It applies to the built-in",
+            BASE + "memory: {kind: lightsearcher, path: m, backend: ray}\n",
+            r"memory.backend: got 'ray'; allowed: 'file' \(leave it out\). It applies to the built-in",
         ),
         (
-            BASE.replace("agent:\n", "agent:\n  memory: {kind: lightsearcher, path: m, top_k: two}\n"),
-            r"agent.memory.top_k: got 'two'; allowed: an int\.",
+            BASE + "memory: {kind: lightsearcher, path: m, top_k: two}\n",
+            r"memory.top_k: got 'two'; allowed: an int\.",
         ),
         (
-            BASE.replace("agent:\n", "agent:\n  advantage: {scheme: tsas, warmup_steps: -1}\n"),
-            r"agent.advantage.warmup_steps: got -1; allowed: an int >= 0",
+            BASE + "advantage: {estimator: tsas, warmup_steps: -1}\n",
+            r"advantage.warmup_steps: got -1; allowed: an int >= 0",
         ),
         (
-            BASE + "launch: {env: {A: [1]}}\n",
-            r"launch.env.A: got \[1\]; allowed: a string or number",
+            BASE.replace("openrlhf:\n", "openrlhf:\n  launch: {env: {A: [1]}}\n"),
+            r"openrlhf.launch.env.A: got \[1\]; allowed: a string or number",
         ),
-        ("backend: builtin\n" + BASE, r"backend: got 'builtin'; allowed: 'openrlhf'"),
-        ("openrlhf: {}\n", r"agent: got None; allowed: an agent section"),
-        ("agent: {env_kwargs: {}}\n", r"run.yaml: agent.env_id: got None; allowed: a string \(required\)\.$"),
+        ("env: {id: NQ-v0}\n", r"run.yaml: backend: got 'builtin'; allowed: 'openrlhf'"),
+        (
+            BASE.replace("backend: openrlhf", "backend: builtin"),
+            r"run.yaml: openrlhf: .* no openrlhf section with backend: builtin",
+        ),
+        (
+            "agent: {env_id: NQ-v0}\n",
+            r"run.yaml: layout: got 'openrlhf'; .* Convert it with: searchgym config convert \S+run.yaml -o NEW.yaml$",
+        ),
     ],
 )
 def test_bad_run_files_are_refused_with_the_file_and_dotted_field_named(tmp_path, text, match):
@@ -326,7 +330,7 @@ def test_bad_flags_are_refused_by_openrlhfs_own_checks(tmp_path, change, error, 
 
 @needs_openrlhf
 def test_tsas_needs_a_group_estimator_and_installs_the_hook(tmp_path):
-    text = BASE.replace("agent:\n", "agent:\n  advantage: {scheme: tsas}\n")
+    text = BASE + "advantage: {estimator: tsas}\n"
     with pytest.raises(InvalidArgumentError, match="dr_grpo"):
         compose(load_run_config(write(tmp_path, text.replace("group_norm", "gae"))))
     plan = compose(load_run_config(write(tmp_path, text.replace("group_norm", "dr_grpo"))))
@@ -334,14 +338,12 @@ def test_tsas_needs_a_group_estimator_and_installs_the_hook(tmp_path):
 
 
 def test_the_agent_memory_is_the_builtin_memory_section(tmp_path, monkeypatch):
-    from searchgym.trainers.memory_config import MemoryConfig
+    from searchgym.memory.config import MemoryConfig
     from searchgym.trainers.openrlhf import env_pool
 
-    none = load_run_config(write(tmp_path, BASE.replace("agent:\n", "agent:\n  memory: {kind: none}\n")))
+    none = load_run_config(write(tmp_path, BASE + "memory: {kind: none}\n"))
     assert none.agent.memory is None
-    text = BASE.replace(
-        "agent:\n", "agent:\n  memory: {kind: lightsearcher, path: m, theta_r: 0.5, good_reward: 0.9}\n"
-    )
+    text = BASE + "memory: {kind: lightsearcher, path: m, theta_r: 0.5, good_reward: 0.9}\n"
     memory = load_run_config(write(tmp_path, text), basedir=str(tmp_path)).agent.memory
     assert isinstance(memory, MemoryConfig) and memory.path == str(tmp_path / "m")
     monkeypatch.setattr(env_pool, "_MEMORIES", {})
@@ -364,7 +366,11 @@ def test_extends_merges_key_by_key(tmp_path):
 
 def test_job_submission_mode(tmp_path):
     path = write(
-        tmp_path, BASE + "launch: {ray_address: 'http://head:8265', env: {SEARCHGYM_DATA_DIR: /data}}\n"
+        tmp_path,
+        BASE.replace(
+            "openrlhf:\n",
+            "openrlhf:\n  launch: {ray_address: 'http://head:8265', env: {SEARCHGYM_DATA_DIR: /data}}\n",
+        ),
     )
     plan = compose(load_run_config(path))
     assert plan.command[:5] == ["ray", "job", "submit", "--address", "http://head:8265"]

@@ -211,8 +211,8 @@ def test_a_fresh_run_refuses_a_store_that_holds_an_earlier_run(tmp_path, hook, m
     # the launcher refuses it before Ray starts, too
     run = tmp_path / "run.yaml"
     run.write_text(
-        "agent:\n  env_id: searchgym/SyntheticFacts-v0\n"
-        f"  memory: {{kind: lightsearcher, path: {store}}}\n"
+        "backend: openrlhf\nenv: {id: searchgym/SyntheticFacts-v0}\n"
+        f"memory: {{kind: lightsearcher, path: {store}}}\n"
         "openrlhf:\n  actor: {model_name_or_path: m, num_gpus_per_node: 1}\n  vllm: {num_engines: 1}\n"
         "  train: {batch_size: 8}\n  rollout: {n_samples_per_prompt: 4, batch_size: 2}\n"
         "  algo: {advantage: {estimator: group_norm}}\n  data: {prompt_dataset: train.jsonl}\n"
@@ -239,14 +239,20 @@ def test_a_resume_without_a_snapshot_of_its_step_is_refused(tmp_path):
 
 def test_run_stores_covers_what_training_writes(tmp_path):
     memory = MemoryConfig(kind="lightsearcher", path=str(tmp_path / "m"))
-    inside = {"reward_kwargs": {"store": str(tmp_path / "m" / "min_tool_calls.sqlite")}}
-    outside = {"reward_kwargs": {"store": str(tmp_path / "min.sqlite")}}
+    # the scheme names its shared store (RewardScheme.shared_store): LightSearcher's "store"
+    inside = {
+        "reward": "lightsearcher",
+        "reward_kwargs": {"store": str(tmp_path / "m" / "min_tool_calls.sqlite")},
+    }
+    outside = {"reward": "lightsearcher", "reward_kwargs": {"store": str(tmp_path / "min.sqlite")}}
     assert len(run_stores(AgentConfig("searchgym/SyntheticFacts-v0", env_kwargs=inside, memory=memory))) == 1
     assert len(run_stores(AgentConfig("searchgym/SyntheticFacts-v0", env_kwargs=outside, memory=memory))) == 2
     assert len(run_stores(AgentConfig("searchgym/SyntheticFacts-v0", env_kwargs=outside))) == 1
     hiexp = MemoryConfig(kind="hiexp", path=str(tmp_path / "h"))  # built offline, read-only in training
     assert run_stores(AgentConfig("searchgym/SyntheticFacts-v0", memory=hiexp)) == []
     assert advantage_hook.needs_hook(AgentConfig("searchgym/SyntheticFacts-v0", env_kwargs=outside))
+    f1 = {"reward": "f1", "reward_kwargs": {"format_penalty": -1.0}}  # a scheme without a shared store
+    assert run_stores(AgentConfig("searchgym/SyntheticFacts-v0", env_kwargs=f1)) == []
 
 
 @pytest.mark.slow
@@ -259,7 +265,7 @@ def test_the_agent_file_refuses_a_ray_job_without_the_hook(tmp_path):
 
     config = tmp_path / "agent.yaml"
     config.write_text(
-        f"env_id: searchgym/SyntheticFacts-v0\nmemory: {{kind: lightsearcher, path: {tmp_path}/m}}\n"
+        f"env: {{id: searchgym/SyntheticFacts-v0}}\nmemory: {{kind: lightsearcher, path: {tmp_path}/m}}\n"
     )
     ray.init(
         num_cpus=1,

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(openrlhf_parser() is None, reason="needs openrlh
 
 KEY = "0123456789abcdef0123456789abcdef01234567"  # a W&B key is 40 hex digits
 WANDB = "  logger: {wandb: {key: %s, project: p, run_name: r}}\n"
-SUBMIT = "launch: {ray_address: 'http://10.0.0.1:8265'}\n"
+SUBMIT = "  launch: {ray_address: 'http://10.0.0.1:8265'}\n"  # openrlhf.launch, after WANDB's line
 
 
 def run_file(tmp_path, key: str = KEY, extra: str = ""):

@@ -380,11 +380,15 @@ def test_eval_episodes_stay_out_of_the_memory_and_the_minimum_store(tiny, tmp_pa
 
 def test_eval_sign_reads_the_run_file_and_refuses_equal_temperatures(tmp_path):
     run = tmp_path / "run.yaml"
-    run.write_text("agent: {env_id: SyntheticFacts-v0}\nopenrlhf:\n  eval: {dataset: data/eval.jsonl}\n")
+    run.write_text(
+        "backend: openrlhf\nenv: {id: SyntheticFacts-v0}\nopenrlhf:\n  eval: {dataset: data/eval.jsonl}\n"
+    )
     sign = EvalSign.from_run_file(run)
     assert sign == EvalSign(1.0, 0.6)  # OpenRLHF 0.11.2's defaults
     assert sign.is_eval(SamplingParams(temperature=0.6)) and not sign.is_eval(SamplingParams(temperature=1.0))
-    run.write_text("agent: {env_id: SyntheticFacts-v0}\nopenrlhf: {rollout: {temperature: 0.7}}\n")
+    run.write_text(
+        "backend: openrlhf\nenv: {id: SyntheticFacts-v0}\nopenrlhf: {rollout: {temperature: 0.7}}\n"
+    )
     assert EvalSign.from_run_file(run) == EvalSign(0.7, None)  # no eval set: nothing is eval
     same = EvalSign.from_flags({"rollout": {"temperature": 0.6}, "eval": {"dataset": "x.jsonl"}})
     same.check("")  # writes nothing: fine
@@ -419,8 +423,8 @@ def test_extra_logs_do_not_shadow_openrlhf_experience_fields():
 def test_an_ambiguous_eval_set_stops_the_first_rollout_with_a_fix(tiny, tmp_path, monkeypatch):
     run = tmp_path / "run.yaml"
     run.write_text(
-        f"agent:\n  env_id: {ENV_ID}\n  env_kwargs: {{protocol: tool_call}}\n"
-        f"  memory: {{kind: lightsearcher, path: {tmp_path / 'memory'}}}\n"
+        f"backend: openrlhf\nenv: {{id: {ENV_ID}, protocol: tool_call}}\n"
+        f"memory: {{kind: lightsearcher, path: {tmp_path / 'memory'}}}\n"
         "openrlhf:\n  rollout: {temperature: 0.6}\n  eval: {dataset: data/eval.jsonl}\n"
     )
     monkeypatch.setenv("SEARCHGYM_AGENT_CONFIG", str(run))

@@ -20,7 +20,7 @@ COMMITTED = ROOT / "benchmarks" / "results" / "real_model_baselines.json"
 
 
 def _warm_config(shared_data: Path, tmp_path: Path):
-    from searchgym.trainers.config import load_config
+    from searchgym.trainers.run_spec import load_config
 
     config = load_config(ROOT / "configs" / "grpo_smollm2_cpu_warm.yaml")
     kwargs = {

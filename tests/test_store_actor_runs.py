@@ -32,13 +32,13 @@ from searchgym.trainers.store_actors import StoreActorInfo, actors_serving  # no
 TESTS = Path(__file__).resolve().parent
 
 RUN = """\
-agent:
-  env_id: searchgym/SyntheticFacts-v0
-  env_kwargs:
-    protocol: tool_call
-    reward: lightsearcher
-    reward_kwargs: {{store: runs/min_tool_calls.sqlite}}
-  memory: {{kind: lightsearcher, path: runs/memory, update_every: {update_every}}}
+backend: openrlhf
+env:
+  id: searchgym/SyntheticFacts-v0
+  protocol: tool_call
+  reward: lightsearcher
+  reward_kwargs: {{store: runs/min_tool_calls.sqlite}}
+memory: {{kind: lightsearcher, path: runs/memory, update_every: {update_every}}}
 openrlhf:
   actor: {{model_name_or_path: m, num_gpus_per_node: 1}}
   ref: {{num_gpus_per_node: 1}}

@@ -127,16 +127,16 @@ def test_workers_append_and_read_concurrently(ray_session: Any, tmp_path: Path, 
 # -- under OpenRLHF: the launcher names the actor, the agents use it, a cluster run is shipped -----
 
 RUN = """\
-agent:
-  env_id: searchgym/SyntheticFacts-v0
-  env_kwargs:
-    protocol: tool_call
-    retriever: {retriever}
-    reward: lightsearcher
-    reward_kwargs: {{store: runs/min_tool_calls.sqlite}}
-  memory: {{kind: lightsearcher, path: runs/memory, update_every: 1}}
-launch: {{env: {{{launch_env}}}}}
+backend: openrlhf
+env:
+  id: searchgym/SyntheticFacts-v0
+  protocol: tool_call
+  retriever: {retriever}
+  reward: lightsearcher
+  reward_kwargs: {{store: runs/min_tool_calls.sqlite}}
+memory: {{kind: lightsearcher, path: runs/memory, update_every: 1}}
 openrlhf:
+  launch: {{env: {{{launch_env}}}}}
   actor: {{model_name_or_path: m, num_nodes: {nodes}, num_gpus_per_node: 1}}
   ref: {{num_nodes: {nodes}, num_gpus_per_node: 1}}
   vllm: {{num_engines: 1}}

@@ -1241,11 +1241,12 @@ def test_scripted_memory_shows_right_direct_answers_and_searches(tmp_path, proto
     assert any("Search for the facts" in bank for bank in banks)
 
 
-def test_searchgym_train_sends_a_warm_start_config_to_the_study_script(capsys):
+def test_searchgym_train_refuses_a_study_config_in_one_line(capsys):
     from searchgym.cli import main
 
-    with pytest.raises(SystemExit, match="studies/frugal/tiny_lm/train.py"):
-        main(["train", "--config", str(TINY_LM / "lightsearcher.yaml")])
+    assert main(["train", "--config", str(TINY_LM / "lightsearcher.yaml")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(TINY_LM / "lightsearcher.yaml") in err[0]
 
 
 def test_the_study_config_holds_eval_and_the_dry_run_builds_the_eval_env(tmp_path):

@@ -10,14 +10,15 @@ import pytest
 import yaml
 
 from searchgym.cli import main
+from searchgym.envs.config_base import field_help, read_yaml
 from searchgym.trainers.config import (
     AlgoConfig,
     ConfigError,
     RolloutConfig,
     TrainConfig,
-    load_config,
     save_config,
 )
+from searchgym.trainers.run_spec import load_config, run_spec_from_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILTIN_CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
@@ -28,9 +29,9 @@ def test_defaults_are_valid_and_documented():
     assert config.model.tiny is not None and config.model.path is None
     assert config.rollout.group_size == 5 and config.algo.clip_eps == 0.2 and config.algo.kl_coef == 0.001
     for cls in (TrainConfig, RolloutConfig, AlgoConfig):
-        doc = cls.__doc__ or ""
+        documented = field_help(cls)
         for name in cls.__dataclass_fields__:
-            assert f"{name}:" in doc, f"{cls.__name__}.{name} is not documented"
+            assert documented.get(name), f"{cls.__name__}.{name} is not documented"
 
 
 def test_yaml_round_trip_is_exact(tmp_path):
@@ -45,7 +46,7 @@ def test_yaml_round_trip_is_exact(tmp_path):
     )
     assert config.env.id == "searchgym/SyntheticFacts-v0"  # the short id is completed
     first = Path(save_config(config, tmp_path / "a.yaml"))
-    again = load_config(first)
+    again = TrainConfig.from_dict(read_yaml(first))
     assert again == config
     second = Path(save_config(again, tmp_path / "b.yaml"))
     assert first.read_text() == second.read_text()
@@ -150,46 +151,45 @@ def test_the_builtin_and_openrlhf_configs_word_a_bad_memory_section_alike(tmp_pa
     from searchgym.trainers.openrlhf.config import load_run_config
 
     builtin, openrlhf = tmp_path / "builtin.yaml", tmp_path / "openrlhf.yaml"
-    builtin.write_text(f"memory: {memory}\n")
-    openrlhf.write_text(f"agent:\n  env_id: SyntheticFacts-v0\n  memory: {memory}\n")
+    builtin.write_text(f"env: {{id: SyntheticFacts-v0}}\nmemory: {memory}\n")
+    openrlhf.write_text(
+        f"backend: openrlhf\nenv: {{id: SyntheticFacts-v0}}\nmemory: {memory}\nopenrlhf: {{}}\n"
+    )
     with pytest.raises(ConfigError) as built_in_error:
         load_config(builtin)
     with pytest.raises(ConfigError) as openrlhf_error:
         load_run_config(openrlhf)
     assert str(built_in_error.value).startswith(f"{builtin}: memory.")
-    assert str(openrlhf_error.value).startswith(f"{openrlhf}: agent.memory.")
+    assert str(openrlhf_error.value).startswith(f"{openrlhf}: memory.")
     assert (
-        str(built_in_error.value)[len(f"{builtin}: ") :]
-        == str(openrlhf_error.value)[len(f"{openrlhf}: agent.") :]
+        str(built_in_error.value)[len(f"{builtin}: ") :] == str(openrlhf_error.value)[len(f"{openrlhf}: ") :]
     )
 
 
-def test_the_library_config_has_no_eval_section_and_sends_one_to_the_study(tmp_path, capsys):
+def test_the_library_config_has_no_eval_section(tmp_path, capsys):
     with pytest.raises(ConfigError, match=r"^eval: .*allowed: the keys of TrainConfig: .*Unknown key\."):
         TrainConfig.from_dict({"eval": {"enabled": True}})
     path = tmp_path / "run.yaml"
-    path.write_text("steps: 2\neval: {enabled: true}\n")
-    with pytest.raises(
-        SystemExit,
-        match="evaluation after training \\(eval:\\) belongs to the tiny-LM study; run python studies/frugal/tiny_lm/train.py",
-    ):
-        main(["train", "--config", str(path), "--dry-run"])
+    path.write_text("builtin: {steps: 2, eval: {enabled: true}}\n")
+    assert main(["train", "--config", str(path), "--dry-run"]) == 2
+    assert (
+        f"{path}: builtin.eval: got {{'enabled': True}}; allowed: the keys of BuiltinConfig"
+        in capsys.readouterr().err
+    )
 
 
 def test_errors_from_a_file_name_the_file(tmp_path):
     path = tmp_path / "run.yaml"
-    path.write_text("rollout:\n  group_size: 1\n")
-    with pytest.raises(ConfigError, match=rf"^{path}: rollout.group_size: got 1"):
+    path.write_text("builtin:\n  rollout:\n    group_size: 1\n")
+    with pytest.raises(ConfigError, match=rf"^{path}: builtin.rollout.group_size: got 1"):
         load_config(path)
-    path.write_text("rollout: [unclosed\n")
-    with pytest.raises(ConfigError, match="allowed: a valid YAML mapping. The file does not parse"):
+    path.write_text("builtin: [unclosed\n")
+    with pytest.raises(ConfigError, match="allowed: a readable YAML run file. .*not readable YAML"):
         load_config(path)
     path.write_text("- 1\n- 2\n")
-    with pytest.raises(
-        ConfigError, match="TrainConfig: got \\[1, 2\\]; allowed: a mapping of TrainConfig fields"
-    ):
+    with pytest.raises(ConfigError, match="the top level must be a mapping, got list"):
         load_config(path)
-    with pytest.raises(ConfigError, match="config: got .*missing.yaml'; allowed: an existing YAML file"):
+    with pytest.raises(ConfigError, match="config: got .*missing.yaml'; .*does not exist"):
         load_config(tmp_path / "missing.yaml")
 
 
@@ -234,15 +234,15 @@ def test_train_dry_run_prints_the_plan_without_importing_torch(tmp_path):
     assert "2 questions x 4 = 8 episodes per step" in out
     assert "torch loaded: False" in out
     printed = yaml.safe_load(out[out.index("backend: builtin") : out.index("torch loaded")])
-    assert TrainConfig.from_dict(printed) == load_config(config)
+    assert run_spec_from_dict(printed).train_config() == load_config(config)
 
 
 def test_train_reports_a_bad_config_with_exit_code_2(tmp_path, capsys):
     path = tmp_path / "bad.yaml"
-    path.write_text("algo:\n  advantage: ppo\n")
+    path.write_text("advantage:\n  estimator: ppo\n")
     assert main(["train", "--config", str(path), "--dry-run"]) == 2
     err = capsys.readouterr().err
-    assert f"{path}: algo.advantage: got 'ppo'; allowed: one of 'group_norm', 'dr_grpo', 'tsas'" in err
+    assert f"{path}: advantage.estimator: got 'ppo'; allowed: one of 'group_norm', 'dr_grpo', 'tsas'" in err
 
 
 def test_train_sends_openrlhf_files_to_the_plugin(tmp_path, monkeypatch, capsys):
@@ -251,7 +251,7 @@ def test_train_sends_openrlhf_files_to_the_plugin(tmp_path, monkeypatch, capsys)
     calls = []
     monkeypatch.setattr(plugin, "launch", lambda path, dry_run: calls.append((path, dry_run)) or 0)
     path = tmp_path / "run.yaml"
-    path.write_text("backend: openrlhf\nagent: {env_id: searchgym/SyntheticFacts-v0}\n")
+    path.write_text("backend: openrlhf\nenv: {id: searchgym/SyntheticFacts-v0}\n")
     assert main(["train", "--config", str(path), "--dry-run"]) == 0  # the file's backend key decides
     assert main(["train", "--config", str(path), "--backend", "openrlhf"]) == 0
     assert calls == [(str(path), True), (str(path), False)]

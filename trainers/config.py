@@ -1,17 +1,13 @@
 """Configuration of the built-in GRPO trainer: documented dataclasses, checked on load.
 
-One YAML file holds one :class:`TrainConfig`; each top-level key is a section::
+A run file (:mod:`searchgym.trainers.run_spec`) with ``backend: builtin`` becomes one
+:class:`TrainConfig`: the trainer's resolved settings, which it saves with each checkpoint
+(``config.yaml``) and compares on resume. Its ``env`` holds ``gym.make``'s keyword
+arguments (``{id, kwargs}``) and its ``algo`` the advantage beside the update.
 
-    output_dir: runs/grpo_synthetic
-    steps: 20
-    env: {id: searchgym/SyntheticFacts-v0, kwargs: {reward: f1, max_turns: 3}}
-    model: {tiny: {vocab_size: 1000}}
-    rollout: {group_size: 4, questions_per_step: 2, max_new_tokens: 24}
-    algo: {advantage: group_norm, lr: 1.0e-4}
-
-Every value is checked when the file is read: an unknown key, a wrong type or an
-out-of-range value raises :class:`ConfigError` naming the file, the dotted field, the value
-and what is allowed. :func:`load_config` and :func:`save_config` round-trip exactly.
+Every value is checked when the config is built: an unknown key, a wrong type or an
+out-of-range value raises :class:`ConfigError` naming the dotted field, the value and
+what is allowed. :func:`save_config` and :meth:`TrainConfig.from_dict` round-trip exactly.
 """
 
 from __future__ import annotations
@@ -21,18 +17,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
-from .config_base import (
+from ..envs.config import env_keywords
+from ..envs.config_base import (
     ConfigError,
     check,
     check_finite,
     check_int,
     from_dict,
-    load_yaml,
     read_sections,
     save_yaml,
     to_dict,
 )
-from .memory_config import MEMORY_BACKENDS, MEMORY_KINDS, MemoryConfig
+from ..envs.rewards import RewardScheme, reward_class
+from ..memory.config import MEMORY_BACKENDS, MEMORY_KINDS, MemoryConfig
+from .advantages import ESTIMATORS, AdvantageConfig
 
 __all__ = [
     "ConfigError",
@@ -41,21 +39,20 @@ __all__ = [
     "ModelConfig",
     "RolloutConfig",
     "AlgoConfig",
+    "UpdateConfig",
     "MemoryConfig",
     "CheckpointConfig",
     "WandbConfig",
     "TrainConfig",
-    "load_config",
     "save_config",
-    "describe",
     "ADVANTAGES",
     "LOSS_AGGREGATIONS",
     "MEMORY_BACKENDS",
     "MEMORY_KINDS",
 ]
 
-ADVANTAGES = ("group_norm", "dr_grpo", "tsas")
-"""The group-advantage estimators (see :mod:`searchgym.trainers.grpo.advantages`)."""
+ADVANTAGES = tuple(ESTIMATORS)
+"""The group-advantage estimators (see :mod:`searchgym.trainers.advantages`)."""
 
 LOSS_AGGREGATIONS = ("auto", "token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm")
 """How per-token losses become one number (see :mod:`searchgym.trainers.grpo.loss`)."""
@@ -208,25 +205,17 @@ class RolloutConfig:
 
 
 @dataclass
-class AlgoConfig:
-    """The GRPO update.
+class UpdateConfig:
+    """The GRPO update (the ``builtin.algo`` section of a run file).
 
     Attributes:
-        advantage: ``group_norm`` ((R − mean) / std over the group), ``dr_grpo`` (R − mean),
-            or ``tsas`` (Light-Search's two-stage shaping, docs/methods.md#light-search).
-        tsas_warmup_steps: M1, the first step of Light-Search's stage 2 (paper: 150).
-        tsas_alpha: α, the weight of the reasoning term in stage 1 (paper: 0.01).
-        tsas_variant: Stage 2 as Eq. 4 is printed (``eq4``) or the Eq. 2-faithful reading
-            (``eq2``: searches cost only rollouts above the group mean), docs/methods.md#light-search-readings.
-        tsas_reasoning: T counts ``<think>`` blocks (``steps``, the paper's choice) or the
-            tokens inside them (``tokens``).
         clip_eps: PPO clip range ε (0.2).
         kl_coef: β of the k3 KL estimate to the frozen reference model (0 = no reference model).
         loss_agg: How per-token losses are averaged: ``token_mean`` (over all action tokens
             of the batch), ``seq_mean_token_mean`` (GRPO: per sequence, then over sequences),
             ``seq_mean_token_sum_norm`` (Dr. GRPO: token sums over a constant, the
             generation budget ``max_new_tokens × max_turns``); ``auto`` picks Dr. GRPO's for
-            ``dr_grpo`` and GRPO's otherwise.
+            the ``dr_grpo`` advantage and GRPO's otherwise.
         lr: AdamW learning rate.
         lr_schedule: ``constant`` or ``cosine`` (to 0 at the last step), after ``warmup_steps`` of linear warm-up.
         warmup_steps: Optimizer steps of linear learning-rate warm-up.
@@ -248,11 +237,6 @@ class AlgoConfig:
         ptx_batch_size: Examples replayed per optimizer step.
     """
 
-    advantage: Literal["group_norm", "dr_grpo", "tsas"] = "group_norm"
-    tsas_warmup_steps: int = 150
-    tsas_alpha: float = 0.01
-    tsas_variant: Literal["eq4", "eq2"] = "eq4"
-    tsas_reasoning: Literal["steps", "tokens"] = "steps"
     clip_eps: float = 0.2
     kl_coef: float = 0.001
     loss_agg: Literal["auto", "token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"] = "auto"
@@ -272,15 +256,12 @@ class AlgoConfig:
     ptx_batch_size: int = 16
 
     def __post_init__(self) -> None:
-        check("advantage", self.advantage, self.advantage in ADVANTAGES, "one of " + ", ".join(ADVANTAGES))
         check(
             "loss_agg",
             self.loss_agg,
             self.loss_agg in LOSS_AGGREGATIONS,
             "one of " + ", ".join(LOSS_AGGREGATIONS),
         )
-        check_int("tsas_warmup_steps", self.tsas_warmup_steps, 0)
-        check_finite("tsas_alpha", self.tsas_alpha)
         check_finite("clip_eps", self.clip_eps, low=0.0, high=1.0)
         check_finite("kl_coef", self.kl_coef, low=0.0)
         check_finite("lr", self.lr, low=0.0)
@@ -296,12 +277,58 @@ class AlgoConfig:
         check_finite("ptx_coef", self.ptx_coef, low=0.0)
         check_int("ptx_batch_size", self.ptx_batch_size)
 
+
+@dataclass
+class AlgoConfig(UpdateConfig):
+    """The GRPO update with its group advantage, as the built-in trainer keeps it (a run
+    file gives the advantage in its ``advantage`` section, :class:`~searchgym.trainers.advantages.AdvantageConfig`).
+
+    Attributes:
+        advantage: The registered estimator (``group_norm``, ``dr_grpo``, ``tsas``).
+        tsas_warmup_steps: ``advantage.warmup_steps``.
+        tsas_alpha: ``advantage.alpha``.
+        tsas_variant: ``advantage.variant``.
+        tsas_reasoning: ``advantage.reasoning``.
+    """
+
+    advantage: str = "group_norm"
+    tsas_warmup_steps: int = 150
+    tsas_alpha: float = 0.01
+    tsas_variant: Literal["eq4", "eq2"] = "eq4"
+    tsas_reasoning: Literal["steps", "tokens"] = "steps"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        try:
+            self.advantage_config()
+        except ConfigError as exc:
+            raise ConfigError(_ADVANTAGE_FIELDS[exc.field], exc.value, exc.allowed, exc.hint) from None
+
+    def advantage_config(self) -> AdvantageConfig:
+        """The ``advantage`` section these fields hold."""
+        return AdvantageConfig(
+            estimator=self.advantage,
+            warmup_steps=self.tsas_warmup_steps,
+            alpha=self.tsas_alpha,
+            variant=self.tsas_variant,
+            reasoning=self.tsas_reasoning,
+        )
+
     @property
     def resolved_loss_agg(self) -> str:
         """``loss_agg`` with ``auto`` replaced by the estimator's own choice."""
         if self.loss_agg != "auto":
             return self.loss_agg
-        return "seq_mean_token_sum_norm" if self.advantage == "dr_grpo" else "seq_mean_token_mean"
+        return ESTIMATORS[self.advantage].loss_agg
+
+
+_ADVANTAGE_FIELDS = {
+    "estimator": "advantage",
+    "warmup_steps": "tsas_warmup_steps",
+    "alpha": "tsas_alpha",
+    "variant": "tsas_variant",
+    "reasoning": "tsas_reasoning",
+}
 
 
 @dataclass
@@ -439,29 +466,38 @@ class TrainConfig:
         return {}
 
     def _check_ray_backend(self) -> None:
-        reward = self.env.kwargs.get("reward", "f1")
-        if self.memory.kind == "hiexp":
+        shared_store = self.shared_store_keyword()
+        if self.memory.kind != "none" and not self.memory.learns:
             raise ConfigError(
                 "memory.backend",
                 "ray",
-                "'file' for memory.kind 'hiexp'",
-                "A HiExp hierarchy is read-only and loaded in this process; no actor serves it.",
+                f"'file' for memory.kind {self.memory.kind!r}",
+                "That memory is read-only and loaded in this process; no actor serves it.",
             )
-        if self.memory.kind == "none" and reward != "lightsearcher":
+        if self.memory.kind == "none" and shared_store is None:
             raise ConfigError(
                 "memory.backend",
                 "ray",
                 "'file' when the run keeps no store",
-                "The actor serves memory.kind 'lightsearcher' and the lightsearcher reward's minimum store.",
+                "The actor serves a memory that learns and a reward scheme's shared store.",
             )
-        store = dict(self.env.kwargs.get("reward_kwargs") or {}).get("store")
-        if reward == "lightsearcher" and not (store is None or isinstance(store, (str, os.PathLike))):
+        store = dict(self.env.kwargs.get("reward_kwargs") or {}).get(shared_store) if shared_store else None
+        if shared_store and not (store is None or isinstance(store, (str, os.PathLike))):
             raise ConfigError(
-                "env.kwargs.reward_kwargs.store",
+                f"env.kwargs.reward_kwargs.{shared_store}",
                 store,
                 "a log file path or null with memory.backend 'ray'",
-                "The actor opens the minimum store from its path.",
+                "The actor opens the reward's store from its path.",
             )
+
+    def shared_store_keyword(self) -> str | None:
+        """The reward scheme's shared-store keyword (:attr:`RewardScheme.shared_store`), or None."""
+        reward = self.env.kwargs.get("reward")
+        if isinstance(reward, RewardScheme):
+            return type(reward).shared_store
+        if reward is None:
+            reward = (env_keywords(self.env.id) or {})["reward"].default
+        return reward_class(reward).shared_store
 
     def to_dict(self) -> dict[str, Any]:
         """The config as plain data; ``TrainConfig.from_dict`` reads it back to an equal config."""
@@ -481,63 +517,6 @@ class TrainConfig:
         )
 
 
-def load_config(path: str | os.PathLike[str]) -> TrainConfig:
-    """Read and check a :class:`TrainConfig` from a YAML file.
-
-    Raises:
-        ConfigError: naming the file, the dotted field, the value and what is allowed.
-    """
-    return load_yaml(TrainConfig, path)
-
-
 def save_config(config: TrainConfig, path: str | os.PathLike[str]) -> str:
     """Write ``config`` as YAML (atomically); :func:`load_config` reads back an equal config."""
     return str(save_yaml(config, path))
-
-
-def describe(config: TrainConfig, checks: list[str] | None = None) -> str:
-    """What a run of ``config`` would do, in a few lines, without loading anything heavy.
-
-    ``searchgym train --dry-run`` prints this for the built-in backend, with the lines of
-    :func:`searchgym.trainers.dry_run.check_run` as ``checks``, followed by the checked
-    config as YAML.
-    """
-    from pathlib import Path
-
-    import yaml
-
-    r, a, m = config.rollout, config.algo, config.model
-    if m.tiny is not None:
-        source = f"tiny model built in {m.tiny.dir} ({m.tiny.hidden_size}x{m.tiny.num_layers})"
-    else:
-        source = str(m.path)
-    found = sorted(
-        int(p.parent.name[5:])
-        for p in Path(config.output_dir, "checkpoints").glob("step_*/trainer_state.json")
-        if p.parent.name[5:].isdigit()
-    )
-    resume = config.checkpoint.resume
-    if resume == "auto":
-        start = f"resume from step {found[-1]} ({config.output_dir}/checkpoints)" if found else "a fresh run"
-    elif resume == "never":
-        start = "a fresh run" if not found else f"refused: {config.output_dir} already holds checkpoints"
-    else:
-        start = f"resume from {resume}"
-    episodes = r.questions_per_step * r.group_size
-    lines = [
-        f"builtin GRPO: {config.steps} steps on {config.env.id} ({start})",
-        f"  policy: {source} on {m.device} ({m.dtype}{'' if m.autocast == 'off' else ', autocast ' + m.autocast})",
-        f"  rollouts: {r.questions_per_step} questions x {r.group_size} = {episodes} episodes per step, "
-        f"{r.max_new_tokens} new tokens per turn, {r.max_context_tokens} per episode",
-        f"  update: {a.advantage} advantages, {a.resolved_loss_agg}, clip {a.clip_eps:g}, kl {a.kl_coef:g} (k3), "
-        f"AdamW lr {a.lr:g} ({a.lr_schedule}), {a.ppo_epochs * a.mini_batches} optimizer step(s) per step"
-        + (f", ptx {a.ptx_coef:g} on {a.ptx_data or 'the warm start recall lessons'}" if a.ptx_coef else ""),
-        f"  memory: {config.memory.kind}"
-        + (" (stores in a Ray actor)" if config.memory.backend == "ray" else "")
-        + f"; checkpoints every {config.checkpoint.every or config.steps} steps "
-        f"in {config.output_dir}; wandb: {'on' if config.wandb.enabled else 'off'}",
-        *(checks or []),
-        "",
-        yaml.safe_dump(config.to_dict(), sort_keys=False).rstrip(),
-    ]
-    return "\n".join(lines)

@@ -10,15 +10,16 @@ would stop the run raises :class:`~searchgym.envs.errors.SearchGymError` instead
 
 from __future__ import annotations
 
-import inspect
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from ..envs.config import env_keywords
 from ..envs.errors import DataFileError, InvalidArgumentError, SearchGymError, did_you_mean
 from ..envs.models import MODELS, ModelNotPulledError, resolve_model
-from .config import EnvConfig, MemoryConfig, TrainConfig
+from . import build
+from .config import EnvConfig, TrainConfig
 
 __all__ = ["check_device", "check_run", "check_model_path", "work_estimate", "time_estimate", "prefixed"]
 
@@ -32,55 +33,27 @@ def prefixed(exc: SearchGymError, prefix: str) -> SearchGymError:
         return SearchGymError(message)
 
 
-def _env_keywords(env_id: str) -> set[str] | None:
-    """The keyword arguments the env's constructor takes (None when it takes ``**kwargs``)."""
-    import gymnasium as gym
-
-    creator = gym.spec(env_id).entry_point
-    if isinstance(creator, str):
-        module, _, name = creator.partition(":")
-        creator = getattr(__import__(module, fromlist=[name]), name)
-    parameters = inspect.signature(creator).parameters.values()  # type: ignore[arg-type]
-    if any(p.kind is p.VAR_KEYWORD for p in parameters):
-        return None
-    return {p.name for p in parameters if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
-
-
 def _check_env(env: EnvConfig, field: str, memory: Any = None, memory_config: Any = None) -> None:
-    """Build (and close) one env of the run as the trainer's ``env_factory`` does: ``gym.make``
-    with the run's one reward scheme, behind the memory wrapper when there is a memory.
-    (Built here rather than through ``trainers.grpo``, whose package imports torch.)"""
-    import gymnasium as gym
-
-    from ..envs.rewards import RewardScheme, make_reward
-
-    keywords = _env_keywords(env.id)
+    """Build (and close) one env of the run as the trainer does, through
+    :func:`searchgym.trainers.build.build_env`: ``gym.make`` with the run's one reward scheme,
+    behind the memory wrapper when there is a memory (which records nothing here)."""
+    keywords = env_keywords(env.id)
     for key in env.kwargs:
         if keywords is not None and key not in keywords:
-            raise InvalidArgumentError(
-                f"{field}.kwargs: {did_you_mean('keyword of ' + env.id, key, keywords)}"
-            )
-    kwargs = dict(env.kwargs)
+            raise InvalidArgumentError(f"{field}: {did_you_mean('keyword of ' + env.id, key, keywords)}")
     try:
-        if not isinstance(kwargs.get("reward"), RewardScheme):
-            kwargs["reward"] = make_reward(
-                kwargs.get("reward", "f1"), **dict(kwargs.pop("reward_kwargs", None) or {})
-            )
-        built = gym.make(env.id, disable_env_checker=True, **kwargs)
-    except SearchGymError as exc:
-        raise prefixed(exc, f"{field}.kwargs") from None
-    if memory is not None:
-        from ..memory import ExperienceWrapper
-
-        built = ExperienceWrapper(
-            built,
-            memory,
-            use_experience=memory_config.use_experience,
-            few_shot=memory_config.few_shot,
+        reward = build.build_reward(env.id, env.kwargs)
+        built = build.build_env(
+            env.id,
+            env.kwargs,
+            reward=reward,
+            memory=memory,
+            memory_config=memory_config,
             record=False,
-            top_k=memory_config.top_k,
-            hint_threshold=memory_config.hint_threshold,
+            disable_env_checker=True,
         )
+    except SearchGymError as exc:
+        raise prefixed(exc, field) from None
     built.close()
 
 
@@ -138,48 +111,25 @@ def _check_writable(path: Path, field: str) -> None:
         raise InvalidArgumentError(f"{field}: {str(path)!r} cannot be written: {target} is not writable.")
 
 
-def _build_memory(memory: MemoryConfig, store: Path | None, seed: int) -> Any:
-    """The run's memory as the trainer's ``build_memory`` makes it (without importing torch)."""
-    if memory.kind == "none":
-        return None
-    if memory.kind == "lightsearcher":
-        from ..memory import ExperienceMemory
-
-        return ExperienceMemory(
-            store,
-            update_every=memory.update_every,
-            summarizer=memory.summarizer,
-            theta_r=memory.theta_r,
-            good_reward=memory.good_reward,
-            seed=seed,
-        )
-    from ..memory import HierarchicalExperience
-
-    if not Path(str(memory.path)).exists():
-        raise DataFileError(
-            f"memory.path: {memory.path!r} does not exist (the HiExp store folder or its hiexp_levels.jsonl)."
-        )
-    return HierarchicalExperience.load(str(memory.path))
-
-
 def _check_memory(config: TrainConfig) -> Any:
-    """The run's memory, read from its store; an experience store that does not exist yet is
-    made in a temporary folder (the dry run creates nothing in ``output_dir``)."""
+    """The run's memory, built as the trainer builds it (:meth:`MemoryConfig.build`) from its
+    store; a store that does not exist yet is made in a temporary folder (the dry run creates
+    nothing in ``output_dir``)."""
     memory = config.memory
-    store = None
-    if memory.kind == "lightsearcher":
-        store = Path(memory.path) if memory.path else Path(config.output_dir) / "memory"
-        if not store.exists():
-            _check_writable(store, "memory.path")
-            with tempfile.TemporaryDirectory() as tmp:
-                return _build_memory(memory, Path(tmp), config.seed)
-    return _build_memory(memory, store, config.seed)
+    store = memory.store_dir(config.output_dir)
+    if store is not None and not store.exists():
+        _check_writable(store, "memory.path")
+        with tempfile.TemporaryDirectory() as tmp:
+            return build.build_memory(memory, store_dir=tmp, seed=config.seed)
+    return build.build_memory(memory, output_dir=config.output_dir, seed=config.seed)
 
 
 def work_estimate(config: TrainConfig) -> str:
     """The run's size in episodes and generated tokens, from the config alone."""
     r = config.rollout
-    turns = int(config.env.kwargs.get("max_turns", 4))
+    turns = int(
+        config.env.kwargs.get("max_turns") or (env_keywords(config.env.id) or {})["max_turns"].default
+    )
     episodes = config.steps * r.questions_per_step * r.group_size
     tokens = episodes * turns * r.max_new_tokens
     return (

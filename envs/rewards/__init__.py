@@ -30,6 +30,8 @@ __all__ = [
     "REWARDS",
     "register_reward",
     "make_reward",
+    "reward_class",
+    "check_reward_kwargs",
     # interface
     "RewardScheme",
     "check_number",
@@ -97,6 +99,40 @@ def _accepted_kwargs(cls: type[RewardScheme]) -> list[str] | None:
         if p.name != "self"
         and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     ]
+
+
+def reward_class(name: object) -> type[RewardScheme]:
+    """The registered scheme class called ``name``.
+
+    Raises:
+        UnknownNameError: no scheme has that name (the message lists close matches).
+    """
+    cls = REWARDS.get(name) if isinstance(name, str) else None
+    if cls is None:
+        raise did_you_mean("reward scheme", name, REWARDS)
+    return cls
+
+
+def check_reward_kwargs(name: str, kwargs: object) -> None:
+    """Check ``kwargs`` against the parameters of the scheme ``name`` without building it.
+
+    A scheme's parameters are its constructor's keyword arguments, documented in its
+    docstring's ``Args:``.
+
+    Raises:
+        UnknownNameError: an unknown scheme name, with close matches.
+        InvalidArgumentError: ``kwargs`` is not a mapping, or names a parameter the scheme
+            does not take (with "did you mean" and the list of those it takes).
+    """
+    cls = reward_class(name)
+    if not isinstance(kwargs, dict):
+        raise InvalidArgumentError(f"reward_kwargs must be a mapping, got {kwargs!r:.80}.")
+    accepted = _accepted_kwargs(cls)
+    if accepted is None:
+        return
+    for key in kwargs:
+        if key not in accepted:
+            raise did_you_mean(f"parameter of the reward scheme {name!r}", key, accepted)
 
 
 def make_reward(name_or_scheme: str | RewardScheme, **kwargs: object) -> RewardScheme:

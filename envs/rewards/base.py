@@ -23,6 +23,12 @@ class RewardScheme(ABC):
     """
 
     name: ClassVar[str] = ""
+    shared_store: ClassVar[str | None] = None
+    """The keyword argument that takes the scheme's per-question store, which every rollout
+    of a run must share (a log file path, or a
+    :class:`~searchgym.envs.rewards.min_tool_calls.MinToolCalls` such as a Ray actor's
+    client); ``None`` for a scheme that keeps no such store. Trainers ask this instead of
+    knowing scheme names."""
 
     @abstractmethod
     def __call__(self, trajectory: Trajectory) -> float:

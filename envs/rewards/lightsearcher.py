@@ -57,6 +57,7 @@ class LightSearcherReward(RewardScheme):
     """
 
     name = "lightsearcher"
+    shared_store = "store"
 
     def __init__(
         self,

@@ -58,16 +58,18 @@ def main(argv: list[str] | None = None) -> int:
 
 def _evaluate(args: argparse.Namespace) -> None:
 
-    from searchgym.trainers.openrlhf import load_run_config
+    from searchgym.trainers import build
+    from searchgym.trainers.run_spec import load_run
 
-    agent = load_run_config(args.config).agent
-    env_kwargs = {**agent.env_kwargs, "data_path": args.data, "retriever": args.retriever}
-    # Evaluation writes to no training store: the reward's minimum tool-call store stays in memory.
-    if isinstance(env_kwargs.get("reward_kwargs"), dict):
-        env_kwargs["reward_kwargs"] = {k: v for k, v in env_kwargs["reward_kwargs"].items() if k != "store"}
+    env = load_run(args.config).env  # the run file's env section, as training reads it
+    env_kwargs = {**env.kwargs(), "data_path": args.data, "retriever": args.retriever}
+    # Evaluation writes to no training store: the reward's shared store stays in memory.
+    shared = build.shared_store(env.id, env_kwargs)
+    if shared is not None and isinstance(env_kwargs.get("reward_kwargs"), dict):
+        env_kwargs["reward_kwargs"] = {k: v for k, v in env_kwargs["reward_kwargs"].items() if k != shared[0]}
     spec = args.policy if ":" in args.policy else f"{args.policy}:{args.model}"
     plan = {
-        "env_id": agent.env_id,
+        "env_id": env.id,
         "env_kwargs": env_kwargs,
         "policy": spec,
         "episodes": args.episodes,
@@ -76,13 +78,11 @@ def _evaluate(args: argparse.Namespace) -> None:
     if args.dry_run:
         return
 
-    import gymnasium as gym
-
     from searchgym.policies import make_policy
     from searchgym.policies.evaluation import evaluate
 
-    policy = make_policy(spec, protocol=agent.protocol)
-    result = evaluate(lambda: gym.make(agent.env_id, **env_kwargs), policy, args.episodes, batch_size=64)
+    policy = make_policy(spec, protocol=env.protocol_name)
+    result = evaluate(lambda: build.build_env(env.id, env_kwargs), policy, args.episodes, batch_size=64)
     figures = result.to_dict()
     print(json.dumps(figures, indent=2))
     if args.out is not None:

@@ -37,20 +37,18 @@ worker)
     ;;
 submit)
     # A run file for this cluster: LightSearcher's, with 16 GPUs, the server on the head node,
-    # and `ray job submit` to the head's dashboard (launch.ray_address). The batch arithmetic
+    # and `ray job submit` to the head's dashboard (openrlhf.launch.ray_address). The batch arithmetic
     # still holds: 2304 samples = 4 x 16 ranks x 36 accumulation steps; 16 vLLM engines.
     mkdir -p "$SHARED/runs"
     cat > "$SHARED/runs/lightsearcher_2nodes.yaml" <<YAML
 backend: openrlhf
 extends: $REPO/configs/openrlhf/lightsearcher.yaml
-agent:
-  env_kwargs:
-    retriever: "http://$HEAD:8000"
-    reward_kwargs: {store: runs/lightsearcher-2nodes/min_tool_calls.sqlite}
-  memory: {path: runs/lightsearcher-2nodes/memory}
-launch:
-  ray_address: "http://$HEAD:8265"
+env:
+  retriever: "http://$HEAD:8000"
+  reward_kwargs: {store: runs/lightsearcher-2nodes/min_tool_calls.sqlite}
+memory: {path: runs/lightsearcher-2nodes/memory}
 openrlhf:
+  launch: {ray_address: "http://$HEAD:8265"}
   actor: {num_nodes: 2, num_gpus_per_node: 8}
   ref: {num_nodes: 2, num_gpus_per_node: 8}
   vllm: {num_engines: 16}

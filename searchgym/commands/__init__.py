@@ -6,7 +6,20 @@ and is listed in :data:`COMMANDS`. Modules import heavy packages inside ``run`` 
 
 __all__ = ["COMMANDS"]
 
-COMMANDS = ("envs", "eval", "index", "serve", "memory", "train", "plot", "study", "prepare", "data", "models")
+COMMANDS = (
+    "envs",
+    "eval",
+    "index",
+    "serve",
+    "memory",
+    "train",
+    "config",
+    "plot",
+    "study",
+    "prepare",
+    "data",
+    "models",
+)
 """Module names under ``searchgym.commands``, in the order ``--help`` lists them."""
 
 

@@ -25,6 +25,12 @@ def _json_object(text: str) -> dict[str, Any]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--env", default="searchgym/SyntheticFacts-v0", help="env id (default: %(default)s)")
     parser.add_argument(
+        "--config",
+        type=Path,
+        help="evaluate on the env of a run file (its env section, as training builds it); "
+        "--env, --reward, --reward-kwargs, --protocol, --data-path, --corpus-path, --topk and --max-turns are then not used",
+    )
+    parser.add_argument(
         "--policy",
         default="direct,naive_rag,oracle_synthetic",
         help="policy name(s), comma-separated: direct, naive_rag, oracle_synthetic, hf:PATH, vllm:PATH, openai:MODEL@URL; LLM specs take ?key=value&... options (default: %(default)s)",
@@ -130,36 +136,59 @@ def hf_defaults(name: str) -> tuple[dict[str, Any], str | None]:
     return options, line
 
 
+def _run_file_env(path: Path) -> tuple[str, dict[str, Any]]:
+    """The env id and ``gym.make`` keyword arguments of a run file's env section; the reward's
+    shared store is left out, so evaluation writes into no training store."""
+    from searchgym.trainers import build
+    from searchgym.trainers.run_spec import load_run
+
+    env = load_run(path).env
+    kwargs = env.kwargs()
+    shared = build.shared_store(env.id, kwargs)
+    if shared is not None and isinstance(kwargs.get("reward_kwargs"), dict):
+        kwargs["reward_kwargs"] = {k: v for k, v in kwargs["reward_kwargs"].items() if k != shared[0]}
+    kwargs.setdefault("protocol", env.protocol_name)
+    kwargs.setdefault("reward", env.reward_name)
+    return env.id, kwargs
+
+
 def run(args: argparse.Namespace) -> int:
     import gymnasium as gym
 
     import searchgym  # noqa: F401  (registers the ids)
     from searchgym.envs import check_env_id
     from searchgym.policies import evaluate, format_table, make_policy
+    from searchgym.trainers import build
 
     if args.wandb:
         from searchgym.commands.extras import require
 
         require("wandb")  # before the episodes, not after them
-    env_id = check_env_id(args.env)
-    env_kwargs: dict[str, Any] = {
-        "protocol": args.protocol,
-        "reward": args.reward,
-        "reward_kwargs": args.reward_kwargs,
-        "topk": args.topk,
-        "max_turns": args.max_turns,
-    }
-    if not env_id.endswith("SyntheticFacts-v0"):
-        _check_data_flags(env_id, args)
-        env_kwargs.update(data_path=args.data_path, corpus_path=args.corpus_path)
-    elif args.data_path or args.corpus_path:
-        print(
-            "note: SyntheticFacts generates its own data; --data-path/--corpus-path are ignored.",
-            file=sys.stderr,
-        )
+    if args.config is not None:
+        env_id, env_kwargs = _run_file_env(args.config)
+        args.protocol = env_kwargs["protocol"]
+        args.reward, args.reward_kwargs = env_kwargs["reward"], env_kwargs.get("reward_kwargs")
+        args.topk = env_kwargs.get("topk", args.topk)
+    else:
+        env_id = check_env_id(args.env)
+        env_kwargs = {
+            "protocol": args.protocol,
+            "reward": args.reward,
+            "reward_kwargs": args.reward_kwargs,
+            "topk": args.topk,
+            "max_turns": args.max_turns,
+        }
+        if not env_id.endswith("SyntheticFacts-v0"):
+            _check_data_flags(env_id, args)
+            env_kwargs.update(data_path=args.data_path, corpus_path=args.corpus_path)
+        elif args.data_path or args.corpus_path:
+            print(
+                "note: SyntheticFacts generates its own data; --data-path/--corpus-path are ignored.",
+                file=sys.stderr,
+            )
 
     def make_env() -> gym.Env:
-        return gym.make(env_id, **env_kwargs)
+        return build.build_env(env_id, env_kwargs)
 
     probe = make_env()
     world = getattr(probe.unwrapped, "world", None)

@@ -36,10 +36,9 @@ def _folder_runner(config: Path):
     """The ``run`` function of the study folder's script named by ``runner:``, or None."""
     import importlib.util
 
-    import yaml
+    from searchgym.envs.config_base import read_yaml
 
-    with open(config) as f:
-        data = yaml.safe_load(f)
+    data = read_yaml(config, extends=False)
     runner = data.get("runner") if isinstance(data, dict) else None
     if runner is None:
         return None

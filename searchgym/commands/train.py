@@ -33,22 +33,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
-def _file_backend(path: Path) -> str | None:
-    """The file's own ``backend`` key, if it has one (errors are left to the real reader)."""
-    import yaml
-
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, yaml.YAMLError):
-        return None
-    value = data.get("backend") if isinstance(data, dict) else None
-    return value if isinstance(value, str) else None
-
-
 def run(args: argparse.Namespace) -> int:
     from searchgym.envs.errors import InvalidArgumentError, SearchGymError
+    from searchgym.trainers.run_spec import file_backend
 
-    declared = _file_backend(args.config)
+    declared = file_backend(args.config)
     backend = args.backend or declared or "builtin"
     if declared is not None and declared not in BACKENDS:
         raise InvalidArgumentError(
@@ -65,14 +54,8 @@ def run(args: argparse.Namespace) -> int:
         return int(launch(str(args.config), args.dry_run))
 
     from searchgym.commands.extras import require
-    from searchgym.trainers.config import describe, load_config
+    from searchgym.trainers.run_spec import describe, load_config
 
-    for section, what in (("sft", "a warm start (sft:)"), ("eval", "evaluation after training (eval:)")):
-        if _has_section(args.config, section):
-            raise SystemExit(
-                f"{args.config}: {what} belongs to the tiny-LM study; run "
-                f"python studies/frugal/tiny_lm/train.py --config {args.config}"
-            )
     config = load_config(args.config)
     require("torch", "transformers", "tokenizers")
     if args.dry_run:
@@ -98,14 +81,3 @@ def run(args: argparse.Namespace) -> int:
         f"done: {state.step} steps; checkpoints in {Path(config.output_dir) / 'checkpoints'}", file=sys.stderr
     )
     return 0
-
-
-def _has_section(path: Path, name: str) -> bool:
-    """Whether the YAML file at ``path`` has a top-level ``name`` key (False when unreadable)."""
-    import yaml
-
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError):
-        return False  # load_config reports it
-    return isinstance(data, dict) and name in data

@@ -24,11 +24,10 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from agent import DecisionPolicy, Recollector, SkillAgent, Skills  # noqa: E402
 
+from searchgym.envs.config_base import read_yaml  # noqa: E402
 from searchgym.envs.rewards import MinToolCallStore, tsas_stage  # noqa: E402
 from searchgym.envs.synthetic_env import SyntheticFactsEnv  # noqa: E402
 
@@ -58,8 +57,7 @@ decide."""
 def load_study(path: str | Path) -> dict[str, Any]:
     """The study file, with its folder recorded under ``_dir``."""
     path = Path(path)
-    with open(path) as f:
-        study = yaml.safe_load(f)
+    study = read_yaml(path)  # the library's one YAML reader: a study file may use extends
     if not isinstance(study, dict) or "arms" not in study:
         raise ValueError(f"{path}: a study file needs an 'arms' mapping.")
     study["_dir"] = str(path.resolve().parent)
@@ -92,7 +90,7 @@ def _env(study: dict[str, Any], arm: dict[str, Any], seed: int, split: str, skil
 def _advantages(
     arm: dict[str, Any], train: dict[str, Any], step: int, group: list[dict[str, Any]]
 ) -> list[float]:
-    from searchgym.trainers.grpo.advantages import GroupFigures, group_advantages
+    from searchgym.trainers.advantages import GroupFigures, group_advantages
 
     figures = GroupFigures(
         rewards=tuple(g["reward"] for g in group),

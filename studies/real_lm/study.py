@@ -33,9 +33,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from searchgym.envs.errors import InvalidArgumentError, did_you_mean
+from searchgym.envs.config_base import read_yaml
+from searchgym.envs.errors import DataFileError, InvalidArgumentError, did_you_mean
 
 from .data import DataSettings, StudyData, answer_prior, prepare_data
 from .evaluation import (
@@ -84,8 +83,8 @@ def merge(base: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]
 def load_study(path: str | Path) -> dict[str, Any]:
     """Read a study file; unknown keys and arms that are not mappings fail here."""
     try:
-        study = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
+        study = read_yaml(path)  # the library's one YAML reader: a study file may use extends
+    except DataFileError as exc:
         raise InvalidArgumentError(f"Cannot read the study file {str(path)!r}: {exc}") from None
     if not isinstance(study, dict) or not isinstance(study.get("arms"), dict) or not study["arms"]:
         raise InvalidArgumentError(f"{path}: a study file needs an 'arms' mapping of arm -> changes.")

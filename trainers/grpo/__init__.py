@@ -3,7 +3,7 @@
 For CPU runs, single-GPU users and as a readable reference next to the OpenRLHF plugin.
 Run it with ``searchgym train --config configs/grpo_synthetic.yaml`` or::
 
-    from searchgym.trainers.config import load_config
+    from searchgym.trainers.run_spec import load_config
     from searchgym.trainers.grpo import train
 
     state = train(load_config("configs/grpo_synthetic.yaml"))
@@ -33,7 +33,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .advantages import GroupFigures, dr_grpo, group_advantages, group_norm, tsas
+    from ..advantages import GroupFigures, dr_grpo, group_advantages, group_norm, tsas
     from .checkpoint import TrainerState, latest_checkpoint, list_checkpoints
     from .generation import Sampled, SamplingSettings, sample_actions
     from .loss import clipped_token_loss, k3_kl, token_logprobs, token_weights
@@ -71,11 +71,11 @@ __all__ = [
 ]
 
 _HOME = {
-    "GroupFigures": "advantages",
-    "dr_grpo": "advantages",
-    "group_advantages": "advantages",
-    "group_norm": "advantages",
-    "tsas": "advantages",
+    "GroupFigures": "..advantages",
+    "dr_grpo": "..advantages",
+    "group_advantages": "..advantages",
+    "group_norm": "..advantages",
+    "tsas": "..advantages",
     "TrainerState": "checkpoint",
     "latest_checkpoint": "checkpoint",
     "list_checkpoints": "checkpoint",
@@ -101,4 +101,6 @@ def __getattr__(name: str) -> Any:
     module = _HOME.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f".{module}", __name__), name)
+    return getattr(
+        importlib.import_module(module if module.startswith(".") else f".{module}", __name__), name
+    )

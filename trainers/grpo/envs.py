@@ -11,7 +11,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from ...envs.rewards import RewardScheme, make_reward
+from ...envs.rewards import RewardScheme
+from .. import build
 from ..config import EnvConfig, MemoryConfig, TrainConfig
 from ..ray_store import RemoteMemory, RemoteMinToolCalls, StoreClient, StoreSpec
 
@@ -28,31 +29,18 @@ __all__ = [
 ]
 
 
-def build_reward(env: EnvConfig, store: StoreClient | None = None) -> RewardScheme | None:
-    """The one reward scheme every env of the run shares (None when ``kwargs.reward`` is an object).
+def build_reward(env: EnvConfig, store: StoreClient | None = None) -> RewardScheme:
+    """The one reward scheme every env of the run shares (:func:`searchgym.trainers.build.build_reward`).
 
-    Sharing matters for LightSearcher, whose per-question minimum of searches must be seen
-    by every rollout of the question. With ``store`` (``memory.backend: ray``), its minimum
-    of searches lives in the store actor.
+    With ``store`` (``memory.backend: ray``), a scheme's shared store lives in the store actor.
     """
-    reward = env.kwargs.get("reward", "f1")
-    if isinstance(reward, RewardScheme):
-        return reward
-    kwargs = dict(env.kwargs.get("reward_kwargs") or {})
-    if store is not None and reward == "lightsearcher":
-        kwargs["store"] = RemoteMinToolCalls(store)
-    return make_reward(reward, **kwargs)
+    remote = RemoteMinToolCalls(store) if store is not None else None
+    return build.build_reward(env.id, env.kwargs, remote)
 
 
 def memory_kwargs(memory: MemoryConfig, seed: int) -> dict[str, Any]:
     """The keyword arguments of the run's :class:`~searchgym.memory.ExperienceMemory`."""
-    return {
-        "update_every": memory.update_every,
-        "summarizer": memory.summarizer,
-        "theta_r": memory.theta_r,
-        "good_reward": memory.good_reward,
-        "seed": seed,
-    }
+    return memory.memory_kwargs(seed)
 
 
 def store_actor_name(memory: MemoryConfig, output_dir: str | os.PathLike[str]) -> str:
@@ -64,12 +52,12 @@ def store_actor_name(memory: MemoryConfig, output_dir: str | os.PathLike[str]) -
 
 
 def store_spec(config: TrainConfig, output_dir: str | os.PathLike[str]) -> StoreSpec:
-    """What the run's store actor owns: the experience memory and/or LightSearcher's minimum store."""
+    """What the run's store actor owns: a memory that learns and/or the reward's shared store."""
     memory_dir = memory_store_dir(config.memory, output_dir)
     mins = None
-    if config.env.kwargs.get("reward", "f1") == "lightsearcher":
-        store = dict(config.env.kwargs.get("reward_kwargs") or {}).get("store")
-        mins = str(store) if store is not None else str(Path(output_dir) / "min_tool_calls.sqlite")
+    shared = build.shared_store(config.env.id, config.env.kwargs)
+    if shared is not None:
+        mins = str(shared[1]) if shared[1] is not None else str(Path(output_dir) / "min_tool_calls.sqlite")
     return StoreSpec(
         memory_path=str(memory_dir) if memory_dir is not None else None,
         memory_kwargs=memory_kwargs(config.memory, config.seed) if memory_dir is not None else {},
@@ -78,43 +66,34 @@ def store_spec(config: TrainConfig, output_dir: str | os.PathLike[str]) -> Store
 
 
 def memory_store_dir(memory: MemoryConfig, output_dir: str | os.PathLike[str]) -> Path | None:
-    """The experience store folder of a run (``memory.path`` or ``{output_dir}/memory``), else None."""
-    if memory.kind != "lightsearcher":
-        return None
-    return Path(memory.path) if memory.path else Path(output_dir) / "memory"
+    """The store folder of a memory that learns (``memory.path`` or ``{output_dir}/memory``), else None."""
+    return memory.store_dir(output_dir)
 
 
 def build_memory(
     memory: MemoryConfig, output_dir: str | os.PathLike[str], seed: int, store: StoreClient | None = None
 ) -> Any:
-    """The configured memory: an ExperienceMemory (a RemoteMemory with ``store``), a loaded
-    HiExp hierarchy, or None."""
-    if memory.kind == "none":
-        return None
-    if memory.kind == "lightsearcher":
-        if store is not None:
-            return RemoteMemory(store)
-        from ...memory import ExperienceMemory
-
-        return ExperienceMemory(memory_store_dir(memory, output_dir), **memory_kwargs(memory, seed))
-    from ...memory import HierarchicalExperience
-
-    assert memory.path is not None  # MemoryConfig requires it for hiexp
-    return HierarchicalExperience.load(memory.path)
+    """The configured memory (:meth:`MemoryConfig.build <searchgym.memory.config.MemoryConfig.build>`):
+    with ``store``, a memory that learns is the store actor's :class:`RemoteMemory`."""
+    remote = RemoteMemory(store) if store is not None and memory.learns else None
+    return build.build_memory(memory, output_dir=output_dir, seed=seed, remote=remote)
 
 
 def env_factory(
     env: EnvConfig, reward: RewardScheme | None, memory: Any = None, memory_config: MemoryConfig | None = None
 ) -> Callable[[], gym.Env]:
-    """A function that builds one env of the run: ``gym.make`` with the shared scheme, then the memory wrapper."""
-    kwargs = dict(env.kwargs)
-    if reward is not None:
-        kwargs["reward"] = reward
-        kwargs.pop("reward_kwargs", None)
+    """A function that builds one env of the run (:func:`searchgym.trainers.build.build_env`):
+    ``gym.make`` with the shared scheme, then the memory wrapper."""
 
     def make() -> gym.Env:
-        built = gym.make(env.id, disable_env_checker=True, **kwargs)
-        return built if memory is None else memory_wrapper(built, memory, memory_config)
+        return build.build_env(
+            env.id,
+            env.kwargs,
+            reward=reward,
+            memory=memory,
+            memory_config=memory_config,
+            disable_env_checker=True,
+        )
 
     return make
 
@@ -129,19 +108,7 @@ def memory_wrapper(
 ) -> gym.Env:
     """``env`` behind the run's :class:`~searchgym.memory.ExperienceWrapper` of ``memory``,
     with ``memory_config``'s options; ``record=False`` never writes into the store."""
-    from ...memory import ExperienceWrapper
-
-    options = memory_config or MemoryConfig()
-    return ExperienceWrapper(
-        env,
-        memory,
-        use_experience=options.use_experience,
-        few_shot=options.few_shot,
-        record=record,
-        top_k=options.top_k,
-        hint_threshold=options.hint_threshold,
-        seed=seed,
-    )
+    return (memory_config or MemoryConfig()).wrap(env, memory, record=record, seed=seed)
 
 
 def question_schedule(num_questions: int, per_step: int, step: int, seed: int) -> list[int]:

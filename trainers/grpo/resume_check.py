@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...envs.errors import InvalidArgumentError, SearchGymError
+from ..run_spec import spec_key
 
 if TYPE_CHECKING:
     from ..config import TrainConfig
@@ -96,7 +97,7 @@ def config_changes(
 ) -> dict[str, tuple[Any, Any]]:
     """The settings of ``new`` that differ from ``saved`` and may not change on a resume.
 
-    Give both as :func:`~searchgym.trainers.config_base.to_dict` of a config, so that a
+    Give both as :func:`~searchgym.envs.config_base.to_dict` of a config, so that a
     setting newer than the checkpoint holds its default on both sides; a key only one side
     has (an ``env.kwargs`` option added or dropped) is a change.
 
@@ -148,12 +149,14 @@ def check_resume(
     changes = config_changes(saved, new, allow)
     if not changes:
         return
-    listed = "; ".join(f"{key}: {_value(old)} → {_value(now)}" for key, (old, now) in changes.items())
+    listed = "; ".join(
+        f"{spec_key(key)}: {_value(old)} → {_value(now)}" for key, (old, now) in changes.items()
+    )
     raise ResumeMismatchError(
         f"{output_dir} holds a run written with another config (checkpoint {checkpoint.name}): {listed}. "
         f"Resuming would continue that run under other settings. To start afresh, choose another "
         f"output_dir (or move {output_dir / 'checkpoints'} aside); to continue it anyway, list these keys "
-        f"under checkpoint.allow_changes.",
+        f"under builtin.checkpoint.allow_changes.",
         changes,
     )
 
@@ -165,13 +168,11 @@ def saved_config(file: Path, config_type: type[TrainConfig]) -> dict[str, Any]:
     checkpoint holds its default; a file that no longer loads (a setting since removed) is
     compared as written.
     """
-    import yaml
+    from ...envs.config_base import plain, read_yaml
 
-    from ..config_base import dump_yaml
-
-    data = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
+    data = read_yaml(file, extends=False)
     try:
-        return yaml.safe_load(dump_yaml(config_type.from_dict(data), lenient=True))
+        return plain(config_type.from_dict(data))
     except SearchGymError:
         return data
 

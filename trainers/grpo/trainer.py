@@ -36,16 +36,15 @@ from typing import Any
 
 import numpy as np
 import torch
-import yaml
 from tqdm.auto import tqdm
 
+from ...envs.config_base import dump_yaml, plain, save_yaml, to_dict
 from ...envs.errors import InvalidArgumentError
 from ...policies.chat import ChatFormatter
+from ..advantages import GroupFigures, group_advantages
 from ..config import ConfigError, TrainConfig
-from ..config_base import dump_yaml, save_yaml, to_dict
 from ..ray_store import NAMESPACE as STORE_NAMESPACE
 from ..ray_store import StoreClient
-from .advantages import GroupFigures, group_advantages
 from .checkpoint import (
     Checkpoint,
     TrainerState,
@@ -123,7 +122,7 @@ class GRPOTrainer:
         progress: Show a progress bar over steps.
 
     Example:
-        >>> from searchgym.trainers.config import load_config
+        >>> from searchgym.trainers.run_spec import load_config
         >>> trainer = GRPOTrainer(load_config("configs/grpo_synthetic.yaml"))  # doctest: +SKIP
         >>> state = trainer.train()  # doctest: +SKIP
     """
@@ -271,7 +270,7 @@ class GRPOTrainer:
         check_resume(
             saved.folder,
             saved_config(file, type(self.config)),
-            yaml.safe_load(dump_yaml(self.config, lenient=True)),
+            plain(self.config),
             output_dir=self.output_dir,
             allow=self.config.checkpoint.allow_changes,
         )

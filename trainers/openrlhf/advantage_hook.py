@@ -10,19 +10,22 @@ selects it), so it runs in every worker process of the job, and there it only re
 import hooks: the two OpenRLHF modules are patched when that process imports them, and
 nothing is imported or patched in processes that never do (vLLM actors, reward models).
 
-With ``agent.advantage: {scheme: tsas}`` the wrapped method, for each group of
-``n_samples_per_prompt`` rollouts of one prompt:
+With a run file's ``advantage: {estimator: tsas, ...}`` (an estimator OpenRLHF does not
+compute itself) the wrapped method, for each group of ``n_samples_per_prompt`` rollouts of
+one prompt:
 
 1. applies OpenRLHF's length penalties to the env's reward, as the original does first;
-2. computes ``A_i = tsas_advantages(R, S, T, stage, alpha)`` with R the reward, S the
-   ``num_searches`` and T the ``reasoning_steps`` of the agent's ``extra_logs``, and the
-   stage from OpenRLHF's ``global_step`` (stage 1 while ``step < warmup_steps``);
+2. computes ``A_i`` with :func:`~searchgym.trainers.advantages.build_advantage`, the same
+   function the built-in trainer uses (TSAS's ``variant``, ``alpha`` and ``warmup_steps``
+   included), with R the reward, S the ``num_searches`` and T the ``reasoning_steps`` of
+   the agent's ``extra_logs``, at OpenRLHF's ``global_step``;
 3. runs the original with ``A_i`` as the reward and the group baseline, the whitening and
    the penalties switched off for that call, so ``A_i`` lands on the last action token and
    every action token's advantage is ``A_i`` (minus the KL penalty, when KL is a reward).
 
 ``info["reward"]`` keeps the env's reward for logging; ``info["tsas_advantage"]`` and
-``info["tsas_stage"]`` are added. With ``agent.memory`` of kind ``lightsearcher`` the
+``info["tsas_stage"]`` (``{estimator}_advantage``, ``{estimator}_stage``) are added. With a
+memory that learns (``memory.kind: lightsearcher``) the
 wrapped ``train_step`` publishes each finished step and brings the memory up to it
 (:mod:`~searchgym.trainers.openrlhf.memory_sync`), and logs ``memory_updates`` and
 ``memory_bank_version``.
@@ -44,7 +47,17 @@ from types import ModuleType
 from typing import Any
 
 from ...envs.errors import SearchGymError
+from ..advantages import GroupAdvantage, GroupFigures, build_advantage
+from .checkpoints import wrap_save_checkpoint
 from .config import AGENT_CONFIG_VARIABLE, AgentConfig, load_agent_config
+from .env_pool import open_memory
+from .memory_sync import MemoryStepper
+from .resume import (
+    run_stores,
+    wrap_init_checkpoint_states,
+    wrap_save_best_checkpoint,
+    wrap_save_logs_and_checkpoints,
+)
 
 __all__ = [
     "HOOK",
@@ -54,7 +67,7 @@ __all__ = [
     "install",
     "needs_hook",
     "setup_worker",
-    "tsas_shaped_rewards",
+    "hooked_advantages",
     "wrap_compute_advantages",
     "wrap_train_step",
 ]
@@ -93,10 +106,9 @@ _STATE = _State()
 
 
 def needs_hook(config: AgentConfig) -> bool:
-    """Whether ``config`` needs the trainer-side hook: TSAS, or a store that training writes
-    (a LightSearcher memory, a minimum tool-call store), which follows the checkpoints."""
-    from .resume import run_stores
-
+    """Whether ``config`` needs the trainer-side hook: an advantage OpenRLHF does not compute
+    (TSAS), or a store that training writes (a memory that learns, a reward's shared store),
+    which follows the checkpoints."""
     return config.advantage is not None or bool(run_stores(config))
 
 
@@ -138,7 +150,11 @@ def check_hook_ran() -> None:
         return
     config = load_agent_config(path)
     if needs_hook(config):
-        wanted = "TSAS (agent.advantage)" if config.advantage is not None else "the stores of this run"
+        wanted = (
+            f"the {config.advantage.estimator} advantage"
+            if config.advantage is not None
+            else "the stores of this run"
+        )
         raise SearchGymError(
             f"{path} selects {wanted}, which runs in OpenRLHF's trainer actor through a Ray worker hook, and "
             f'this Ray job has none: add "worker_process_setup_hook": "{HOOK}" to the job\'s runtime env '
@@ -212,8 +228,6 @@ def _patch_experience_maker(module: ModuleType) -> None:
 
 
 def _patch_trainer(module: ModuleType) -> None:
-    from .resume import wrap_init_checkpoint_states, wrap_save_best_checkpoint, wrap_save_logs_and_checkpoints
-
     cls = module.BasePPOTrainer
     if not getattr(cls.train_step, _WRAPPED, False):
         cls.train_step = wrap_train_step(cls.train_step)
@@ -230,8 +244,6 @@ def _patch_trainer(module: ModuleType) -> None:
 
 
 def _patch_actor(module: ModuleType) -> None:
-    from .checkpoints import wrap_save_checkpoint
-
     cls = module.PolicyModelActor
     if not getattr(cls.save_checkpoint, _WRAPPED, False):
         wrapped = wrap_save_checkpoint(cls.save_checkpoint)
@@ -249,44 +261,46 @@ def _per_sample(experiences: list[Any], key: str) -> Any:
         return torch.cat([e.info[key].reshape(-1).double() for e in experiences])
     except KeyError:
         raise SearchGymError(
-            f"TSAS needs the extra_logs key {key!r} on every sample, and a sample has none: run "
+            f"The hooked advantage needs the extra_logs key {key!r} on every sample, and a sample has none: run "
             "OpenRLHF with the searchgym agent (--train.agent_func_path from `python -m "
             "searchgym.trainers.openrlhf --print-agent-path`)."
         ) from None
 
 
-def tsas_shaped_rewards(
-    experiences: list[Any], n_samples_per_prompt: int, stage: int, alpha: float
+_FIGURES = {"searches": "num_searches", "reasoning": "reasoning_steps"}
+"""The agent's ``extra_logs`` key of each figure an estimator may read."""
+
+
+def hooked_advantages(
+    experiences: list[Any], n_samples_per_prompt: int, advantage: GroupAdvantage, step: int
 ) -> list[Any]:
-    """Light-Search's advantages for OpenRLHF experiences, one tensor per experience.
+    """The group advantages of OpenRLHF experiences under ``advantage``, one tensor per experience.
 
     Groups are formed exactly as OpenRLHF forms them: the samples in the order of their
     ``index`` (the rollout order), ``n_samples_per_prompt`` consecutive samples per prompt.
-    R is ``experience.rewards``, S is ``info["num_searches"]``, T is ``info["reasoning_steps"]``.
+    R is ``experience.rewards``, S is ``info["num_searches"]``, T is ``info["reasoning_steps"]``
+    (read only when the estimator uses them).
     """
     import torch
 
-    from ...envs.rewards.tsas import tsas_advantages
-
     lengths = [len(e.index) for e in experiences]
     indices = torch.tensor(list(itertools.chain.from_iterable(e.index for e in experiences)))
+    uses = advantage.config.spec.uses
     columns = []
     for values in (
         torch.cat([e.rewards.reshape(-1).double() for e in experiences]),
-        _per_sample(experiences, "num_searches"),
-        _per_sample(experiences, "reasoning_steps"),
+        *(_per_sample(experiences, _FIGURES[name]) for name in uses),
     ):
         ordered = torch.empty_like(values)
         ordered[indices] = values
         columns.append(ordered.reshape(-1, n_samples_per_prompt))
-    rewards, searches, reasoning = columns
-    shaped = torch.tensor(
-        [
-            tsas_advantages(r.tolist(), s.tolist(), t.tolist(), stage, alpha)
-            for r, s, t in zip(rewards, searches, reasoning, strict=True)
-        ],
-        dtype=torch.float64,
-    )
+    groups = []
+    for row in zip(*columns, strict=True):
+        figures = GroupFigures(
+            row[0].tolist(), **{name: col.tolist() for name, col in zip(uses, row[1:], strict=True)}
+        )
+        groups.append(advantage(figures, step))
+    shaped = torch.tensor(groups, dtype=torch.float64)
     return [
         chunk.to(e.rewards.dtype)
         for chunk, e in zip(shaped.reshape(-1)[indices].split(lengths), experiences, strict=True)
@@ -315,7 +329,7 @@ def _passthrough(args: Any):
 
 
 def wrap_compute_advantages(original: Callable[..., Any], state: _State = _STATE) -> Callable[..., Any]:
-    """``compute_advantages_and_returns`` with TSAS applied first (see the module docstring)."""
+    """``compute_advantages_and_returns`` with the hooked advantage applied first (see the module docstring)."""
 
     @functools.wraps(original)
     def compute_advantages_and_returns(self: Any, experiences: list[Any]) -> list[Any]:
@@ -325,29 +339,28 @@ def wrap_compute_advantages(original: Callable[..., Any], state: _State = _STATE
         import torch
         from openrlhf.trainer.ppo_utils.length_penalty import apply_length_penalties
 
-        from ...envs.rewards.tsas import tsas_stage
-
         args = self.strategy.args
+        advantage = build_advantage(config.advantage)
+        name = config.advantage.estimator
         if self.advantage_estimator not in TSAS_ESTIMATORS:
             raise SearchGymError(
-                f"TSAS runs under --algo.advantage.estimator in {TSAS_ESTIMATORS}, got "
-                f"{self.advantage_estimator!r} (TSAS replaces its group baseline)."
+                f"The {name} advantage runs under --algo.advantage.estimator in {TSAS_ESTIMATORS}, got "
+                f"{self.advantage_estimator!r} (it replaces that estimator's group baseline)."
             )
         with state.lock:
             step = state.step if state.step is not None else state.calls
             state.calls += 1
-        stage = tsas_stage(step, config.advantage.warmup_steps)
+        stage = advantage.stage(step)
         for e in experiences:
             e.rewards = e.rewards.to(torch.promote_types(e.rewards.dtype, torch.float32))
         apply_length_penalties(experiences, args)
         raw = [e.rewards.clone() for e in experiences]
-        shaped = tsas_shaped_rewards(
-            experiences, args.rollout.n_samples_per_prompt, stage, config.advantage.alpha
-        )
+        shaped = hooked_advantages(experiences, args.rollout.n_samples_per_prompt, advantage, step)
         for e, a in zip(experiences, shaped, strict=True):
             e.rewards = a
-            e.info["tsas_advantage"] = a.clone()
-            e.info["tsas_stage"] = torch.full_like(a, float(stage))
+            e.info[f"{name}_advantage"] = a.clone()
+            if stage is not None:
+                e.info[f"{name}_stage"] = torch.full_like(a, float(stage))
         with _passthrough(args):
             out = original(self, experiences)
         for e, r in zip(out, raw, strict=True):
@@ -362,12 +375,9 @@ def wrap_compute_advantages(original: Callable[..., Any], state: _State = _STATE
 
 
 def _stepper(config: AgentConfig, state: _State) -> Any:
-    if config.memory is None or config.memory.kind != "lightsearcher":
+    if config.memory is None or not config.memory.learns:
         return None
     if state.stepper is None:
-        from .env_pool import open_memory
-        from .memory_sync import MemoryStepper
-
         state.stepper = MemoryStepper(open_memory(config.memory, config))
     return state.stepper
 

@@ -29,14 +29,17 @@ import os
 import shutil
 import tempfile
 import uuid
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from ...envs.config_base import read_yaml
 from ...envs.errors import InvalidArgumentError
-from .config import AGENT_CONFIG_VARIABLE, AgentConfig, RunConfig, read_yaml
+from .config import AGENT_CONFIG_VARIABLE, AgentConfig, RunConfig
 
 __all__ = [
     "STORE_ACTOR_VARIABLE",
+    "agent_file_path",
     "FILE_STORES",
     "store_actor_name",
     "store_client",
@@ -64,31 +67,25 @@ _LOOPBACK = ("127.0.0.1", "localhost", "::1", "0.0.0.0")
 
 
 def _min_tool_calls_path(config: AgentConfig) -> str | None:
-    kwargs = config.env_kwargs.get("reward_kwargs")
-    if config.env_kwargs.get("reward") != "lightsearcher" or not isinstance(kwargs, dict):
-        return None
-    store = kwargs.get("store")
-    return store if isinstance(store, str) else None
+    """The path of the reward scheme's shared store (LightSearcher's minimum of searches), if any."""
+    return config.shared_store_path
+
+
+def _learning_memory(config: AgentConfig) -> Any:
+    return config.memory if config.memory is not None and config.memory.learns else None
 
 
 def store_spec(config: AgentConfig) -> Any:
     """The :class:`~searchgym.trainers.ray_store.StoreSpec` of ``config``, or ``None`` (no shared store)."""
     from ..ray_store import StoreSpec
 
-    memory = config.memory if config.memory is not None and config.memory.kind == "lightsearcher" else None
+    memory = _learning_memory(config)
     mins = _min_tool_calls_path(config)
     if memory is None and mins is None:
         return None
     return StoreSpec(
         memory_path=None if memory is None else memory.path,
-        memory_kwargs={}
-        if memory is None
-        else {
-            "update_every": memory.update_every,
-            "summarizer": memory.summarizer,
-            "theta_r": memory.theta_r,
-            "good_reward": memory.good_reward,
-        },
+        memory_kwargs={} if memory is None else memory.memory_kwargs(),
         min_tool_calls_path=mins,
     )
 
@@ -99,14 +96,17 @@ def store_actor_name(config: AgentConfig, launch: str | None = None) -> str | No
     Without ``launch``: the part every actor of these paths shares, ``searchgym-store-<hash>``
     (the whole name of the actors older searchgym versions started).
     """
-    memory = (
-        config.memory.path if config.memory is not None and config.memory.kind == "lightsearcher" else None
-    )
+    memory = None if _learning_memory(config) is None else config.memory.path  # type: ignore[union-attr]
     mins = _min_tool_calls_path(config)
     if memory is None and mins is None:
         return None
     digest = hashlib.sha1(json.dumps([memory, mins]).encode()).hexdigest()[:12]
     return f"searchgym-store-{digest}" if launch is None else f"searchgym-store-{digest}-{launch}"
+
+
+def agent_file_path() -> str:
+    """The absolute path of the shipped agent file, for ``--train.agent_func_path``."""
+    return str(Path(__file__).resolve().with_name("agent_file.py"))
 
 
 def new_launch_id() -> str:
@@ -219,12 +219,13 @@ def claim_store_actor(config: AgentConfig, run_id: str, checkpoint: str = "") ->
 
 
 def remote_env_kwargs(config: AgentConfig, client: Any) -> dict[str, Any]:
-    """``config.env_kwargs`` with LightSearcher's store served by the actor of ``client``."""
+    """``config.env_kwargs`` with the reward scheme's shared store served by the actor of ``client``."""
     kwargs = dict(config.env_kwargs)
-    if client is not None and _min_tool_calls_path(config) is not None:
+    keyword = config.shared_store_keyword
+    if client is not None and keyword is not None and _min_tool_calls_path(config) is not None:
         from ..ray_store import RemoteMinToolCalls
 
-        kwargs["reward_kwargs"] = {**kwargs["reward_kwargs"], "store": RemoteMinToolCalls(client)}
+        kwargs["reward_kwargs"] = {**kwargs["reward_kwargs"], keyword: RemoteMinToolCalls(client)}
     return kwargs
 
 
@@ -309,8 +310,6 @@ def cluster_runtime_env(
     Returns warnings to print. Raises :class:`InvalidArgumentError` for a multi-node run
     that cannot work (a loopback retriever).
     """
-    from .launch import agent_file_path
-
     warnings: list[str] = []
     env_vars = runtime_env.setdefault("env_vars", {})
     name = store_actor_name(config.agent, new_launch_id())

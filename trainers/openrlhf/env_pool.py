@@ -16,6 +16,8 @@ from typing import Any
 import gymnasium as gym
 
 from ...envs.errors import InvalidArgumentError
+from .. import build
+from ..ray_store import RemoteMemory
 from .cluster import remote_env_kwargs, store_client
 from .config import AgentConfig, MemoryConfig
 
@@ -27,12 +29,12 @@ _POOLS: dict[str, EnvPool] = {}
 
 
 def open_memory(config: MemoryConfig, agent: AgentConfig | None = None) -> Any:
-    """The process-wide memory object for ``config`` (one per store folder and kind).
+    """The process-wide memory object for ``config`` (one per store folder and kind), built by
+    :meth:`MemoryConfig.build <searchgym.memory.config.MemoryConfig.build>` as every backend builds it.
 
-    ``lightsearcher`` opens an :class:`~searchgym.memory.ExperienceMemory` on the store (the
-    agents add finished episodes and read the bank; the trainer actor's hook calls
-    ``step``). ``hiexp`` loads the :class:`~searchgym.memory.HierarchicalExperience` saved
-    in the store. With ``agent`` and ``$SEARCHGYM_STORE_ACTOR`` set, a LightSearcher memory
+    A memory that learns (LightSearcher's) opens its store (the agents add finished episodes
+    and read the bank; the trainer actor's hook calls ``step``); a HiExp hierarchy is loaded
+    from its store. With ``agent`` and ``$SEARCHGYM_STORE_ACTOR`` set, a memory that learns
     is the Ray store actor's (:class:`~searchgym.trainers.ray_store.RemoteMemory`).
     """
     key = (
@@ -46,45 +48,23 @@ def open_memory(config: MemoryConfig, agent: AgentConfig | None = None) -> Any:
     with _LOCK:
         memory = _MEMORIES.get(key)
         if memory is None:
-            from ...memory import ExperienceMemory, HierarchicalExperience
-
-            client = store_client(agent) if agent is not None else None
-            if client is not None and config.kind == "lightsearcher":  # the Ray store actor owns it
-                from ..ray_store import RemoteMemory
-
-                memory = RemoteMemory(client)
-            elif config.kind == "lightsearcher":
-                memory = ExperienceMemory(
-                    config.path,
-                    update_every=config.update_every,
-                    summarizer=config.summarizer,
-                    theta_r=config.theta_r,
-                    good_reward=config.good_reward,
-                )
-            else:
-                memory = HierarchicalExperience.load(str(config.path))
+            client = store_client(agent) if agent is not None and config.learns else None
+            remote = RemoteMemory(client) if client is not None else None
+            memory = build.build_memory(config, remote=remote)
             _MEMORIES[key] = memory
         return memory
 
 
 def build_env(config: AgentConfig) -> gym.Env:
-    """A new env for ``config``: ``gym.make(env_id, **env_kwargs)``, wrapped with memory if set."""
-    import searchgym  # noqa: F401  (registers the ids)
-
-    env = gym.make(config.env_id, **remote_env_kwargs(config, store_client(config)))
-    if config.memory is not None:
-        from ...memory import ExperienceWrapper
-
-        memory = config.memory
-        env = ExperienceWrapper(
-            env,
-            open_memory(memory, config),
-            use_experience=memory.use_experience,
-            few_shot=memory.few_shot,
-            top_k=memory.top_k,
-            hint_threshold=memory.hint_threshold,
-        )
-    return env
+    """A new env for ``config``, built by :func:`searchgym.trainers.build.build_env`:
+    ``gym.make(env_id, **env_kwargs)``, wrapped with memory if set."""
+    memory = open_memory(config.memory, config) if config.memory is not None else None
+    return build.build_env(
+        config.env_id,
+        remote_env_kwargs(config, store_client(config)),
+        memory=memory,
+        memory_config=config.memory,
+    )
 
 
 class EnvPool:

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ...envs.config_base import read_yaml
 from ...envs.errors import InvalidArgumentError
 from .flags import flatten
 
@@ -92,8 +93,6 @@ class EvalSign:
     @classmethod
     def from_run_file(cls, path: str | os.PathLike[str]) -> EvalSign:
         """From the run file at ``path`` (an agent-only file has no eval set)."""
-        from .config import read_yaml
-
         section = read_yaml(path).get("openrlhf")
         return cls.from_flags(section if isinstance(section, Mapping) else {})
 
@@ -187,9 +186,8 @@ def put_back(changed: list[tuple[Any, str, Any]]) -> None:
 def stores_written(config: AgentConfig) -> str:
     """What the episodes of ``config`` write into, in words ("" for nothing)."""
     stores = []
-    if config.memory is not None and config.memory.kind == "lightsearcher":
+    if config.memory is not None and config.memory.learns:
         stores.append(f"the experience memory ({config.memory.path})")
-    reward_kwargs = config.env_kwargs.get("reward_kwargs")
-    if isinstance(reward_kwargs, dict) and reward_kwargs.get("store") is not None:
-        stores.append(f"the minimum tool-call store ({reward_kwargs['store']})")
+    if config.shared_store_path is not None:
+        stores.append(f"the minimum tool-call store ({config.shared_store_path})")
     return " and ".join(stores)

@@ -29,7 +29,6 @@ import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any, TextIO
 
 from ...envs.errors import InvalidArgumentError, SearchGymError
@@ -37,7 +36,7 @@ from ...envs.models import resolve_model
 from .advantage_hook import HOOK, TSAS_ESTIMATORS, needs_hook
 from .batch_checks import check_batch_arithmetic, step_line
 from .checkpoints import disk_lines
-from .cluster import cluster_runtime_env
+from .cluster import agent_file_path, cluster_runtime_env
 from .config import AGENT_CONFIG_VARIABLE, BASEDIR_VARIABLE, RunConfig, load_run_config
 from .epochs import check_data_files, whole_batches
 from .flags import check_flags, flatten, nested, openrlhf_parser, to_argv
@@ -105,11 +104,6 @@ def _absolute_paths(flat: dict[str, Any], basedir: str) -> None:
         value = flat.get(key)
         if isinstance(value, str) and value and not os.path.isabs(os.path.expanduser(value)):
             flat[key] = os.path.normpath(os.path.join(basedir, value))
-
-
-def agent_file_path() -> str:
-    """The absolute path of the shipped agent file, for ``--train.agent_func_path``."""
-    return str(Path(__file__).resolve().with_name("agent_file.py"))
 
 
 @dataclass(frozen=True)

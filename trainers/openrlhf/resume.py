@@ -143,14 +143,13 @@ def run_stores(config: AgentConfig) -> list[StepSnapshots]:
     stores: list[StepSnapshots] = []
     memory = config.memory
     inside: str | None = None
-    if memory is not None and memory.kind == "lightsearcher":
+    if memory is not None and memory.learns:
         folder = MemoryStore(str(memory.path))  # AgentConfig requires a path
         inside = os.path.abspath(folder.path_of("min_tool_calls"))
-        stores.append(FileStoreSnapshots(f"the memory store agent.memory.path {memory.path}", folder))
-    reward_kwargs = config.env_kwargs.get("reward_kwargs")
-    store = reward_kwargs.get("store") if isinstance(reward_kwargs, dict) else None
-    if isinstance(store, str) and os.path.abspath(store) != inside:
-        name = f"the minimum tool-call store agent.env_kwargs.reward_kwargs.store {store}"
+        stores.append(FileStoreSnapshots(f"the memory store memory.path {memory.path}", folder))
+    store = config.shared_store_path
+    if store is not None and os.path.abspath(store) != inside:
+        name = f"the minimum tool-call store env.reward_kwargs.{config.shared_store_keyword} {store}"
         stores.append(FileStoreSnapshots(name, MinToolCallStore(store)))
     return stores
 

@@ -8,8 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from searchgym.trainers.config import EnvConfig, TrainConfig
-from searchgym.trainers.config_base import (
+from searchgym.envs.config_base import (
     check,
     check_finite,
     check_int,
@@ -17,6 +16,7 @@ from searchgym.trainers.config_base import (
     load_yaml,
     read_sections,
 )
+from searchgym.trainers.config import EnvConfig, TrainConfig
 
 __all__ = ["SFTConfig", "EvalConfig", "StudyRunConfig", "load_run_config"]
 

@@ -29,11 +29,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 
-from searchgym.envs.errors import InvalidArgumentError, did_you_mean
+from searchgym.envs.config_base import read_yaml, to_dict
+from searchgym.envs.errors import DataFileError, InvalidArgumentError, did_you_mean
 from searchgym.trainers.config import ConfigError
-from searchgym.trainers.config_base import to_dict
 
 from .config import StudyRunConfig
 
@@ -78,11 +77,9 @@ def merge(base: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]
 def load_study(path: str | Path) -> dict[str, Any]:
     """Read a study file and check every arm's config (raises :class:`ConfigError`)."""
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
+        data = read_yaml(path)  # the library's one YAML reader: a study file may use extends
+    except DataFileError as exc:
         raise InvalidArgumentError(f"Cannot read the study file {str(path)!r}: {exc}") from exc
-    except yaml.YAMLError as exc:
-        raise InvalidArgumentError(f"{path} is not valid YAML: {exc}") from exc
     if not isinstance(data, Mapping):
         raise InvalidArgumentError(f"{path}: expected a mapping with output_dir, seeds, base and arms.")
     unknown = set(data) - {"runner", "output_dir", "seeds", "base", "arms"}

@@ -1,7 +1,7 @@
 """The machinery under the trainer configs: checked construction from dicts, YAML round trips.
 
-A config section is a dataclass whose fields carry their help text in the class docstring
-and whose ``__post_init__`` checks values with :func:`check`. :func:`from_dict` builds a
+A config section is a dataclass whose fields carry their help text in the ``Attributes:``
+section of the class docstring (:func:`field_help` reads it) and whose ``__post_init__`` checks values with :func:`check`. :func:`from_dict` builds a
 section from plain data (what YAML gives): it refuses unknown keys (with "did you mean"),
 checks every value against the field's type, builds nested sections, and prefixes every
 error with the dotted path of the field (``rollout.group_size``), so a message always
@@ -19,9 +19,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar, Union
 
-from ..envs import checks
-from ..envs.checks import ArgumentError
-from ..envs.errors import InvalidArgumentError
+from . import checks
+from .checks import ArgumentError
+from .errors import DataFileError, InvalidArgumentError
 
 __all__ = [
     "ConfigError",
@@ -35,6 +35,10 @@ __all__ = [
     "load_yaml",
     "save_yaml",
     "dump_yaml",
+    "read_yaml",
+    "plain",
+    "merge",
+    "field_help",
 ]
 
 T = TypeVar("T")
@@ -248,26 +252,131 @@ def to_dict(config: Any) -> dict[str, Any]:
 
 
 def load_yaml(cls: type[T], path: str | os.PathLike[str]) -> T:
-    """Read ``cls`` from a YAML file; errors name the file and the dotted field.
+    """Read ``cls`` from a YAML file (its ``extends`` chain merged, :func:`read_yaml`);
+    errors name the file and the dotted field.
 
     Raises:
         ConfigError: a missing or unreadable file, invalid YAML, or a bad field.
     """
-    import yaml
-
     file = Path(path)
     if not file.is_file():
         raise ConfigError("config", str(file), "an existing YAML file", "Check the path given with --config.")
     try:
-        data = yaml.safe_load(file.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise ConfigError(
-            "config", str(file), "a valid YAML mapping", f"The file does not parse: {exc}"
-        ) from None
+        data = read_yaml(file)
+    except DataFileError as exc:
+        raise ConfigError("config", str(file), "a valid YAML mapping", str(exc)) from None
     try:
         return from_dict(cls, data)
     except ConfigError as exc:
         raise exc.within(source=str(file)) from None
+
+
+_MAX_EXTENDS = 8
+
+
+def _parse(file: Path) -> Any:
+    import yaml
+
+    try:
+        return yaml.safe_load(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise DataFileError(f"{file}: not readable YAML ({exc}).") from exc
+
+
+def read_yaml(path: str | os.PathLike[str], *, extends: bool = True) -> dict[str, Any]:
+    """A YAML mapping with its ``extends`` chain merged in (this file's keys win, key by key).
+
+    This is the one place searchgym parses YAML. ``extends`` names a base file relative to
+    the file that names it. Mappings merge recursively (:func:`merge`); any other value
+    (lists included) replaces the base's.
+
+    Args:
+        path: The file.
+        extends: Follow ``extends`` (False: the file as written, ``extends`` key included).
+
+    Raises:
+        DataFileError: a missing or unreadable file, YAML that is not a mapping, or a cycle.
+    """
+    chain: list[Path] = []
+    current = Path(path).expanduser().resolve()
+    layers: list[dict[str, Any]] = []
+    while True:
+        if current in chain:
+            raise DataFileError(f"{current}: 'extends' forms a cycle ({' -> '.join(map(str, chain))}).")
+        if len(chain) >= _MAX_EXTENDS:
+            raise DataFileError(f"{current}: 'extends' is nested more than {_MAX_EXTENDS} deep.")
+        chain.append(current)
+        if not current.is_file():
+            raise DataFileError(f"The config file {str(current)!r} does not exist.")
+        data = _parse(current)
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise DataFileError(f"{current}: the top level must be a mapping, got {type(data).__name__}.")
+        layers.append(data)
+        base = data.get("extends")
+        if base is None or not extends:
+            break
+        if not isinstance(base, str) or not base.strip():
+            raise DataFileError(f"{current}: 'extends' must be a file path, got {base!r:.80}.")
+        current = (current.parent / base).resolve()
+    merged: dict[str, Any] = {}
+    for layer in reversed(layers):
+        merged = merge(merged, layer)
+    if extends:
+        merged.pop("extends", None)
+    return merged
+
+
+def merge(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    """``top`` over ``base``: mappings merge key by key, any other value replaces the base's."""
+    import copy
+
+    out = copy.deepcopy(dict(base))
+    for key, value in top.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def field_help(cls: type, section: str = "Attributes") -> dict[str, str]:
+    """The help text of each field of the config dataclass ``cls``, from the ``Attributes:``
+    sections of its docstring and its bases' (one paragraph per field, joined to one line).
+
+    With ``section="Args"``, the constructor's arguments as the class (or its ``__init__``)
+    documents them.
+    """
+    import inspect
+
+    out: dict[str, str] = {}
+    header = f"{section}:"
+    docs = []
+    for klass in reversed(cls.__mro__):
+        if "__doc__" in vars(klass):
+            docs.append(inspect.getdoc(klass))
+        if section == "Args" and "__init__" in vars(klass):
+            docs.append(inspect.getdoc(vars(klass)["__init__"]))
+    for doc in docs:
+        if not doc or header not in doc:
+            continue
+        lines = doc.split(header, 1)[1].splitlines()
+        name, text = None, []
+        for line in lines[1:]:
+            if line and not line.startswith(" "):
+                break  # the next docstring section
+            stripped = line.strip()
+            head, sep, rest = stripped.partition(":")
+            if line.startswith("    ") and not line.startswith("     ") and sep and head.isidentifier():
+                if name is not None:
+                    out[name] = " ".join(text)
+                name, text = head, [rest.strip()] if rest.strip() else []
+            elif name is not None and stripped:
+                text.append(stripped)
+        if name is not None:
+            out[name] = " ".join(text)
+    return out
 
 
 def dump_yaml(config: Any, lenient: bool = False) -> str:
@@ -288,6 +397,13 @@ def dump_yaml(config: Any, lenient: bool = False) -> str:
         _Lenient.add_multi_representer(object, lambda d, value: d.represent_str(repr(value)))
         dumper = _Lenient
     return yaml.dump(to_dict(config), Dumper=dumper, sort_keys=False, default_flow_style=False)
+
+
+def plain(config: Any) -> dict[str, Any]:
+    """``config`` as the plain data its YAML holds (:func:`dump_yaml` with ``lenient``, read back)."""
+    import yaml
+
+    return yaml.safe_load(dump_yaml(config, lenient=True))
 
 
 def save_yaml(config: Any, path: str | os.PathLike[str], lenient: bool = False) -> Path:

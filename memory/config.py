@@ -1,16 +1,22 @@
-"""The ``memory`` section, one for the built-in trainer and the OpenRLHF plugin.
+"""The ``memory`` section of a run file, and how every backend builds what it configures.
 
-The built-in trainer reads it as ``memory:`` of its config file, the OpenRLHF plugin as
-``agent.memory:`` of its run file. Both name the algorithms the same way (``kind``).
+Every backend (the built-in trainer, the OpenRLHF plugin, ``--dry-run``) reads the same
+``memory:`` section and builds the memory with :meth:`MemoryConfig.build` and the env
+wrapper with :meth:`MemoryConfig.wrap`.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
-from .config_base import ConfigError, check, check_choice, check_finite, check_int
+from ..envs.config_base import ConfigError, check, check_choice, check_finite, check_int
 
 __all__ = ["MemoryConfig", "MEMORY_KINDS", "MEMORY_BACKENDS"]
+
+_LEARNING_KINDS = ("lightsearcher",)
 
 MEMORY_KINDS = ("none", "lightsearcher", "hiexp")
 """``none``, LightSearcher's contrastive bank, or a HiExp hierarchy (see :class:`MemoryConfig`)."""
@@ -104,3 +110,88 @@ class MemoryConfig:
         check_finite("good_reward", self.good_reward)
         check_int("top_k", self.top_k)
         check_finite("hint_threshold", self.hint_threshold, low=-1.0, high=1.0)
+
+    @property
+    def learns(self) -> bool:
+        """Whether the memory is written during training (its store is shared by every
+        process of the run and follows the checkpoints); a HiExp hierarchy is read-only."""
+        return self.kind in _LEARNING_KINDS
+
+    def store_dir(self, output_dir: str | os.PathLike[str] | None = None) -> Path | None:
+        """The store folder a learning memory writes: ``path``, else ``{output_dir}/memory``;
+        ``None`` for a memory that writes none."""
+        if not self.learns:
+            return None
+        if self.path:
+            return Path(self.path)
+        if output_dir is None:
+            raise ConfigError("path", None, "the store folder of the memory (no output_dir to put it in)")
+        return Path(output_dir) / "memory"
+
+    def memory_kwargs(self, seed: int | None = None) -> dict[str, Any]:
+        """The keyword arguments of :class:`~searchgym.memory.ExperienceMemory` besides its folder."""
+        kwargs: dict[str, Any] = {
+            "update_every": self.update_every,
+            "summarizer": self.summarizer,
+            "theta_r": self.theta_r,
+            "good_reward": self.good_reward,
+        }
+        if seed is not None:
+            kwargs["seed"] = seed
+        return kwargs
+
+    def build(
+        self,
+        *,
+        output_dir: str | os.PathLike[str] | None = None,
+        seed: int | None = None,
+        remote: Any = None,
+        store_dir: str | os.PathLike[str] | None = None,
+    ) -> Any:
+        """The configured memory, or ``None`` for ``kind: none``.
+
+        Args:
+            output_dir: The run's folder (a learning memory without ``path`` keeps its store there).
+            seed: Seed of the memory's few-shot draws.
+            remote: A memory served elsewhere (a Ray store actor's
+                :class:`~searchgym.trainers.ray_store.RemoteMemory`), used as it is for a
+                learning memory.
+            store_dir: Open the learning memory's store here instead (``--dry-run`` uses a
+                temporary folder).
+
+        Raises:
+            DataFileError: a HiExp store that does not exist.
+        """
+        if self.kind == "none":
+            return None
+        if self.learns:
+            if remote is not None:
+                return remote
+            from .lightsearcher.experience import ExperienceMemory
+
+            folder = store_dir if store_dir is not None else self.store_dir(output_dir)
+            return ExperienceMemory(folder, **self.memory_kwargs(seed))
+        from ..envs.errors import DataFileError
+        from .hiexp.hierarchical import HierarchicalExperience
+
+        if not Path(str(self.path)).exists():
+            raise DataFileError(
+                f"memory.path: {self.path!r} does not exist (the HiExp store folder or its hiexp_levels.jsonl)."
+            )
+        return HierarchicalExperience.load(str(self.path))
+
+    def wrap(self, env: Any, memory: Any, *, record: bool = True, seed: int | None = None) -> Any:
+        """``env`` behind the :class:`~searchgym.memory.ExperienceWrapper` of ``memory`` with
+        this section's prompt options; ``record=False`` never writes into the store."""
+        from .wrapper import ExperienceWrapper
+
+        return ExperienceWrapper(
+            env,
+            memory,
+            use_experience=self.use_experience,
+            few_shot=self.few_shot,
+            record=record,
+            top_k=self.top_k,
+            hint_threshold=self.hint_threshold,
+            seed=seed,
+        )
