@@ -40,26 +40,15 @@ ENV_ID = "searchgym/SyntheticFacts-v0"
 
 def experience_store(path: Path) -> Path:
     """An experience store whose bank is written from scripted right (oracle) and wrong
-    (direct) episodes on unknown questions, as the trainer's tests build one."""
+    (direct) episodes on unknown questions (:func:`searchgym.policies.good_and_bad_trajectories`)."""
     import gymnasium as gym
 
     from searchgym.memory import ExperienceMemory
-    from searchgym.policies import DirectPolicy, OracleSyntheticPolicy, synthetic_knowledge
+    from searchgym.policies import good_and_bad_trajectories
 
     memory = ExperienceMemory(path)
-    env = gym.make(ENV_ID, reward="f1")
-    world = env.unwrapped.world
-    unknown = [i for i, q in enumerate(env.unwrapped.questions) if not q.known][:8]
-    for policy in (OracleSyntheticPolicy(world), DirectPolicy(knowledge=synthetic_knowledge(world))):
-        for index in unknown:
-            context, _ = env.reset(options={"index": index})
-            while True:
-                action = policy.act([context])[0]
-                obs, _, terminated, truncated, _ = env.step(action)
-                context += action + obs
-                if terminated or truncated:
-                    break
-            memory.add(env.unwrapped.trajectory)
+    for trajectory in good_and_bad_trajectories(gym.make(ENV_ID, reward="f1"), 8):
+        memory.add(trajectory)
     memory.update()
     return path
 
