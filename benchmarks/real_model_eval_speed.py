@@ -1,4 +1,4 @@
-"""How much faster ``real_model_eval.py`` runs than at an earlier commit, on the same work.
+"""How much faster ``real_model_eval.py`` runs than a checkout named by ``--base``, on the same work.
 
     OMP_NUM_THREADS=1 python benchmarks/real_model_eval_speed.py --base dea8e1d --questions 16 \\
         --modes naive_rag,search_r1 --batch-size 8
@@ -76,7 +76,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--base", default="dea8e1d", help="the earlier commit")
+    parser.add_argument("--base", default="dea8e1d", help="the commit to compare with")
     parser.add_argument("--dataset", default="nq")
     parser.add_argument("--modes", default="naive_rag,search_r1")
     parser.add_argument("--questions", type=int, default=16)

@@ -171,7 +171,7 @@ def test_the_library_config_has_no_eval_section_and_sends_one_to_the_study(tmp_p
     path.write_text("steps: 2\neval: {enabled: true}\n")
     with pytest.raises(
         SystemExit,
-        match="evaluation after training \\(eval:\\) belongs to the tiny-LM study; run python studies/frugal/tiny_lm/train.py",
+        match="evaluation after training \\(eval:\\) is not a section of a training run file",
     ):
         main(["train", "--config", str(path), "--dry-run"])
 

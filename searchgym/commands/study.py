@@ -64,7 +64,10 @@ def run(args: argparse.Namespace) -> int:
     options: dict[str, bool] = {}
     if args.collect:
         if "collect" not in accepted:
-            raise SystemExit("--collect applies to the tiny-LM study only; this study reruns in minutes.")
+            raise SystemExit(
+                f"{args.config}: its runner takes no collect argument, so --collect does not apply; "
+                "run without it."
+            )
         options["collect"] = True
     if "progress" in accepted:
         options["progress"] = not args.no_progress

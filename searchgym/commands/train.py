@@ -70,8 +70,9 @@ def run(args: argparse.Namespace) -> int:
     for section, what in (("sft", "a warm start (sft:)"), ("eval", "evaluation after training (eval:)")):
         if _has_section(args.config, section):
             raise SystemExit(
-                f"{args.config}: {what} belongs to the tiny-LM study; run "
-                f"python studies/frugal/tiny_lm/train.py --config {args.config}"
+                f"{args.config}: {what} is not a section of a training run file (searchgym train reads "
+                "the keys of TrainConfig); a study whose file has one runs it with the study's own script "
+                "or searchgym study --config FILE."
             )
     config = load_config(args.config)
     require("torch", "transformers", "tokenizers")
