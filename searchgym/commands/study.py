@@ -21,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--config",
         required=True,
         type=Path,
-        help="study file (studies/frugal/incentive.yaml, or studies/frugal/tiny_lm/study.yaml)",
+        help="a study file whose runner: key names its folder's script (e.g. studies/frugal/incentive.yaml)",
     )
     parser.add_argument("--seeds", type=int, nargs="+", help="run only these seeds (default: the file's)")
     parser.add_argument("--arms", nargs="+", help="run only these arms (default: all of the file's)")
