@@ -4,8 +4,8 @@ Runs offline (no model download) in a few minutes on one GPU, and prints one JSO
 per measurement (``"check"`` names it; a part that cannot run here says why in
 ``"skipped"``)::
 
-    python benchmarks/gpu_check.py                          # everything this machine can run
-    python benchmarks/gpu_check.py --out benchmarks/results/gpu_check_cpu.jsonl
+    python -m benchmarks.gpu_check                          # everything this machine can run
+    python -m benchmarks.gpu_check --out benchmarks/results/gpu_check_cpu.jsonl
 
 - ``jax_gpu_memory``: after a BM25 search through searchgym, whether JAX's backend was
   initialised and how much GPU memory went missing (JAX preallocates 75% of the GPU when

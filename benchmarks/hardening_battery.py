@@ -29,8 +29,8 @@ trials and how many held. The whole battery takes a couple of minutes.
 
 Usage::
 
-    OMP_NUM_THREADS=1 python benchmarks/hardening_battery.py --out benchmarks/results/hardening_battery.json
-    python benchmarks/render_docs.py          # the table in docs/hardening.md
+    OMP_NUM_THREADS=1 python -m benchmarks.hardening_battery --out benchmarks/results/hardening_battery.json
+    python -m benchmarks.render_docs          # the table in docs/hardening.md
 """
 
 from __future__ import annotations
@@ -50,11 +50,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import write_report  # noqa: E402
+from benchmarks._common import write_report
 
 COMMAND = (
-    "OMP_NUM_THREADS=1 python benchmarks/hardening_battery.py --out benchmarks/results/hardening_battery.json"
+    "OMP_NUM_THREADS=1 python -m benchmarks.hardening_battery --out benchmarks/results/hardening_battery.json"
 )
 
 _WRITER = """

@@ -14,7 +14,7 @@ every env (untimed) and then times ``--steps`` steps; episodes are long enough
 medians per step of N, env steps per second, and the ratios: vector/bare throughput (target
 >= 90%) and the speed-up of the vector env over the single envs.
 
-    python benchmarks/vector_env.py [--data-dir ../shared/data] [--num-envs 64] [--rounds 20]
+    python -m benchmarks.vector_env [--data-dir ../shared/data] [--num-envs 64] [--rounds 20]
         [--steps 3] [--dense [--dense-index-dir DIR]] [--out vector_env.json]
 """
 

@@ -37,7 +37,7 @@ def test_every_marked_table_is_its_rendering_from_the_committed_json(path: Path)
         assert render.TABLES[name][0] == path, f"{name} is rendered into another page"
         shown = render.block(name).search(page)
         assert shown is not None, f"<!-- table:{name} --> has no matching end marker"
-        assert shown.group(2) == render.render_table(name), "rerun: python benchmarks/render_docs.py"
+        assert shown.group(2) == render.render_table(name), "rerun: python -m benchmarks.render_docs"
     assert sorted(names) == sorted(n for n, (where, _) in render.TABLES.items() if where == path)
 
 

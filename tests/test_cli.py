@@ -204,3 +204,73 @@ def test_no_command_is_an_argparse_error(capsys):
     with pytest.raises(SystemExit) as caught:
         main([])
     assert caught.value.code == 2
+
+
+# -- searchgym study: a runner inside a package ----------------------------------------------------
+
+_HELPER = """
+import os
+
+
+def square(x):
+    return x * x, os.getpid()
+"""
+
+_RUNNER = """
+import json
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from labstudy.inner.helper import square  # the study's own package, not a path of the runner's
+
+
+def run(config, output_dir, arms, seeds):
+    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
+        results = list(pool.map(square, [2, 3]))
+    Path(output_dir).mkdir(parents=True, exist_ok=True)
+    (Path(output_dir) / "out.json").write_text(json.dumps({"squares": [r[0] for r in results], "module": __name__}))
+    return 0
+"""
+
+
+def test_study_imports_a_runner_inside_a_package_by_its_module_name(tmp_path):
+    """A study's runner imports its own package and its spawned workers import it too, with no
+    path set up by the study or the caller: the command imports the runner as ``python -m`` would."""
+    package = tmp_path / "lab" / "labstudy" / "inner"
+    package.mkdir(parents=True)
+    (tmp_path / "lab" / "labstudy" / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("")
+    (package / "helper.py").write_text(_HELPER)
+    (package / "runner.py").write_text(_RUNNER)
+    (package / "study.yaml").write_text("runner: runner.py\n")
+    out = tmp_path / "out"
+    code = (
+        "import sys; from searchgym.cli import main; "
+        f"sys.exit(main(['study', '--config', {str(package / 'study.yaml')!r}, '--output-dir', {str(out)!r}]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads((out / "out.json").read_text()) == {
+        "squares": [4, 9],
+        "module": "labstudy.inner.runner",
+    }
+
+
+def test_study_runner_shadowed_by_another_package_of_the_same_name_says_so(tmp_path, monkeypatch):
+    for root in ("lab", "other"):
+        package = tmp_path / root / "labstudy2"
+        package.mkdir(parents=True)
+        (package / "__init__.py").write_text("")
+        (package / "runner.py").write_text("def run(config, output_dir, arms, seeds):\n    return 0\n")
+        (package / "study.yaml").write_text("runner: runner.py\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "other"))  # another checkout's package, already imported
+    __import__("labstudy2")
+    try:
+        with pytest.raises(SystemExit, match="imports from .*other.*labstudy2"):
+            main(["study", "--config", str(tmp_path / "lab" / "labstudy2" / "study.yaml")])
+    finally:
+        for name in [n for n in sys.modules if n.split(".")[0] == "labstudy2"]:
+            del sys.modules[name]
