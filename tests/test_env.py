@@ -246,3 +246,41 @@ def test_benchmark_env_takes_its_own_instructions(shared_data):
     assert observation.startswith(short) and "Question: " in observation
     default, _ = gym.make("searchgym/NQ-v0", **kwargs).reset(seed=0)
     assert not default.startswith(short) and "<search>" in default
+
+
+# -- versions -------------------------------------------------------------------------------------
+
+
+def _older(env_id: str) -> str | None:
+    name, version = env_id.rsplit("-v", 1)
+    return f"{name}-v{int(version) - 1}" if int(version) > 0 else None
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_each_id_has_a_version_history_line_for_every_version_up_to_its_own(env_id):
+    entry = gym.spec(env_id).entry_point
+    module, _, name = entry.partition(":")
+    import importlib
+
+    doc = getattr(importlib.import_module(module), name).__doc__ or ""
+    latest = int(env_id.rsplit("-v", 1)[1])
+    history = doc.split("## Version History", 1)[1]
+    assert [f"* v{v}:" in history for v in range(latest + 1)] == [True] * (latest + 1), history
+    assert f"* v{latest + 1}:" not in history  # no line for a version that is not registered
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_an_older_or_unknown_version_names_the_current_id(env_id):
+    older = _older(env_id)
+    if older is not None:
+        with pytest.raises(gym.error.DeprecatedEnv, match=f"Please use `{env_id}`"):
+            gym.make(older)
+        with pytest.raises(UnknownNameError, match=f"is deprecated: use '{env_id}'"):
+            searchgym.envs.check_env_id(older)
+        with pytest.raises(UnknownNameError, match=f"is deprecated: use '{env_id}'"):
+            searchgym.envs.check_env_id(older.split("/", 1)[1])  # the short form too
+    name, version = env_id.rsplit("-v", 1)
+    with pytest.raises(
+        UnknownNameError, match=f"does not exist \\(the latest is v{version}\\): use '{env_id}'"
+    ):
+        searchgym.envs.check_env_id(f"{name}-v{int(version) + 5}")
