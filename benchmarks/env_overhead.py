@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> dict:
     results = []
     for length in args.lengths:
         env = gym.make(
-            "searchgym/HotpotQA-v0", data_path=data, corpus_path=corpus, topk=3, max_turns=length + 1
+            "searchgym/HotpotQA-v1", data_path=data, corpus_path=corpus, topk=3, max_turns=length + 1
         ).unwrapped
         assert env.retriever is retriever, "the env must share the process-wide BM25 index"
         runs = [measure(env, retriever, queries, length, args.rounds) for _ in range(args.runs)]

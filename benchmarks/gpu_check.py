@@ -92,7 +92,7 @@ def jax_check() -> dict[str, Any]:
         return record | {"skipped": "jax is not installed, so it cannot take GPU memory"}
     cuda = torch.cuda.is_available()
     free_before = torch.cuda.mem_get_info()[0] if cuda else None
-    env = gym.make("searchgym/SyntheticFacts-v0", protocol="search_r1")
+    env = gym.make("searchgym/SyntheticFacts-v1", protocol="search_r1")
     env.reset(seed=0)
     env.step("<search>who founded the city</search>")  # BM25 runs here
     bridge = sys.modules.get("jax._src.xla_bridge")

@@ -304,7 +304,7 @@ def checkpoint_damage(folder: Path, trials: int, rng: random.Random) -> dict[str
             {
                 "output_dir": str(out),
                 "steps": steps,
-                "env": {"id": "searchgym/SyntheticFacts-v0", "kwargs": {"reward": "f1", "max_turns": 2}},
+                "env": {"id": "searchgym/SyntheticFacts-v1", "kwargs": {"reward": "f1", "max_turns": 2}},
                 "model": {"tiny": {"dir": str(tiny), "hidden_size": 32, "num_layers": 1}},
                 "rollout": {"group_size": 2, "questions_per_step": 1, "max_new_tokens": 4},
                 "algo": {"kl_coef": 0.0, "micro_batch_size": 4},

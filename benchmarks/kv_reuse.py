@@ -37,7 +37,7 @@ from typing import Any
 
 from benchmarks._common import write_report
 
-ENV_ID = "searchgym/SyntheticFacts-v0"
+ENV_ID = "searchgym/SyntheticFacts-v1"
 
 
 class Counter:

@@ -31,7 +31,7 @@ import searchgym  # noqa: F401  (registers the env ids)
 from searchgym.memory import ExperienceMemory, ExperienceWrapper
 from searchgym.policies import make_policy
 
-ENV_ID = "searchgym/SyntheticFacts-v0"
+ENV_ID = "searchgym/SyntheticFacts-v1"
 
 
 def _env() -> gym.Env:

@@ -63,7 +63,7 @@ def split(env_kwargs: dict[str, Any], count: int) -> tuple[list[Any], list[Any]]
 
     import searchgym  # noqa: F401  (registers the ids)
 
-    questions = gym.make("searchgym/PopQA-v0", **env_kwargs).unwrapped.questions
+    questions = gym.make("searchgym/PopQA-v1", **env_kwargs).unwrapped.questions
     heldout = [int(i) for i in np.random.default_rng(0).permutation(len(questions))[:count]]
     chosen = set(heldout)
     return [questions[i] for i in heldout], [q for i, q in enumerate(questions) if i not in chosen]

@@ -37,7 +37,7 @@ import torch
 
 from benchmarks._common import REPO, SHARED_DATA
 
-DATASETS = {"nq": "searchgym/NQ-v0", "hotpotqa": "searchgym/HotpotQA-v0", "popqa": "searchgym/PopQA-v0"}
+DATASETS = {"nq": "searchgym/NQ-v1", "hotpotqa": "searchgym/HotpotQA-v1", "popqa": "searchgym/PopQA-v1"}
 MODES = ("no_retrieval", "naive_rag", "search_r1", "tool_call")
 # FlashRAG's default generation prompts (flashrag/prompt/base_prompt.py), unchanged.
 DIRECT_SYSTEM = "Answer the question based on your own knowledge. Only give me the answer and do not output any other words."

@@ -33,7 +33,7 @@ from typing import Any
 
 from benchmarks._common import write_report
 
-ENV_ID = "searchgym/SyntheticFacts-v0"
+ENV_ID = "searchgym/SyntheticFacts-v1"
 
 
 def experience_store(path: Path) -> Path:

@@ -53,7 +53,7 @@ BEGIN, END = "<!-- store_backends:begin -->", "<!-- store_backends:end -->"
 
 def episodes(n: int) -> list[Trajectory]:
     """``n`` finished SyntheticFacts episodes (oracle policy, LightSearcher's reward)."""
-    env = gym.make("searchgym/SyntheticFacts-v0", protocol="tool_call", reward="lightsearcher")
+    env = gym.make("searchgym/SyntheticFacts-v1", protocol="tool_call", reward="lightsearcher")
     agent = make_policy("oracle_synthetic", protocol="tool_call", world=env.unwrapped.world)
     out = []
     for seed in range(n):

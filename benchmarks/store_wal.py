@@ -55,7 +55,7 @@ def records(kind: str, n: int) -> list[dict[str, Any]]:
     from searchgym.memory import trajectory_to_dict
     from searchgym.policies import make_policy
 
-    env = gym.make("searchgym/SyntheticFacts-v0", protocol="tool_call", reward="lightsearcher")
+    env = gym.make("searchgym/SyntheticFacts-v1", protocol="tool_call", reward="lightsearcher")
     agent = make_policy("oracle_synthetic", protocol="tool_call", world=env.unwrapped.world)
     out = []
     for seed in range(n):

@@ -24,7 +24,7 @@ BENCHMARKS: dict[str, str] = {
 """Env name → dataset key (the file stem of ``questions/<key>.jsonl``)."""
 
 _NAMESPACE = "searchgym"
-ENV_IDS: list[str] = [f"{_NAMESPACE}/SyntheticFacts-v0"] + [f"{_NAMESPACE}/{name}-v0" for name in BENCHMARKS]
+ENV_IDS: list[str] = [f"{_NAMESPACE}/SyntheticFacts-v1"] + [f"{_NAMESPACE}/{name}-v1" for name in BENCHMARKS]
 
 
 def register_envs() -> None:
@@ -37,7 +37,7 @@ def register_envs() -> None:
         )
     }
     for name, key in BENCHMARKS.items():
-        specs[f"{_NAMESPACE}/{name}-v0"] = (
+        specs[f"{_NAMESPACE}/{name}-v1"] = (
             "searchgym.envs.benchmarks:BenchmarkQAEnv",
             "searchgym.envs.vector_env:benchmark_vector_env",
             {"dataset": key},

@@ -124,7 +124,7 @@ def make_policy(
         if world is None:
             raise InvalidArgumentError(
                 "The oracle_synthetic policy needs a SyntheticFacts world: use it with "
-                "searchgym/SyntheticFacts-v0."
+                "searchgym/SyntheticFacts-v1."
             )
         return OracleSyntheticPolicy(world, protocol)
     raise did_you_mean("policy", name, POLICY_NAMES + _LLM_FORMS)

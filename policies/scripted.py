@@ -142,7 +142,7 @@ def good_and_bad_trajectories(env: Any, count: int) -> list[Trajectory]:
     an experience bank without a model.
 
     Args:
-        env: A SyntheticFacts env (``gym.make("searchgym/SyntheticFacts-v0", ...)``); its
+        env: A SyntheticFacts env (``gym.make("searchgym/SyntheticFacts-v1", ...)``); its
             protocol is the one the policies write.
         count: How many unknown questions to play, at least 1.
 
@@ -156,7 +156,7 @@ def good_and_bad_trajectories(env: Any, count: int) -> list[Trajectory]:
     if not isinstance(world, SyntheticWorld):
         raise InvalidArgumentError(
             f"good_and_bad_trajectories needs a SyntheticFacts env, got {type(inner).__name__}; "
-            'build one with gym.make("searchgym/SyntheticFacts-v0").'
+            'build one with gym.make("searchgym/SyntheticFacts-v1").'
         )
     unknown = [i for i, q in enumerate(inner.questions) if not q.known][:count]
     if len(unknown) < count:

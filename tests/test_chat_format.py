@@ -27,7 +27,7 @@ from searchgym.policies.chat import (  # noqa: E402
 from searchgym.policies.hf import cut_at_stop  # noqa: E402
 from searchgym.policies.tiny import TINY_CHAT_TEMPLATE, build_tiny_lm, load_tokenizer  # noqa: E402
 
-ENV_ID = "searchgym/SyntheticFacts-v0"
+ENV_ID = "searchgym/SyntheticFacts-v1"
 SYSTEM = "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
 
 

@@ -25,16 +25,16 @@ FIGURE_KEYS = {
     "splits",
 }
 EXPECTED_IDS = [
-    "searchgym/SyntheticFacts-v0",
-    "searchgym/NQ-v0",
-    "searchgym/TriviaQA-v0",
-    "searchgym/PopQA-v0",
-    "searchgym/HotpotQA-v0",
-    "searchgym/2WikiMultihopQA-v0",
-    "searchgym/MuSiQue-v0",
-    "searchgym/Bamboogle-v0",
-    "searchgym/MMLU-v0",
-    "searchgym/GSM8K-v0",
+    "searchgym/SyntheticFacts-v1",
+    "searchgym/NQ-v1",
+    "searchgym/TriviaQA-v1",
+    "searchgym/PopQA-v1",
+    "searchgym/HotpotQA-v1",
+    "searchgym/2WikiMultihopQA-v1",
+    "searchgym/MuSiQue-v1",
+    "searchgym/Bamboogle-v1",
+    "searchgym/MMLU-v1",
+    "searchgym/GSM8K-v1",
 ]
 
 
@@ -78,7 +78,7 @@ def test_eval_on_hotpotqa_with_naive_rag(shared_data, tmp_path, capsys):
     out = tmp_path / "hotpot.json"
     argv = [
         "eval",
-        "--env", "searchgym/HotpotQA-v0",
+        "--env", "searchgym/HotpotQA-v1",
         "--data-path", str(shared_data / "questions" / "hotpotqa.jsonl"),
         "--corpus-path", str(shared_data / "corpus.jsonl"),
         "--policy", "naive_rag",
@@ -96,13 +96,13 @@ def test_eval_on_hotpotqa_with_naive_rag(shared_data, tmp_path, capsys):
     assert 0.0 <= result["em"] <= 1.0
     assert result["em"] <= result["cover_em"]  # an exact match is also covered
     assert result["splits"] == {}  # HotpotQA has no known/hops fields
-    assert result["settings"]["env"] == "searchgym/HotpotQA-v0"
+    assert result["settings"]["env"] == "searchgym/HotpotQA-v1"
 
 
 def test_eval_short_env_name_is_accepted(capsys):
-    argv = ["eval", "--env", "SyntheticFacts-v0", "--policy", "direct", "--episodes", "5", "--no-progress"]
+    argv = ["eval", "--env", "SyntheticFacts-v1", "--policy", "direct", "--episodes", "5", "--no-progress"]
     assert main(argv) == 0
-    assert "searchgym/SyntheticFacts-v0" in capsys.readouterr().out
+    assert "searchgym/SyntheticFacts-v1" in capsys.readouterr().out
 
 
 def test_eval_notes_that_synthetic_facts_ignores_data_paths(capsys):
@@ -136,13 +136,13 @@ def test_python_dash_m_searchgym_eval_runs_as_a_subprocess(tmp_path):
     ("argv", "expected"),
     [
         (
-            ["eval", "--env", "searchgym/SyntheticFact-v0"],
-            "Unknown env id 'searchgym/SyntheticFact-v0'. Did you mean 'searchgym/SyntheticFacts-v0'",
+            ["eval", "--env", "searchgym/SyntheticFact-v1"],
+            "Unknown env id 'searchgym/SyntheticFact-v1'. Did you mean 'searchgym/SyntheticFacts-v1'",
         ),
         (["eval", "--reward", "bogus"], "Unknown reward scheme 'bogus'."),
         (["eval", "--policy", "naiv_rag"], "Unknown policy 'naiv_rag'. Did you mean 'naive_rag'?"),
         (["eval", "--protocol", "search_r2"], "search_r2"),
-        (["eval", "--env", "searchgym/HotpotQA-v0"], "reads local files: give --data-path and --corpus-path"),
+        (["eval", "--env", "searchgym/HotpotQA-v1"], "reads local files: give --data-path and --corpus-path"),
         (["eval", "--episodes", "0"], "episodes must be an int >= 1, got 0."),
         (["eval", "--topk", "0"], "topk must be an int >= 1, got 0."),
     ],
@@ -160,7 +160,7 @@ def test_bad_input_exits_2_with_one_line_on_stderr(argv, expected, monkeypatch, 
 
 def test_a_missing_hotpotqa_file_exits_2(tmp_path, capsys):
     missing = tmp_path / "nope.jsonl"
-    argv = ["eval", "--env", "searchgym/HotpotQA-v0", "--data-path", str(missing), "--no-progress"]
+    argv = ["eval", "--env", "searchgym/HotpotQA-v1", "--data-path", str(missing), "--no-progress"]
     assert main(argv) == 2
     captured = capsys.readouterr()
     assert len(captured.err.splitlines()) == 1

@@ -26,7 +26,7 @@ from searchgym.trainers.grpo import GRPOTrainer, Sampled, list_checkpoints, samp
 from searchgym.trainers.grpo.envs import question_schedule  # noqa: E402
 from searchgym.trainers.grpo.generation import SamplingSettings, eos_token_ids  # noqa: E402
 
-ENV_ID = "searchgym/SyntheticFacts-v0"
+ENV_ID = "searchgym/SyntheticFacts-v1"
 REPO = Path(__file__).resolve().parents[1]
 
 

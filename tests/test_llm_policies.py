@@ -35,7 +35,7 @@ from searchgym.policies import (  # noqa: E402
 from searchgym.policies.openai_policy import restore_stop  # noqa: E402
 from searchgym.policies.tiny import build_tiny_lm, load_tiny_lm  # noqa: E402
 
-ENV_ID = "searchgym/SyntheticFacts-v0"
+ENV_ID = "searchgym/SyntheticFacts-v1"
 
 
 @pytest.fixture(scope="module")

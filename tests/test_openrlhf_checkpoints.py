@@ -147,7 +147,7 @@ def test_the_hook_wraps_the_actor_once():
 
 RUN = """\
 agent:
-  env_id: searchgym/SyntheticFacts-v0
+  env_id: searchgym/SyntheticFacts-v1
   env_kwargs: {{protocol: tool_call}}
 openrlhf:
   actor: {{model_name_or_path: {model}, num_gpus_per_node: 1}}

@@ -22,7 +22,7 @@ from searchgym.trainers.openrlhf.eval_split import EvalSign, vllm_temperature  #
 
 RUN = """\
 agent:
-  env_id: searchgym/SyntheticFacts-v0
+  env_id: searchgym/SyntheticFacts-v1
   env_kwargs: {{protocol: tool_call, reward: lightsearcher, reward_kwargs: {{store: {store}}}}}
 openrlhf:
   rollout: {{temperature: {train}}}
@@ -74,7 +74,7 @@ def test_loading_the_run_file_refuses_eval_episodes_that_look_like_training(tmp_
 
 
 def test_the_suggested_fix_loads(tmp_path):
-    assert load_run_config(run_file(tmp_path, 0.6, 0.5)).agent.env_id == "searchgym/SyntheticFacts-v0"
+    assert load_run_config(run_file(tmp_path, 0.6, 0.5)).agent.env_id == "searchgym/SyntheticFacts-v1"
     assert load_run_config(run_file(tmp_path, 1.0, 0.0)).openrlhf["eval"]["temperature"] == 0.0
 
 

@@ -189,7 +189,7 @@ def write(tmp_path: Path, text: str) -> Path:
 
 BASE = """\
 agent:
-  env_id: searchgym/SyntheticFacts-v0
+  env_id: searchgym/SyntheticFacts-v1
   env_kwargs: {protocol: tool_call}
 openrlhf:
   actor: {model_name_or_path: m, num_gpus_per_node: 1}
@@ -259,8 +259,8 @@ def test_an_unpulled_model_name_gives_the_pull_command(tmp_path, monkeypatch, ca
         ),
         (BASE + "launch: {adress: x}\n", r"launch.adress: .* Did you mean 'ray_address'\?"),
         (
-            BASE.replace("env_id: searchgym/SyntheticFacts-v0", "env_id: SyntheticFact-v0"),
-            r"agent.env_id: got 'SyntheticFact-v0'; .* Did you mean 'searchgym/SyntheticFacts-v0'",
+            BASE.replace("env_id: searchgym/SyntheticFacts-v1", "env_id: SyntheticFact-v0"),
+            r"agent.env_id: got 'SyntheticFact-v0'; .* Did you mean 'searchgym/SyntheticFacts-v1'",
         ),
         (BASE + "memory: {kind: lightsearch, path: m}\n", r"memory: .* Unknown key\."),
         (

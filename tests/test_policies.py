@@ -28,7 +28,7 @@ from searchgym.policies import (
 )
 from searchgym.policies.evaluation import EpisodeRecord, summarise
 
-ENV_ID = "searchgym/SyntheticFacts-v0"
+ENV_ID = "searchgym/SyntheticFacts-v1"
 PROTOCOLS = ["search_r1", "research", "tool_call", "sem"]
 OBSERVATION_TAG = {
     "search_r1": "information",

@@ -80,7 +80,7 @@ def test_bad_parquet_is_refused_with_the_file_named(tmp_path):
 def test_a_dataset_named_by_an_env_id_of_any_version_is_its_benchmark():
     from searchgym.commands.prepare import parse_dataset
 
-    for text in ("searchgym/NQ-v1", "NQ-v1", "nq", "searchgym/HotpotQA-v0:5", "hotpotqa-v3"):
+    for text in ("searchgym/NQ-v1", "NQ-v1", "nq", "searchgym/HotpotQA-v1:5", "hotpotqa-v3"):
         spec = parse_dataset(text)
         assert spec.key == ("nq" if "nq" in text.lower() else "hotpotqa")
         assert spec.count == (5 if text.endswith(":5") else None)

@@ -33,7 +33,7 @@ TESTS = Path(__file__).resolve().parent
 
 RUN = """\
 agent:
-  env_id: searchgym/SyntheticFacts-v0
+  env_id: searchgym/SyntheticFacts-v1
   env_kwargs:
     protocol: tool_call
     reward: lightsearcher

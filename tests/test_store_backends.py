@@ -128,7 +128,7 @@ def test_workers_append_and_read_concurrently(ray_session: Any, tmp_path: Path, 
 
 RUN = """\
 agent:
-  env_id: searchgym/SyntheticFacts-v0
+  env_id: searchgym/SyntheticFacts-v1
   env_kwargs:
     protocol: tool_call
     retriever: {retriever}

@@ -54,13 +54,13 @@ def test_split_questions_reject_bad_arguments(split, fraction):
 
 
 def test_env_split_and_brief_instructions():
-    env = gym.make("searchgym/SyntheticFacts-v0", split="eval", instructions=BRIEF)
+    env = gym.make("searchgym/SyntheticFacts-v1", split="eval", instructions=BRIEF)
     obs, _ = env.reset(seed=0)
     assert obs.startswith(BRIEF + "\n\nQuestion: ")
     held_out = {q.id for q in split_questions(env.unwrapped.world, "eval")}
     assert {q.id for q in env.unwrapped.questions} == held_out
     with pytest.raises(InvalidArgumentError, match="instructions"):
-        gym.make("searchgym/SyntheticFacts-v0", instructions="  ")
+        gym.make("searchgym/SyntheticFacts-v1", instructions="  ")
 
 
 def test_experience_wrapper_keeps_the_envs_own_instructions():
@@ -71,7 +71,7 @@ def test_experience_wrapper_keeps_the_envs_own_instructions():
 
     memory = FixedBank()
     env = ExperienceWrapper(
-        gym.make("searchgym/SyntheticFacts-v0", instructions=BRIEF), memory, few_shot=False
+        gym.make("searchgym/SyntheticFacts-v1", instructions=BRIEF), memory, few_shot=False
     )
     obs, info = env.reset(seed=0)
     assert obs.startswith(BRIEF)
@@ -215,7 +215,7 @@ def _smoke_config(tmp_path, **changes):
         "steps": 2,
         "seed": 0,
         "env": {
-            "id": "searchgym/SyntheticFacts-v0",
+            "id": "searchgym/SyntheticFacts-v1",
             "kwargs": {
                 "world_seed": 7,
                 "world_kwargs": SMALL_WORLD,
@@ -637,7 +637,7 @@ def test_memory_share_writes_episodes_with_the_memory_arms_prompt_layout(tmp_pat
 def test_warm_start_needs_the_synthetic_world(tmp_path):
     from studies.frugal.tiny_lm.warm_start import warm_start
 
-    config = _smoke_config(tmp_path, env={"id": "searchgym/HotpotQA-v0", "kwargs": {}})
+    config = _smoke_config(tmp_path, env={"id": "searchgym/HotpotQA-v1", "kwargs": {}})
     with pytest.raises(InvalidArgumentError, match="SyntheticFacts"):
         warm_start(config, progress=False)
 

@@ -4,7 +4,7 @@ One YAML file holds one :class:`TrainConfig`; each top-level key is a section::
 
     output_dir: runs/grpo_synthetic
     steps: 20
-    env: {id: searchgym/SyntheticFacts-v0, kwargs: {reward: f1, max_turns: 3}}
+    env: {id: searchgym/SyntheticFacts-v1, kwargs: {reward: f1, max_turns: 3}}
     model: {tiny: {vocab_size: 1000}}
     rollout: {group_size: 4, questions_per_step: 2, max_new_tokens: 24}
     algo: {advantage: group_norm, lr: 1.0e-4}
@@ -66,14 +66,14 @@ class EnvConfig:
     """The environment the rollouts run in.
 
     Attributes:
-        id: A registered searchgym env id (``searchgym/SyntheticFacts-v0``, ``searchgym/HotpotQA-v0``, …).
+        id: A registered searchgym env id (``searchgym/SyntheticFacts-v1``, ``searchgym/HotpotQA-v1``, …).
         kwargs: Keyword arguments of ``gym.make`` (``protocol``, ``reward``, ``reward_kwargs``,
             ``topk``, ``max_turns``, ``data_path``, ``corpus_path``, ``retriever``, …). The
             trainer builds the reward scheme once and shares it between all envs, so
             LightSearcher's per-question minimum is shared as the paper requires.
     """
 
-    id: str = "searchgym/SyntheticFacts-v0"
+    id: str = "searchgym/SyntheticFacts-v1"
     kwargs: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -275,7 +275,7 @@ def _top1(kwargs: Mapping[str, Any], questions: Sequence[dict[str, Any]]) -> lis
     """The BM25 top-1 passage (title and text) of each question, from the env's retriever."""
     import gymnasium as gym
 
-    env = gym.make("searchgym/PopQA-v0", **kwargs)
+    env = gym.make("searchgym/PopQA-v1", **kwargs)
     docs = env.unwrapped.retriever.search([q["question"] for q in questions], 1)
     env.close()
     return [f"{d[0].title}: {d[0].text}" if d else "" for d in docs]

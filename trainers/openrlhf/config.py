@@ -5,7 +5,7 @@ One file serves both sides of a run (the shipped ones are in ``configs/openrlhf/
     backend: openrlhf                 # optional; lets `searchgym train` pick the backend
     extends: lightsearcher.yaml       # optional; a base file, merged key by key under this one
     agent:                            # read by the agent on the vLLM actors (SEARCHGYM_AGENT_CONFIG)
-      env_id: searchgym/MuSiQue-v0
+      env_id: searchgym/MuSiQue-v1
       env_kwargs: {protocol: tool_call, reward: lightsearcher, ...}
       memory: {kind: lightsearcher, path: runs/memory, update_every: 5}   # optional
       advantage: {scheme: tsas, warmup_steps: 150, alpha: 0.01}           # optional
@@ -112,7 +112,7 @@ class AgentConfig:
     """What the agent instances build: the env, and optionally memory and an advantage scheme.
 
     Attributes:
-        env_id: A searchgym env id (``searchgym/HotpotQA-v0``; the short ``HotpotQA-v0`` works).
+        env_id: A searchgym env id (``searchgym/HotpotQA-v1``; the short ``HotpotQA-v1`` works).
             The questions come from each training row's ``label``; the env's own data file
             is only read by its constructor.
         env_kwargs: Keyword arguments of ``gym.make`` (protocol, reward, retriever, ...).
