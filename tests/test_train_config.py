@@ -90,8 +90,8 @@ def test_shipped_builtin_configs_load(path):
             "model.tiny.hidden_size: got 48; allowed: a multiple of 32",
         ),
         (
-            {"env": {"id": "HotpotQA-v1"}},
-            "env.id: got 'HotpotQA-v1'; allowed: one of searchgym/2WikiMultihopQA-v1",
+            {"env": {"id": "HotpotQA-v2"}},
+            "env.id: got 'HotpotQA-v2'; allowed: one of searchgym/2WikiMultihopQA-v1",
         ),
         ({"env": {"kwargs": {"render_mode": "ansi"}}}, "env.kwargs: got {'render_mode': 'ansi'}"),
         ({"memory": {"kind": "hiexp"}}, "memory.path: got None; allowed: the HiExp store folder"),
