@@ -284,3 +284,11 @@ def test_an_older_or_unknown_version_names_the_current_id(env_id):
         UnknownNameError, match=f"does not exist \\(the latest is v{version}\\): use '{env_id}'"
     ):
         searchgym.envs.check_env_id(f"{name}-v{int(version) + 5}")
+
+
+def test_every_id_is_at_v1_after_the_protocol_changes_and_v0_says_so():
+    assert [i.rsplit("-v", 1)[1] for i in ENV_IDS] == ["1"] * len(ENV_IDS)
+    with pytest.raises(gym.error.DeprecatedEnv, match="searchgym/SyntheticFacts-v1"):
+        gym.make("searchgym/SyntheticFacts-v0")  # bump_ids: keep
+    with pytest.raises(UnknownNameError, match="'SyntheticFacts-v0' is deprecated"):  # bump_ids: keep
+        searchgym.envs.check_env_id("SyntheticFacts-v0")  # bump_ids: keep
