@@ -1232,8 +1232,12 @@ def test_scripted_memory_shows_right_direct_answers_and_searches(tmp_path, proto
 def test_searchgym_train_sends_a_warm_start_config_to_the_study_script(capsys):
     from searchgym.cli import main
 
-    with pytest.raises(SystemExit, match="studies/frugal/tiny_lm/train.py"):
+    with pytest.raises(
+        SystemExit, match=r"a warm start \(sft:\) is not a section of a training run file.*study's own script"
+    ):
         main(["train", "--config", str(TINY_LM / "lightsearcher.yaml")])
+    # the study's file names that script
+    assert "python -m studies.frugal.tiny_lm.train" in (TINY_LM / "lightsearcher.yaml").read_text()
 
 
 def test_the_study_config_holds_eval_and_the_dry_run_builds_the_eval_env(tmp_path):
