@@ -273,8 +273,9 @@ def test_each_id_has_a_version_history_line_for_every_version_up_to_its_own(env_
 def test_an_older_or_unknown_version_names_the_current_id(env_id):
     older = _older(env_id)
     if older is not None:
-        with pytest.raises(gym.error.DeprecatedEnv, match=f"Please use `{env_id}`"):
-            gym.make(older)
+        with pytest.warns(DeprecationWarning, match="out of date"):
+            with pytest.raises(gym.error.DeprecatedEnv, match=f"Please use `{env_id}`"):
+                gym.make(older)
         with pytest.raises(UnknownNameError, match=f"is deprecated: use '{env_id}'"):
             searchgym.envs.check_env_id(older)
         with pytest.raises(UnknownNameError, match=f"is deprecated: use '{env_id}'"):
@@ -288,7 +289,8 @@ def test_an_older_or_unknown_version_names_the_current_id(env_id):
 
 def test_every_id_is_at_v1_after_the_protocol_changes_and_v0_says_so():
     assert [i.rsplit("-v", 1)[1] for i in ENV_IDS] == ["1"] * len(ENV_IDS)
-    with pytest.raises(gym.error.DeprecatedEnv, match="searchgym/SyntheticFacts-v1"):
-        gym.make("searchgym/SyntheticFacts-v0")  # bump_ids: keep
+    with pytest.warns(DeprecationWarning, match="out of date"):
+        with pytest.raises(gym.error.DeprecatedEnv, match="searchgym/SyntheticFacts-v1"):
+            gym.make("searchgym/SyntheticFacts-v0")  # bump_ids: keep
     with pytest.raises(UnknownNameError, match="'SyntheticFacts-v0' is deprecated"):  # bump_ids: keep
         searchgym.envs.check_env_id("SyntheticFacts-v0")  # bump_ids: keep
