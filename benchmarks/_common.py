@@ -10,6 +10,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import re
 import statistics
 import sys
 import time
@@ -27,6 +28,7 @@ __all__ = [
     "median_ms_per_query",
     "run_policy",
     "search_latency_ms",
+    "shown_command",
     "support_shares",
     "supported_records",
     "versions",
@@ -36,6 +38,22 @@ __all__ = [
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 """The shared corpus and question sets beside the checkout."""
+
+_SCRIPT = re.compile(r"\bpython3? ((?:benchmarks|studies)/[\w/]+)\.py\b")
+
+
+def shown_command(command: str) -> str:
+    """``command`` as the docs show it: a benchmark or study script run as a module from the
+    repository root (``python -m benchmarks.x --n 3`` becomes ``python -m benchmarks.x --n 3``),
+    the form in which it finds its sibling modules."""
+    return _SCRIPT.sub(lambda m: "python -m " + m.group(1).replace("/", "."), command)
+
+
+def _command() -> str:
+    """The command line that runs this process: ``python -m NAME ARGS`` when run as a module."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    head = f"python -m {spec.name}" if spec is not None and spec.name else f"python {sys.argv[0]}"
+    return " ".join([head, *sys.argv[1:]])
 
 
 def supported_records(path: Path) -> list[dict]:
@@ -126,7 +144,7 @@ def write_report(path: Path | None, report: dict[str, Any]) -> None:
     if path is None:
         return
     machine = {
-        "command": "python " + " ".join(sys.argv),
+        "command": _command(),
         "python": platform.python_version(),
         "machine": platform.processor() or platform.machine(),
         "cpus": os.cpu_count(),
@@ -142,10 +160,9 @@ def run_policy(run: Path, *, warm_start: bool = False) -> tuple[TrainConfig, Any
     and model: its last complete checkpoint, or with ``warm_start`` the warm start it began
     from. Exits with a message when ``run`` is not a run folder or has no such weights.
     Needs ``studies/frugal`` on ``sys.path`` (the study scripts insert it) for the run's config."""
-    from tiny_lm.config import load_run_config
-
     from searchgym.trainers.grpo.checkpoint import latest_checkpoint
     from searchgym.trainers.grpo.model import load_model, load_tokenizer_for
+    from studies.frugal.tiny_lm.config import load_run_config
 
     if not (run / "config.yaml").is_file():
         raise SystemExit(f"{run} is not a run folder: it holds no config.yaml")

@@ -2,8 +2,8 @@
 sampling and its update pass, in float32 and under bfloat16 autocast (float32 weights).
 
     searchgym models pull smollm2-135m-instruct
-    OMP_NUM_THREADS=1 python benchmarks/autocast_cpu.py --out benchmarks/results/autocast_cpu.json
-    python benchmarks/render_docs.py    # the table in docs/train-cli.md
+    OMP_NUM_THREADS=1 python -m benchmarks.autocast_cpu --out benchmarks/results/autocast_cpu.json
+    python -m benchmarks.render_docs    # the table in docs/train-cli.md
 
 Two measurements per setting, alternated ``--repeats`` times (medians reported):
 
@@ -17,14 +17,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import write_report  # noqa: E402
+from benchmarks._common import write_report
 
 
 def cpu_flags() -> list[str]:

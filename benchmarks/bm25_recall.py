@@ -14,8 +14,8 @@ queries sent one at a time.
 
 Usage::
 
-    python benchmarks/bm25_recall.py --dataset hotpotqa --out bm25_hotpotqa.json
-    python benchmarks/bm25_recall.py --dataset all
+    python -m benchmarks.bm25_recall --dataset hotpotqa --out bm25_hotpotqa.json
+    python -m benchmarks.bm25_recall --dataset all
 """
 
 from __future__ import annotations
@@ -26,8 +26,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from _common import SHARED_DATA, search_latency_ms, support_shares, supported_records, write_report
-
+from benchmarks._common import SHARED_DATA, search_latency_ms, support_shares, supported_records, write_report
 from searchgym.envs.data import load_corpus
 from searchgym.envs.retrieval import BM25Retriever
 from searchgym.envs.retrieval.bm25 import bm25s

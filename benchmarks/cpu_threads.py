@@ -6,9 +6,9 @@ default (one thread per core, what a run got before ``cpu_threads`` existed), an
 is that many threads. ``OMP_NUM_THREADS`` is removed from the children's environment. The
 tiny model is built once before the timed runs; settings are interleaved over ``--repeats``::
 
-    python benchmarks/cpu_threads.py [--steps 10] [--settings auto,torch,1,2] [--repeats 1] \\
+    python -m benchmarks.cpu_threads [--steps 10] [--settings auto,torch,1,2] [--repeats 1] \\
         [--out benchmarks/results/cpu_threads.json]
-    python benchmarks/cpu_threads.py --render docs/cpu-threads.md   # the table, from the JSON
+    python -m benchmarks.cpu_threads --render docs/cpu-threads.md   # the table, from the JSON
 
 Numbers depend on the machine and its load (the report records the load average).
 """
@@ -25,8 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO, write_report  # noqa: E402
+from benchmarks._common import REPO, shown_command, write_report
 
 CONFIG = REPO / "configs" / "grpo_synthetic.yaml"
 
@@ -89,7 +88,7 @@ def render(doc: Path) -> None:
         "",
         f"{report['steps']} steps of `{report['config']}` (training time, model already built); "
         f"{report['cpus']} CPUs, Python {report['python']}, 1-minute load average {load[0]:g} before and "
-        f"{load[1]:g} after (a machine shared with other jobs). Reproduce: `{report['command']}`.",
+        f"{load[1]:g} after (a machine shared with other jobs). Reproduce: `{shown_command(report['command'])}`.",
     ]
     text = doc.read_text(encoding="utf-8")
     start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
@@ -130,7 +129,7 @@ def main() -> None:
         args.out,
         {
             "benchmark": "cpu_threads",
-            "command": "python benchmarks/cpu_threads.py " + " ".join(sys.argv[1:]),
+            "command": "python -m benchmarks.cpu_threads " + " ".join(sys.argv[1:]),
             "config": "configs/grpo_synthetic.yaml",
             "steps": args.steps,
             "median_train_s": summary,

@@ -15,7 +15,7 @@ The dense index is built once under ``--cache`` (default ``benchmarks/.cache``) 
 
 Usage::
 
-    python benchmarks/dense_recall.py --out dense_recall.json
+    python -m benchmarks.dense_recall --out dense_recall.json
 """
 
 from __future__ import annotations
@@ -26,8 +26,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import REPO, SHARED_DATA, search_latency_ms, support_shares, supported_records, write_report
-
+from benchmarks._common import (
+    REPO,
+    SHARED_DATA,
+    search_latency_ms,
+    support_shares,
+    supported_records,
+    write_report,
+)
 from searchgym.envs.data import load_corpus
 from searchgym.envs.retrieval import BM25Retriever, Retriever
 from searchgym.envs.retrieval.dense import DenseRetriever

@@ -14,7 +14,7 @@ k, averaged) at k = 1, 3, 5, and how often the top 5 differ between the two enco
 
 Usage::
 
-    OMP_NUM_THREADS=2 python benchmarks/e5_prefix.py --out benchmarks/results/e5_prefix.json
+    OMP_NUM_THREADS=2 python -m benchmarks.e5_prefix --out benchmarks/results/e5_prefix.json
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import SHARED_DATA, supported_records, write_report
+
+from benchmarks._common import SHARED_DATA, supported_records, write_report
 
 KS = (1, 3, 5)
 DATASETS = ("hotpotqa", "nq", "popqa")

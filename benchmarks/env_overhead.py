@@ -10,9 +10,9 @@ that many searches: the env is reset (untimed) only when an episode is full, so 
 a long episode run with hundreds of turns behind them. A step whose own cost grew with the
 turns so far shows up as an overhead that grows with the length.
 
-    python benchmarks/env_overhead.py [--data-dir ../shared/data] [--queries 300] [--rounds 3]
+    python -m benchmarks.env_overhead [--data-dir ../shared/data] [--queries 300] [--rounds 3]
         [--runs 5] [--lengths 4 32 300] [--out RESULT.json] [--docs docs/benchmarks-env.md]
-    python benchmarks/env_overhead.py --render RESULT.json [RESULT.json ...] --docs docs/benchmarks-env.md
+    python -m benchmarks.env_overhead --render RESULT.json [RESULT.json ...] --docs docs/benchmarks-env.md
 
 ``--render`` writes the docs page from committed result files without measuring anything.
 """
@@ -34,7 +34,7 @@ from pathlib import Path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMAND = (
-    "python benchmarks/env_overhead.py --data-dir ../shared/data --out benchmarks/results/env_overhead.json"
+    "python -m benchmarks.env_overhead --data-dir ../shared/data --out benchmarks/results/env_overhead.json"
 )
 
 
@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> dict:
     results = []
     for length in args.lengths:
         env = gym.make(
-            "searchgym/HotpotQA-v0", data_path=data, corpus_path=corpus, topk=3, max_turns=length + 1
+            "searchgym/HotpotQA-v1", data_path=data, corpus_path=corpus, topk=3, max_turns=length + 1
         ).unwrapped
         assert env.retriever is retriever, "the env must share the process-wide BM25 index"
         runs = [measure(env, retriever, queries, length, args.rounds) for _ in range(args.runs)]
@@ -138,7 +138,7 @@ def render(results: list[dict]) -> str:
         "<!-- docs-test: skip rewrites the committed result file and this page (about a minute) -->",
         "```bash",
         COMMAND,
-        "python benchmarks/env_overhead.py --render benchmarks/results/env_overhead.json --docs docs/benchmarks-env.md",
+        "python -m benchmarks.env_overhead --render benchmarks/results/env_overhead.json --docs docs/benchmarks-env.md",
         "```",
         "",
         "| code | episode length | bare BM25 (median ms) | env step (median ms) | overhead of medians (range over runs) | overhead of totals |",

@@ -4,8 +4,8 @@ Runs offline (no model download) in a few minutes on one GPU, and prints one JSO
 per measurement (``"check"`` names it; a part that cannot run here says why in
 ``"skipped"``)::
 
-    python benchmarks/gpu_check.py                          # everything this machine can run
-    python benchmarks/gpu_check.py --out benchmarks/results/gpu_check_cpu.jsonl
+    python -m benchmarks.gpu_check                          # everything this machine can run
+    python -m benchmarks.gpu_check --out benchmarks/results/gpu_check_cpu.jsonl
 
 - ``jax_gpu_memory``: after a BM25 search through searchgym, whether JAX's backend was
   initialised and how much GPU memory went missing (JAX preallocates 75% of the GPU when
@@ -92,7 +92,7 @@ def jax_check() -> dict[str, Any]:
         return record | {"skipped": "jax is not installed, so it cannot take GPU memory"}
     cuda = torch.cuda.is_available()
     free_before = torch.cuda.mem_get_info()[0] if cuda else None
-    env = gym.make("searchgym/SyntheticFacts-v0", protocol="search_r1")
+    env = gym.make("searchgym/SyntheticFacts-v1", protocol="search_r1")
     env.reset(seed=0)
     env.step("<search>who founded the city</search>")  # BM25 runs here
     bridge = sys.modules.get("jax._src.xla_bridge")

@@ -1,6 +1,6 @@
 """Write the GPU check's tables in ``docs/openrlhf.md`` from the committed result files.
 
-    python benchmarks/gpu_doc.py [--check]
+    python -m benchmarks.gpu_doc [--check]
 
 Reads every ``benchmarks/results/gpu_check_*.jsonl`` (lines of ``benchmarks/gpu_check.py``;
 a ``source`` field attributes figures measured elsewhere) and replaces the text between
@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
 PAGE = REPO / "docs" / "openrlhf.md"
 BEGIN, END = "<!-- gpu_check:begin (benchmarks/gpu_doc.py writes this part) -->", "<!-- gpu_check:end -->"
-COMMAND = "python benchmarks/gpu_check.py --out benchmarks/results/gpu_check_<card>.jsonl && python benchmarks/gpu_doc.py"
+COMMAND = "python -m benchmarks.gpu_check --out benchmarks/results/gpu_check_<card>.jsonl && python -m benchmarks.gpu_doc"
 
 
 def _cell(value: object, unit: str = "") -> str:
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         new = text.rstrip("\n") + "\n\n" + section + "\n"
     if args.check:
         if new != text:
-            print(f"{PAGE} is out of date: run python benchmarks/gpu_doc.py", file=sys.stderr)
+            print(f"{PAGE} is out of date: run python -m benchmarks.gpu_doc", file=sys.stderr)
             return 1
         return 0
     PAGE.write_text(new, encoding="utf-8")

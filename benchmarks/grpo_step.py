@@ -6,7 +6,7 @@ backward, AdamW) and the memory step. The script runs ``--warmup`` steps, then `
 timed ones, and prints the medians of the step and of its rollout and update parts, for
 each model size asked for::
 
-    python benchmarks/grpo_step.py [--sizes 64x2,128x4] [--steps 10] [--out grpo_step.json]
+    python -m benchmarks.grpo_step [--sizes 64x2,128x4] [--steps 10] [--out grpo_step.json]
 
 Numbers depend on the machine and its load; the README quotes one run.
 """
@@ -16,12 +16,10 @@ from __future__ import annotations
 import argparse
 import logging
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import write_report  # noqa: E402
+from benchmarks._common import write_report
 
 
 def run(size: str, args: argparse.Namespace, root: Path) -> dict:

@@ -7,7 +7,7 @@ the same weights every time. It prints the median update time of each order, the
 ratio and the share of padded token positions, and checks that both orders give the
 same loss::
 
-    python benchmarks/grpo_update_order.py [--config studies/frugal/tiny_lm/study.yaml] [--arm f1]
+    python -m benchmarks.grpo_update_order [--config studies/frugal/tiny_lm/study.yaml] [--arm f1]
         [--seed 0] [--model runs/sft/top-...] [--steps 6] [--repeats 3] [--out update_order.json]
 
 ``--model`` starts from a warm start already built (a folder with ``config.json``);
@@ -20,13 +20,10 @@ import argparse
 import logging
 import math
 import statistics
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "studies" / "frugal"))  # the tiny_lm study
-from _common import write_report  # noqa: E402
+from benchmarks._common import write_report
 
 
 def padding_share(lengths: list[list[int]]) -> float:
@@ -53,12 +50,12 @@ def main() -> None:
     import tempfile
 
     import torch
-    from tiny_lm.study import arm_config, load_study
-    from tiny_lm.warm_start import warm_start
 
     from searchgym.trainers.grpo import trainer as trainer_module
     from searchgym.trainers.grpo.envs import question_schedule
     from searchgym.trainers.grpo.trainer import GRPOTrainer, step_seed
+    from studies.frugal.tiny_lm.study import arm_config, load_study
+    from studies.frugal.tiny_lm.warm_start import warm_start
 
     config = arm_config(load_study(args.config), args.arm, args.seed)
     model = args.model or warm_start(config)

@@ -29,8 +29,8 @@ trials and how many held. The whole battery takes a couple of minutes.
 
 Usage::
 
-    OMP_NUM_THREADS=1 python benchmarks/hardening_battery.py --out benchmarks/results/hardening_battery.json
-    python benchmarks/render_docs.py          # the table in docs/hardening.md
+    OMP_NUM_THREADS=1 python -m benchmarks.hardening_battery --out benchmarks/results/hardening_battery.json
+    python -m benchmarks.render_docs          # the table in docs/hardening.md
 """
 
 from __future__ import annotations
@@ -50,11 +50,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import write_report  # noqa: E402
+from benchmarks._common import write_report
 
 COMMAND = (
-    "OMP_NUM_THREADS=1 python benchmarks/hardening_battery.py --out benchmarks/results/hardening_battery.json"
+    "OMP_NUM_THREADS=1 python -m benchmarks.hardening_battery --out benchmarks/results/hardening_battery.json"
 )
 
 _WRITER = """
@@ -305,7 +304,7 @@ def checkpoint_damage(folder: Path, trials: int, rng: random.Random) -> dict[str
             {
                 "output_dir": str(out),
                 "steps": steps,
-                "env": {"id": "searchgym/SyntheticFacts-v0", "kwargs": {"reward": "f1", "max_turns": 2}},
+                "env": {"id": "searchgym/SyntheticFacts-v1", "kwargs": {"reward": "f1", "max_turns": 2}},
                 "model": {"tiny": {"dir": str(tiny), "hidden_size": 32, "num_layers": 1}},
                 "rollout": {"group_size": 2, "questions_per_step": 1, "max_new_tokens": 4},
                 "algo": {"kl_coef": 0.0, "micro_batch_size": 4},

@@ -14,7 +14,7 @@ times a worst case: one distinct title per trajectory (7,000 titles), encoded an
 once. HiExp reports about 10 minutes on CPU for its clustering stage on ~7,000 MuSiQue
 trajectories.
 
-    python benchmarks/hiexp_build.py [--trajectories 7000] [--rollouts 8] [--repeats 5]
+    python -m benchmarks.hiexp_build [--trajectories 7000] [--rollouts 8] [--repeats 5]
         [--no-scaling] [--out hiexp.json]
 """
 
@@ -33,11 +33,11 @@ import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from searchgym.envs.records import Trajectory  # noqa: E402
-from searchgym.envs.synthetic_env import SyntheticFactsEnv  # noqa: E402
-from searchgym.memory import BuildReport, HierarchicalExperience, MiniLMEncoder  # noqa: E402
-from searchgym.memory.hiexp.encode import DEFAULT_THRESHOLDS, cluster  # noqa: E402
-from searchgym.policies import (  # noqa: E402
+from searchgym.envs.records import Trajectory
+from searchgym.envs.synthetic_env import SyntheticFactsEnv
+from searchgym.memory import BuildReport, HierarchicalExperience, MiniLMEncoder
+from searchgym.memory.hiexp.encode import DEFAULT_THRESHOLDS, cluster
+from searchgym.policies import (
     DirectPolicy,
     NaiveRAGPolicy,
     OracleSyntheticPolicy,

@@ -9,7 +9,7 @@ reports requests per second and p50 / p99 latency, the median of ``--repeats`` r
 
 Usage::
 
-    OMP_NUM_THREADS=1 python benchmarks/http_clients.py --out benchmarks/results/http_clients.json
+    OMP_NUM_THREADS=1 python -m benchmarks.http_clients --out benchmarks/results/http_clients.json
 """
 
 from __future__ import annotations
@@ -23,9 +23,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from _common import REPO, SHARED_DATA
-from server import build_index, load_queries, start_server
-
+from benchmarks._common import REPO, SHARED_DATA
+from benchmarks.server import build_index, load_queries, start_server
 from searchgym.envs.retrieval.http_connection import HTTPConnection
 
 
@@ -102,7 +101,7 @@ def main() -> None:
         proc.wait(timeout=30)
     if args.out:
         report = {
-            "command": "OMP_NUM_THREADS=1 python benchmarks/http_clients.py --out " + str(args.out),
+            "command": "OMP_NUM_THREADS=1 python -m benchmarks.http_clients --out " + str(args.out),
             "requests": len(bodies),
             "repeats": args.repeats,
             "clients": results,

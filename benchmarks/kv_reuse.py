@@ -18,8 +18,8 @@ It counts the tokens the model encodes before sampling (the first forward pass o
 tokens it generates, checks that both ways
 give the same episodes token for token, and reports medians and ratios::
 
-    OMP_NUM_THREADS=1 python benchmarks/kv_reuse.py --out benchmarks/results/kv_reuse.json
-    python benchmarks/render_docs.py   # docs/evaluation.md's table from that file
+    OMP_NUM_THREADS=1 python -m benchmarks.kv_reuse --out benchmarks/results/kv_reuse.json
+    python -m benchmarks.render_docs   # docs/evaluation.md's table from that file
 
 SmolLM2-135M-Instruct must be pulled first (``searchgym models pull smollm2-135m-instruct``);
 ``--models tiny`` runs without it.
@@ -30,16 +30,14 @@ from __future__ import annotations
 import argparse
 import logging
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import write_report  # noqa: E402
+from benchmarks._common import write_report
 
-ENV_ID = "searchgym/SyntheticFacts-v0"
+ENV_ID = "searchgym/SyntheticFacts-v1"
 
 
 class Counter:

@@ -12,7 +12,7 @@
 The trajectories come from SyntheticFacts rollouts of the scripted policies (direct,
 naive_rag, oracle_synthetic drawn at random per episode) under LightSearcher's reward.
 
-    python benchmarks/memory_update.py [--trajectories 7000] [--rounds 3] [--episodes 300] [--out memory.json]
+    python -m benchmarks.memory_update [--trajectories 7000] [--rounds 3] [--episodes 300] [--out memory.json]
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import searchgym  # noqa: F401  (registers the env ids)
 from searchgym.memory import ExperienceMemory, ExperienceWrapper
 from searchgym.policies import make_policy
 
-ENV_ID = "searchgym/SyntheticFacts-v0"
+ENV_ID = "searchgym/SyntheticFacts-v1"
 
 
 def _env() -> gym.Env:

@@ -1,7 +1,7 @@
 """No-learning baselines for the warm-started GRPO run on PopQA, on its 100 held-out questions.
 
-    python benchmarks/real_model_baselines.py
-    python benchmarks/real_model_table.py   # writes the table into docs/real_model.md
+    python -m benchmarks.real_model_baselines
+    python -m benchmarks.real_model_table   # writes the table into docs/real_model.md
 
 ``benchmarks/real_model_train.py --heldout 100`` trains on the PopQA sample without the
 first 100 questions of ``evaluate``'s seed-0 order and evaluates on them. This script
@@ -27,13 +27,11 @@ from __future__ import annotations
 import argparse
 import collections
 import re
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO, write_report  # noqa: E402
+from benchmarks._common import REPO, write_report
 
 TEMPLATES = {
     "occupation": re.compile(r"^What is (?P<subject>.+)'s occupation\?$"),
@@ -65,7 +63,7 @@ def split(env_kwargs: dict[str, Any], count: int) -> tuple[list[Any], list[Any]]
 
     import searchgym  # noqa: F401  (registers the ids)
 
-    questions = gym.make("searchgym/PopQA-v0", **env_kwargs).unwrapped.questions
+    questions = gym.make("searchgym/PopQA-v1", **env_kwargs).unwrapped.questions
     heldout = [int(i) for i in np.random.default_rng(0).permutation(len(questions))[:count]]
     chosen = set(heldout)
     return [questions[i] for i in heldout], [q for i, q in enumerate(questions) if i not in chosen]

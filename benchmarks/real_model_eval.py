@@ -2,8 +2,8 @@
 multi-turn protocols with BM25 search over the shared corpus.
 
     searchgym models pull smollm2-135m-instruct
-    OMP_NUM_THREADS=1 python benchmarks/real_model_eval.py --questions 12 --max-new-tokens 96
-    python benchmarks/real_model_table.py   # writes the table into docs/real_model.md
+    OMP_NUM_THREADS=1 python -m benchmarks.real_model_eval --questions 12 --max-new-tokens 96
+    python -m benchmarks.real_model_table   # writes the table into docs/real_model.md
 
 Modes (greedy decoding, chat template, generation in batches of ``--batch-size`` contexts
 sorted by length; the multi-turn modes run every episode side by side):
@@ -35,10 +35,9 @@ from typing import Any
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO, SHARED_DATA  # noqa: E402
+from benchmarks._common import REPO, SHARED_DATA
 
-DATASETS = {"nq": "searchgym/NQ-v0", "hotpotqa": "searchgym/HotpotQA-v0", "popqa": "searchgym/PopQA-v0"}
+DATASETS = {"nq": "searchgym/NQ-v1", "hotpotqa": "searchgym/HotpotQA-v1", "popqa": "searchgym/PopQA-v1"}
 MODES = ("no_retrieval", "naive_rag", "search_r1", "tool_call")
 # FlashRAG's default generation prompts (flashrag/prompt/base_prompt.py), unchanged.
 DIRECT_SYSTEM = "Answer the question based on your own knowledge. Only give me the answer and do not output any other words."
@@ -230,7 +229,7 @@ def main() -> None:
 
     corpus = args.data_dir / "corpus.jsonl"
     report: dict[str, Any] = {
-        "command": f"OMP_NUM_THREADS={args.threads} python benchmarks/real_model_eval.py "
+        "command": f"OMP_NUM_THREADS={args.threads} python -m benchmarks.real_model_eval "
         + " ".join(sys.argv[1:]),
         "model": args.model,
         "settings": {

@@ -1,6 +1,6 @@
-"""How much faster ``real_model_eval.py`` runs than at an earlier commit, on the same work.
+"""How much faster ``real_model_eval.py`` runs than a checkout named by ``--base``, on the same work.
 
-    OMP_NUM_THREADS=1 python benchmarks/real_model_eval_speed.py --base dea8e1d --questions 16 \\
+    OMP_NUM_THREADS=1 python -m benchmarks.real_model_eval_speed --base dea8e1d --questions 16 \\
         --modes naive_rag,search_r1 --batch-size 8
 
 Extracts ``--base`` (``git archive``) into a temporary folder, lays its packages out as
@@ -25,8 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO, SHARED_DATA, write_report  # noqa: E402
+from benchmarks._common import REPO, SHARED_DATA, write_report
 
 PACKAGES = ("envs", "policies", "trainers", "memory", "configs")
 
@@ -48,7 +47,8 @@ def checkout(base: str, folder: Path) -> Path:
 def run(tree: Path, pythonpath: str | None, mode: str, args: argparse.Namespace, out: Path) -> dict[str, Any]:
     command = [
         sys.executable,
-        str(tree / "benchmarks" / "real_model_eval.py"),
+        "-m",  # from the tree's root, the form in which either tree's script finds its siblings
+        "benchmarks.real_model_eval",
         f"--questions={args.questions}",
         f"--datasets={args.dataset}",
         f"--modes={mode}",
@@ -76,7 +76,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--base", default="dea8e1d", help="the earlier commit")
+    parser.add_argument("--base", default="dea8e1d", help="the commit to compare with")
     parser.add_argument("--dataset", default="nq")
     parser.add_argument("--modes", default="naive_rag,search_r1")
     parser.add_argument("--questions", type=int, default=16)
@@ -106,7 +106,7 @@ def main() -> None:
     write_report(
         args.out,
         {
-            "command": "OMP_NUM_THREADS=1 python benchmarks/real_model_eval_speed.py "
+            "command": "OMP_NUM_THREADS=1 python -m benchmarks.real_model_eval_speed "
             + " ".join(sys.argv[1:]),
             "base": args.base,
             "settings": {k: v for k, v in vars(args).items() if k not in ("out", "data_dir", "index_dir")},

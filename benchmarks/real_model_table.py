@@ -1,6 +1,6 @@
 """Write the real-model tables into docs/real_model.md from the committed result files.
 
-    python benchmarks/real_model_table.py
+    python -m benchmarks.real_model_table
 
 Reads ``benchmarks/results/real_model_eval.json`` (``real_model_eval.py``),
 ``benchmarks/results/real_model_train*.json`` (``real_model_train.py``),
@@ -16,12 +16,10 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO  # noqa: E402
+from benchmarks._common import REPO, shown_command
 
 DOC = REPO / "docs" / "real_model.md"
 README = REPO / "README.md"
@@ -51,7 +49,7 @@ def eval_table(report: dict[str, Any]) -> str:
     missing = [f"{NAMES[d]} {MODES[m]}" for d in NAMES for m in MODES if (d, m) not in measured]
     lines += [
         "",
-        f"`{report['command']}`: {report['wall_time_s'] / 60:.0f} min in all, "
+        f"`{shown_command(report['command'])}`: {report['wall_time_s'] / 60:.0f} min in all, "
         f"torch threads: {report['torch_threads']}, {s.get('dtype', 'float32')} weights, {s['max_new_tokens']} new "
         f"tokens per turn at most, {s['max_turns']} actions per multi-turn episode, batches of {s['batch_size']}, "
         "greedy decoding." + (f" Not run: {', '.join(missing)}." if missing else ""),
@@ -91,7 +89,7 @@ def train_table(reports: list[dict[str, Any]]) -> str:
                 + " |"
             )
         notes.append(
-            f"Seed {_seed(report)}: `{report['command']}`: {report['steps_done']} of {report['steps_configured']} "
+            f"Seed {_seed(report)}: `{shown_command(report['command'])}`: {report['steps_done']} of {report['steps_configured']} "
             f"configured steps in {report['wall_time_s'] / 60:.0f} min, median step {report['median_step_s']:.0f} s "
             f"(torch threads: {report['torch_threads']}; config `{report['config']}`)."
         )
@@ -177,7 +175,7 @@ def baselines_table(baselines: dict[str, Any], reports: list[dict[str, Any]]) ->
         f"{baselines['subject_in_training']} of {n} name the subject of a training question. "
         f"The template prior answers {', '.join(repr(a) for a in baselines['prior_answers'].values())}.",
         "",
-        f"`python benchmarks/real_model_baselines.py` (`benchmarks/results/real_model_baselines.json`, "
+        f"`python -m benchmarks.real_model_baselines` (`benchmarks/results/real_model_baselines.json`, "
         f"with every question's passage, answers and scores; {baselines['wall_time_s']:.0f} s).",
     ]
     return "\n".join(lines)
@@ -195,7 +193,7 @@ def _seed(report: dict[str, Any]) -> Any:
 def speed_table(report: dict[str, Any]) -> str:
     keys = ("em", "f1", "cover_em", "st", "format_ok", "tokens")
     lines = [
-        f"| Mode | CPU s at `{report['base']}` | CPU s now | Speed-up (CPU) | Wall s at `{report['base']}` | Wall s now "
+        "| Mode | CPU s without | CPU s with | Speed-up (CPU) | Wall s without | Wall s with "
         "| Same EM, F1, CoverEM, ST, well-formed, tokens |",
         "|---|---|---|---|---|---|---|",
     ]
@@ -210,7 +208,7 @@ def speed_table(report: dict[str, Any]) -> str:
     s = report["settings"]
     lines += [
         "",
-        f"`{report['command']}`: {s['questions']} {NAMES.get(s['dataset'], s['dataset'])} questions, "
+        f"`{shown_command(report['command'])}`: {s['questions']} {NAMES.get(s['dataset'], s['dataset'])} questions, "
         f"batches of {s['batch_size']}, {s['max_new_tokens']} new tokens per turn at most, one torch thread.",
     ]
     return "\n".join(lines)

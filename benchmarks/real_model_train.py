@@ -1,7 +1,7 @@
 """A short built-in GRPO run of SmolLM2-135M-Instruct on a CPU: its curve and step times.
 
     searchgym models pull smollm2-135m-instruct
-    OMP_NUM_THREADS=1 python benchmarks/real_model_train.py --max-minutes 35
+    OMP_NUM_THREADS=1 python -m benchmarks.real_model_train --max-minutes 35
 
 Trains with ``configs/grpo_smollm2_cpu.yaml`` (``--config``) from scratch in a fresh output
 folder and, after every step, writes the per-step figures to ``benchmarks/results/real_model_train.json``
@@ -28,8 +28,7 @@ from typing import Any
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO, write_report  # noqa: E402
+from benchmarks._common import REPO, write_report
 
 
 def plot(history: list[dict], path: Path, window: int, title: str, heldout: list[dict] | None = None) -> None:
@@ -106,8 +105,7 @@ def evaluate_heldout(config, trainer, data_path: str, count: int, untrained: boo
     ids, answer, scores)."""
     import copy
 
-    from real_model_eval import multi_turn
-
+    from benchmarks.real_model_eval import multi_turn
     from searchgym.envs.models import resolve_model
     from searchgym.policies import HFPolicy
 
@@ -186,7 +184,7 @@ def main() -> None:
         config, heldout = hold_out(config, args.heldout)
     warm: dict | None = None
     if args.warm_start:
-        from real_model_warm_start import warm_start
+        from benchmarks.real_model_warm_start import warm_start
 
         folder = Path(config.model.path)
         done = folder / "warm_start.json"
@@ -205,7 +203,7 @@ def main() -> None:
             write_report(
                 args.out,
                 {
-                    "command": f"OMP_NUM_THREADS={args.threads} python benchmarks/real_model_train.py "
+                    "command": f"OMP_NUM_THREADS={args.threads} python -m benchmarks.real_model_train "
                     + " ".join(sys.argv[1:]),
                     "config": str(args.config.resolve().relative_to(REPO)),
                     "seed": config.seed,

@@ -1,7 +1,7 @@
 """A short supervised warm start of SmolLM2-135M-Instruct on well-formed Search-R1 episodes.
 
     searchgym models pull smollm2-135m-instruct
-    OMP_NUM_THREADS=1 python benchmarks/real_model_warm_start.py --out runs/smollm2_warm
+    OMP_NUM_THREADS=1 python -m benchmarks.real_model_warm_start --out runs/smollm2_warm
 
 The untrained model never writes Search-R1's tags in its first turn, so GRPO has nothing
 to compare. This script shows it the format on questions of *another* dataset (the NQ
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -29,9 +28,8 @@ from typing import Any
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO, SHARED_DATA  # noqa: E402
-from real_model_eval import DATASETS  # noqa: E402
+from benchmarks._common import REPO, SHARED_DATA
+from benchmarks.real_model_eval import DATASETS
 
 
 def demonstrations(

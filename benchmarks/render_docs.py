@@ -5,7 +5,7 @@ is regenerated from ``benchmarks/results/NAME.json``; nothing in a table is type
 
 Usage::
 
-    python benchmarks/render_docs.py
+    python -m benchmarks.render_docs
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from benchmarks._common import shown_command
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
@@ -117,7 +119,7 @@ def _machine(report: dict[str, Any]) -> str:
 def _source(name: str, report: dict[str, Any]) -> str:
     return (
         f"From `benchmarks/results/{name}.json`, written by "
-        f"`OMP_NUM_THREADS={report['omp_num_threads']} {report['command']}`."
+        f"`OMP_NUM_THREADS={report['omp_num_threads']} {shown_command(report['command'])}`."
     )
 
 
@@ -132,7 +134,7 @@ def hardening_battery(report: dict[str, Any]) -> str:
         f"{held} of {trials} trials kept their promise. Measured on {_machine(report)} (shared with other "
         f"jobs), seed {report['seed']}.",
         "",
-        f"From `benchmarks/results/hardening_battery.json`, written by `{report['command']}`.",
+        f"From `benchmarks/results/hardening_battery.json`, written by `{shown_command(report['command'])}`.",
     ]
     return "\n".join(rows)
 
@@ -255,7 +257,8 @@ def server_workers(report: dict[str, Any]) -> str:
         + ", ".join(f"`benchmarks/results/server_workers_{r['workers']}.json`" for r in report["reports"])
         + ", written back to back by "
         + " and ".join(
-            f"`OMP_NUM_THREADS={r['machine']['omp_num_threads']} {r['command']}`" for r in report["reports"]
+            f"`OMP_NUM_THREADS={r['machine']['omp_num_threads']} {shown_command(r['command'])}`"
+            for r in report["reports"]
         )
         + ".",
     ]
@@ -284,7 +287,7 @@ def server_dense(report: dict[str, Any]) -> str:
         f"{machine['cores']} cores, `OMP_NUM_THREADS={machine['omp_num_threads']}`.",
         "",
         f"From `benchmarks/results/server_dense.json`, written by "
-        f"`OMP_NUM_THREADS={machine['omp_num_threads']} {report['command']}`.",
+        f"`OMP_NUM_THREADS={machine['omp_num_threads']} {shown_command(report['command'])}`.",
     ]
     return "\n".join(rows)
 

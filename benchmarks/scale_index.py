@@ -18,7 +18,7 @@ HNSW at 1M can take long on 2 cores: ``--hnsw-n`` builds it over the first rows 
 
 Usage::
 
-    python benchmarks/scale_index.py --n 1000000 --hnsw-n 250000 --passages-per-second 48 --out scale.json
+    python -m benchmarks.scale_index --n 1000000 --hnsw-n 250000 --passages-per-second 48 --out scale.json
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _common import REPO, median_ms_per_query, write_report
+
+from benchmarks._common import REPO, median_ms_per_query, write_report
 
 DIM = 384
 WIKI18 = 21_015_324  # passages in FlashRAG's / Search-R1's wiki-18 corpus
@@ -235,7 +236,13 @@ def query_encoding() -> dict[str, float]:
 
 def run_child(*args: str) -> dict[str, Any]:
     """Run this script as a child with ``args``; its last stdout line is JSON."""
-    done = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.scale_index", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO,
+    )
     if done.returncode != 0:
         raise SystemExit(f"child {args} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])

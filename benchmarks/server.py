@@ -12,9 +12,9 @@ of one query.
 
 Usage::
 
-    python benchmarks/server.py --out server_bm25.json
-    python benchmarks/server.py --workers 2            # two server processes on the port (serve --workers)
-    python benchmarks/server.py --backend dense --corpus-limit 3000   # when dense is installed
+    python -m benchmarks.server --out server_bm25.json
+    python -m benchmarks.server --workers 2            # two server processes on the port (serve --workers)
+    python -m benchmarks.server --backend dense --corpus-limit 3000   # when dense is installed
 """
 
 from __future__ import annotations
@@ -34,8 +34,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from _common import REPO, SHARED_DATA, versions
-
+from benchmarks._common import REPO, SHARED_DATA, versions
 from searchgym.envs.data import read_jsonl
 from searchgym.envs.retrieval import RETRIEVERS, Retriever, make_retriever
 from searchgym.envs.retrieval.http_client import HTTPRetriever

@@ -14,7 +14,7 @@ all steps (median of the steps), p50 and p99 latency per request, and the cache'
 
 Usage::
 
-    OMP_NUM_THREADS=1 python benchmarks/server_cache.py --out benchmarks/results/server_cache.json
+    OMP_NUM_THREADS=1 python -m benchmarks.server_cache --out benchmarks/results/server_cache.json
 """
 
 from __future__ import annotations
@@ -29,9 +29,8 @@ import threading
 import time
 from pathlib import Path
 
-from _common import REPO, SHARED_DATA, write_report
-from server import load_queries, percentile, run_together
-
+from benchmarks._common import REPO, SHARED_DATA, write_report
+from benchmarks.server import load_queries, percentile, run_together
 from searchgym.envs.retrieval.http_client import HTTPRetriever
 
 

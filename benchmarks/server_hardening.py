@@ -18,8 +18,8 @@ question, topk 3) on a new connection every 0.1 s and records its status and lat
 
 Usage::
 
-    OMP_NUM_THREADS=1 python benchmarks/server_hardening.py --out benchmarks/results/server_hardening.json
-    python benchmarks/render_docs.py          # the table in docs/hardening.md
+    OMP_NUM_THREADS=1 python -m benchmarks.server_hardening --out benchmarks/results/server_hardening.json
+    python -m benchmarks.render_docs          # the table in docs/hardening.md
 """
 
 from __future__ import annotations
@@ -41,11 +41,11 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from _common import REPO, SHARED_DATA
-from server import build_index, load_queries
+from benchmarks._common import REPO, SHARED_DATA
+from benchmarks.server import build_index, load_queries
 
 COMMAND = (
-    "OMP_NUM_THREADS=1 python benchmarks/server_hardening.py --out benchmarks/results/server_hardening.json"
+    "OMP_NUM_THREADS=1 python -m benchmarks.server_hardening --out benchmarks/results/server_hardening.json"
 )
 
 

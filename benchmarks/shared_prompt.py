@@ -11,8 +11,8 @@ ways give the same episodes token for token (``tests/test_grpo.py``); it checks 
 too. It reports the median seconds of the rollouts, the update and the whole step, and
 their ratios::
 
-    OMP_NUM_THREADS=1 python benchmarks/shared_prompt.py --out benchmarks/results/shared_prompt.json
-    python benchmarks/shared_prompt.py --render   # docs/training.md's table from that file
+    OMP_NUM_THREADS=1 python -m benchmarks.shared_prompt --out benchmarks/results/shared_prompt.json
+    python -m benchmarks.shared_prompt --render   # docs/training.md's table from that file
 
 ``example_per: group`` shares the whole prompt (instructions, experience, example,
 question); ``example_per: rollout`` (the default) shares the instructions and experience,
@@ -26,40 +26,27 @@ import json
 import logging
 import re
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import write_report  # noqa: E402
+from benchmarks._common import write_report
 
-ENV_ID = "searchgym/SyntheticFacts-v0"
+ENV_ID = "searchgym/SyntheticFacts-v1"
 
 
 def experience_store(path: Path) -> Path:
     """An experience store whose bank is written from scripted right (oracle) and wrong
-    (direct) episodes on unknown questions, as the trainer's tests build one."""
+    (direct) episodes on unknown questions (:func:`searchgym.policies.good_and_bad_trajectories`)."""
     import gymnasium as gym
 
     from searchgym.memory import ExperienceMemory
-    from searchgym.policies import DirectPolicy, OracleSyntheticPolicy, synthetic_knowledge
+    from searchgym.policies import good_and_bad_trajectories
 
     memory = ExperienceMemory(path)
-    env = gym.make(ENV_ID, reward="f1")
-    world = env.unwrapped.world
-    unknown = [i for i, q in enumerate(env.unwrapped.questions) if not q.known][:8]
-    for policy in (OracleSyntheticPolicy(world), DirectPolicy(knowledge=synthetic_knowledge(world))):
-        for index in unknown:
-            context, _ = env.reset(options={"index": index})
-            while True:
-                action = policy.act([context])[0]
-                obs, _, terminated, truncated, _ = env.step(action)
-                context += action + obs
-                if terminated or truncated:
-                    break
-            memory.add(env.unwrapped.trajectory)
+    for trajectory in good_and_bad_trajectories(gym.make(ENV_ID, reward="f1"), 8):
+        memory.add(trajectory)
     memory.update()
     return path
 
@@ -164,8 +151,8 @@ def render(report: dict[str, Any]) -> str:
         f"\nMedians of {settings['reps']} interleaved steps after {settings['warmup']} warm-up, "
         f"{settings['questions']} questions × G = {settings['group_size']}, {report['torch_threads']} torch thread, "
         f"{report['cpus']} CPUs shared with other work (ratios, not seconds, carry over). "
-        "Reproduce: `OMP_NUM_THREADS=1 python benchmarks/shared_prompt.py --out "
-        "benchmarks/results/shared_prompt.json && python benchmarks/shared_prompt.py --render`."
+        "Reproduce: `OMP_NUM_THREADS=1 python -m benchmarks.shared_prompt --out "
+        "benchmarks/results/shared_prompt.json && python -m benchmarks.shared_prompt --render`."
     )
     return "\n".join(lines)
 

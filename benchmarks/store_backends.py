@@ -20,8 +20,8 @@ time of one append, waits for the other writers' transactions included).
 Trajectories are SyntheticFacts episodes of the oracle policy under LightSearcher's reward
 (seed 0). Medians over ``--rounds`` rounds of ``--episodes`` episodes.
 
-    OMP_NUM_THREADS=1 python benchmarks/store_backends.py --out benchmarks/results/store_backends.json
-    python benchmarks/store_backends.py --table benchmarks/results/store_backends.json --doc docs/stores.md
+    OMP_NUM_THREADS=1 python -m benchmarks.store_backends --out benchmarks/results/store_backends.json
+    python -m benchmarks.store_backends --table benchmarks/results/store_backends.json --doc docs/stores.md
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ import os
 import random
 import sqlite3
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -42,21 +41,19 @@ from typing import Any
 import gymnasium as gym
 
 import searchgym  # noqa: F401  (registers the env ids)
+from benchmarks._common import add_table_arguments, show_table, shown_command, write_report
 from searchgym.envs.records import Trajectory
 from searchgym.envs.rewards import MinToolCallStore
 from searchgym.envs.storage import SqliteLog
 from searchgym.memory import ExperienceMemory, trajectory_to_dict
 from searchgym.policies import make_policy
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import add_table_arguments, show_table, write_report  # noqa: E402
-
 BEGIN, END = "<!-- store_backends:begin -->", "<!-- store_backends:end -->"
 
 
 def episodes(n: int) -> list[Trajectory]:
     """``n`` finished SyntheticFacts episodes (oracle policy, LightSearcher's reward)."""
-    env = gym.make("searchgym/SyntheticFacts-v0", protocol="tool_call", reward="lightsearcher")
+    env = gym.make("searchgym/SyntheticFacts-v1", protocol="tool_call", reward="lightsearcher")
     agent = make_policy("oracle_synthetic", protocol="tool_call", world=env.unwrapped.world)
     out = []
     for seed in range(n):
@@ -165,7 +162,7 @@ def time_writers(root: Path, trajectories: list[Trajectory], args: argparse.Name
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     trajectories = episodes(50)
     report: dict[str, Any] = {
-        "command": "OMP_NUM_THREADS=1 python benchmarks/store_backends.py "
+        "command": "OMP_NUM_THREADS=1 python -m benchmarks.store_backends "
         f"--prefill {args.prefill} --episodes {args.episodes} --rounds {args.rounds} "
         f"--writers {args.writers} --appends {args.appends}",
         "prefill": args.prefill,
@@ -218,7 +215,7 @@ def table(report: dict[str, Any]) -> str:
         f"Store prefilled with {report['prefill']:,} trajectories; {report['episodes']} episodes × "
         f"{report['rounds']} rounds; {report['cpus']} CPUs (load {report['load_1m'][0]}–{report['load_1m'][1]}), Python {report['python']}, SQLite {report['sqlite']}, "
         f"Ray {report['ray']}. "
-        f"Reproduce: `{report['command']}`.",
+        f"Reproduce: `{shown_command(report['command'])}`.",
     ]
     return "\n".join(rows)
 

@@ -18,8 +18,8 @@ checkpoint copies, the ``.acked`` line), the largest the WAL grew, the database 
 closing, and the median time of one append. Records: LightSearcher's minimum (``{"id", "n"}``) and SyntheticFacts trajectories
 (oracle policy, seed 0 onwards).
 
-    OMP_NUM_THREADS=1 python benchmarks/store_wal.py --appends 2000 --out benchmarks/results/store_wal.json
-    python benchmarks/store_wal.py --table benchmarks/results/store_wal.json --doc docs/stores.md
+    OMP_NUM_THREADS=1 python -m benchmarks.store_wal --appends 2000 --out benchmarks/results/store_wal.json
+    python -m benchmarks.store_wal --table benchmarks/results/store_wal.json --doc docs/stores.md
 """
 
 from __future__ import annotations
@@ -28,14 +28,12 @@ import argparse
 import json
 import sqlite3
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import add_table_arguments, show_table, write_report  # noqa: E402
+from benchmarks._common import add_table_arguments, show_table, shown_command, write_report
 
 BEGIN, END = "<!-- store_wal:begin -->", "<!-- store_wal:end -->"
 
@@ -57,7 +55,7 @@ def records(kind: str, n: int) -> list[dict[str, Any]]:
     from searchgym.memory import trajectory_to_dict
     from searchgym.policies import make_policy
 
-    env = gym.make("searchgym/SyntheticFacts-v0", protocol="tool_call", reward="lightsearcher")
+    env = gym.make("searchgym/SyntheticFacts-v1", protocol="tool_call", reward="lightsearcher")
     agent = make_policy("oracle_synthetic", protocol="tool_call", world=env.unwrapped.world)
     out = []
     for seed in range(n):
@@ -165,7 +163,7 @@ def table(report: dict[str, Any]) -> str:
         f"A new store writes {ratio['minimum']:.1f}× fewer WAL bytes per minimum and {ratio['trajectory']:.1f}× "
         f"fewer per trajectory than one made by an older searchgym, which keeps its layout. "
         f"{report['cpus']} CPUs shared with other jobs (load {report['load_average'][0]:g}), "
-        f"Python {report['python']}, SQLite {report['sqlite']}. Reproduce: `{report['command']}`.",
+        f"Python {report['python']}, SQLite {report['sqlite']}. Reproduce: `{shown_command(report['command'])}`.",
     ]
     return "\n".join(rows)
 

@@ -7,7 +7,7 @@ shapes the study trains on, in float32, under bfloat16 autocast and, with
 the achieved GFLOP/s, counted from the model's shapes (see :func:`flops_per_token`),
 beside what one large float32 matrix multiply reaches on the same threads::
 
-    python benchmarks/tiny_lm_throughput.py [--config studies/frugal/tiny_lm/study.yaml]
+    python -m benchmarks.tiny_lm_throughput [--config studies/frugal/tiny_lm/study.yaml]
         [--threads 1] [--batch 32] [--lengths 40 100 200] [--repeats 10] [--compile] [--out tput.json]
 
 It answers whether the study's time goes to overhead (Python, padding, small kernels)
@@ -19,15 +19,12 @@ from __future__ import annotations
 import argparse
 import logging
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "studies" / "frugal"))  # the tiny_lm study
-from _common import write_report  # noqa: E402
+from benchmarks._common import write_report
 
 
 def flops_per_token(config: Any, length: int) -> float:
@@ -92,10 +89,10 @@ def main() -> None:
     logging.disable(logging.INFO)
 
     import torch
-    from tiny_lm.study import arm_config, load_study
 
     from searchgym.policies import load_tiny_lm
     from searchgym.trainers.grpo.model import model_source
+    from studies.frugal.tiny_lm.study import arm_config, load_study
 
     torch.set_num_threads(args.threads)
     study = load_study(args.config)

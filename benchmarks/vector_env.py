@@ -14,7 +14,7 @@ every env (untimed) and then times ``--steps`` steps; episodes are long enough
 medians per step of N, env steps per second, and the ratios: vector/bare throughput (target
 >= 90%) and the speed-up of the vector env over the single envs.
 
-    python benchmarks/vector_env.py [--data-dir ../shared/data] [--num-envs 64] [--rounds 20]
+    python -m benchmarks.vector_env [--data-dir ../shared/data] [--num-envs 64] [--rounds 20]
         [--steps 3] [--dense [--dense-index-dir DIR]] [--out vector_env.json]
 """
 
@@ -44,9 +44,9 @@ def run_backend(
     n, steps = args.num_envs, args.steps
     env_kwargs = {"data_path": data, "retriever": retriever, "topk": TOPK, "max_turns": steps + 1}
     vector = gym.make_vec(
-        "searchgym/HotpotQA-v0", num_envs=n, vectorization_mode="vector_entry_point", **env_kwargs
+        "searchgym/HotpotQA-v1", num_envs=n, vectorization_mode="vector_entry_point", **env_kwargs
     )
-    singles = [gym.make("searchgym/HotpotQA-v0", **env_kwargs) for _ in range(n)]
+    singles = [gym.make("searchgym/HotpotQA-v1", **env_kwargs) for _ in range(n)]
     if not all(env.unwrapped.retriever is retriever for env in vector.unwrapped.envs):
         raise RuntimeError("the vector env's sub-envs must share the one retriever")
 

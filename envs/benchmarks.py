@@ -59,6 +59,10 @@ class BenchmarkQAEnv(SearchQAEnv):
         ``max_searches``, ...) as :class:`SearchQAEnv`.
 
     ## Version History
+    * v1: an action with nested tags or nested boxes (a protocol tag inside a search or
+          answer block, an action inside ``<think>``, ``\\boxed{}`` in ``\\boxed{}``) and a
+          search query without a letter or digit are malformed (``info["error"]``), never
+          searched for; under ``sem`` the model may search again after its first answer.
     * v0: initial version.
     """
 

@@ -7,7 +7,7 @@ take, a reward parameter the scheme lacks, and an unknown protocol or scheme, ea
 "did you mean"::
 
     env:
-      id: searchgym/MuSiQue-v0
+      id: searchgym/MuSiQue-v1
       protocol: tool_call
       reward: lightsearcher
       reward_kwargs: {lam: 0.75, store: runs/min_tool_calls.sqlite}
@@ -60,8 +60,8 @@ class EnvConfig:
     """The env every rollout of the run plays (the ``env`` section).
 
     Attributes:
-        id: A registered searchgym env id (``searchgym/SyntheticFacts-v0``,
-            ``searchgym/HotpotQA-v0``, …; the short ``HotpotQA-v0`` works).
+        id: A registered searchgym env id (``searchgym/SyntheticFacts-v1``,
+            ``searchgym/HotpotQA-v1``, …; the short ``HotpotQA-v1`` works).
         protocol: The action protocol (``search_r1``, ``tool_call``, ``research``, ``sem``);
             null: the env's default (``search_r1``).
         reward: A registered reward scheme (``f1``, ``em``, ``lightsearcher``, ``otc``,
@@ -86,7 +86,7 @@ class EnvConfig:
         split_by: SyntheticFacts: hold questions out by ``question`` or by ``fact``.
     """
 
-    id: str = "searchgym/SyntheticFacts-v0"
+    id: str = "searchgym/SyntheticFacts-v1"
     protocol: str | None = None
     reward: str | None = None
     reward_kwargs: dict[str, Any] | None = None

@@ -1,6 +1,6 @@
 """A PettingZoo parallel env whose agents are the G rollouts of one question (a GRPO group).
 
-``group_parallel_env("searchgym/SyntheticFacts-v0", group_size=5, group_scheme="tsas")``
+``group_parallel_env("searchgym/SyntheticFacts-v1", group_size=5, group_scheme="tsas")``
 returns a :class:`GroupParallelEnv`. Each ``reset`` draws one question and resets G
 ordinary searchgym envs (``gym.make(env_id, **env_kwargs)``, sharing one retriever) to it;
 each ``step`` steps every running rollout, with all their searches sent to the retriever in
@@ -98,7 +98,7 @@ def _make_envs(env_id: object, group_size: int, env_kwargs: dict[str, Any]) -> l
                 "group's batched step would bypass. Limit episodes with max_turns= (and max_searches=) instead."
             )
     if not isinstance(env_id, str) or env_id not in gym.registry:
-        env_id = check_env_id(env_id)  # maps "SyntheticFacts-v0" to its full id, or lists close matches
+        env_id = check_env_id(env_id)  # maps "SyntheticFacts-v1" to its full id, or lists close matches
     envs = [gym.make(env_id, **env_kwargs) for _ in range(group_size)]
     for env in envs:
         if not isinstance(env.unwrapped, SearchQAEnv):
@@ -404,15 +404,15 @@ def group_parallel_env(
 ) -> Any:
     """A PettingZoo ``ParallelEnv`` whose ``group_size`` agents roll out the same question.
 
-    >>> env = group_parallel_env("searchgym/SyntheticFacts-v0", group_size=4, group_scheme="tsas",
+    >>> env = group_parallel_env("searchgym/SyntheticFacts-v1", group_size=4, group_scheme="tsas",
     ...                          scheme_kwargs={"warmup_steps": 150}, reward="f1")
     >>> observations, infos = env.reset(seed=0)
     >>> sorted(observations)
     ['rollout_0', 'rollout_1', 'rollout_2', 'rollout_3']
 
     Args:
-        env_id: A searchgym env id (``"searchgym/HotpotQA-v0"``, or the short
-            ``"HotpotQA-v0"``), or any registered id of a :class:`SearchQAEnv` subclass.
+        env_id: A searchgym env id (``"searchgym/HotpotQA-v1"``, or the short
+            ``"HotpotQA-v1"``), or any registered id of a :class:`SearchQAEnv` subclass.
         group_size: G, the rollouts per question (>= 1; Light-Search uses 5).
         group_scheme: ``"tsas"``, ``"otc"``, ``"mean_baseline"`` or ``None``; see
             :class:`GroupParallelEnv` for what each computes.

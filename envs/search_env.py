@@ -122,6 +122,10 @@ class SearchQAEnv(gym.Env[str, str]):
         None: the protocol's own), e.g. a brief one for a tiny model.
 
     ## Version History
+    * v1: an action with nested tags or nested boxes (a protocol tag inside a search or
+          answer block, an action inside ``<think>``, ``\\boxed{}`` in ``\\boxed{}``) and a
+          search query without a letter or digit are malformed (``info["error"]``), never
+          searched for; under ``sem`` the model may search again after its first answer.
     * v0: initial version.
     """
 

@@ -20,8 +20,7 @@ single memorised fact, and answering it from memory needs no chaining.
 
 ``known_by`` sets what a flag is drawn for: each fact (default), or each subject, so that
 all facts about an entity are known or none are, as a language model knows popular
-entities and not obscure ones. A tiny model learns to tell the second kind apart far
-more easily (see :func:`generate_world`).
+entities and not obscure ones.
 """
 
 from __future__ import annotations
@@ -466,13 +465,7 @@ def generate_world(
             known (memorisable) subset.
         known_by: ``"fact"`` (default): a flag drawn per fact, so one entity may have
             known and unknown facts. ``"subject"``: one flag per entity, shared by all its
-            facts. Measured on the warm-started 128x4 tiny model of the CPU study (world
-            0), taught for 300 steps only to choose between searching (unknown) and
-            answering (known) on training questions: on held-out questions about
-            never-shown entities it searched 86% of the time, about fully known ones 43%;
-            taught per fact, it searched on 79% of unknown and 62% of known held-out facts
-            (40% and 31% fifty steps earlier). Whether it holds one fact of an entity it
-            knows is barely visible to it; whether it knows the entity is.
+            facts, as a language model knows popular entities and not obscure ones.
         two_hop_fraction: Share of two-hop questions among the questions.
         num_questions: Upper bound on the number of questions; None keeps the most the mix
             allows (every fact as a one-hop question when two-hop candidates suffice).

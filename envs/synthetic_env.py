@@ -1,4 +1,4 @@
-"""SyntheticFacts-v0: the embedded default, a generated world built to study when to search."""
+"""SyntheticFacts-v1: the embedded default, a generated world built to study when to search."""
 
 from __future__ import annotations
 
@@ -100,6 +100,10 @@ class SyntheticFactsEnv(SearchQAEnv):
     with several episode seeds. The incentive study (``studies/frugal``) reports both.
 
     ## Version History
+    * v1: an action with nested tags or nested boxes (a protocol tag inside a search or
+          answer block, an action inside ``<think>``, ``\\boxed{}`` in ``\\boxed{}``) and a
+          search query without a letter or digit are malformed (``info["error"]``), never
+          searched for; under ``sem`` the model may search again after its first answer.
     * v0: initial version.
     """
 

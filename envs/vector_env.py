@@ -1,6 +1,6 @@
 """Batched search-QA envs: one retriever call per vector step, for all sub-envs at once.
 
-``gym.make_vec("searchgym/HotpotQA-v0", num_envs=N, vectorization_mode="vector_entry_point")``
+``gym.make_vec("searchgym/HotpotQA-v1", num_envs=N, vectorization_mode="vector_entry_point")``
 returns a :class:`SearchQAVectorEnv`. Its ``step`` runs the first half of every sub-env's
 step (:meth:`SearchQAEnv.begin_step`: parse the action, record the turn), sends every query
 of the batch to the shared retriever in *one* ``search(queries, k)`` call, and finishes each
@@ -448,7 +448,7 @@ def _build(env_class: type[SearchQAEnv], num_envs: object, kwargs: dict[str, Any
 def synthetic_facts_vector_env(
     num_envs: int = 1, *, autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP, **kwargs: Any
 ) -> SearchQAVectorEnv:
-    """Vector entry point of ``searchgym/SyntheticFacts-v0``: ``num_envs`` SyntheticFactsEnv(**kwargs)."""
+    """Vector entry point of ``searchgym/SyntheticFacts-v1``: ``num_envs`` SyntheticFactsEnv(**kwargs)."""
     from .synthetic_env import SyntheticFactsEnv
 
     return SearchQAVectorEnv(_build(SyntheticFactsEnv, num_envs, kwargs), autoreset_mode=autoreset_mode)

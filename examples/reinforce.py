@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--seed", type=int, default=0, help="seed (default: %(default)s)")
     args = parser.parse_args(argv)
 
-    env = gym.make("searchgym/SyntheticFacts-v0", reward="cost")
+    env = gym.make("searchgym/SyntheticFacts-v1", reward="cost")
     world = env.unwrapped.world
     policies = {
         "answer": DirectPolicy(knowledge=synthetic_knowledge(world)),

@@ -20,7 +20,13 @@ from .evaluation import EvalResult, evaluate, format_table
 from .hf import Completion, HFPolicy
 from .openai_policy import EndpointError, OpenAIPolicy
 from .reader import read_answer
-from .scripted import DirectPolicy, NaiveRAGPolicy, OracleSyntheticPolicy, synthetic_knowledge
+from .scripted import (
+    DirectPolicy,
+    NaiveRAGPolicy,
+    OracleSyntheticPolicy,
+    good_and_bad_trajectories,
+    synthetic_knowledge,
+)
 from .tiny import build_tiny_lm, load_tiny_lm, load_tokenizer
 from .vllm_policy import VLLMPolicy
 
@@ -34,6 +40,7 @@ __all__ = [
     "NaiveRAGPolicy",
     "OracleSyntheticPolicy",
     "synthetic_knowledge",
+    "good_and_bad_trajectories",
     "read_answer",
     # language-model policies
     "LLM_POLICY_KINDS",
@@ -117,7 +124,7 @@ def make_policy(
         if world is None:
             raise InvalidArgumentError(
                 "The oracle_synthetic policy needs a SyntheticFacts world: use it with "
-                "searchgym/SyntheticFacts-v0."
+                "searchgym/SyntheticFacts-v1."
             )
         return OracleSyntheticPolicy(world, protocol)
     raise did_you_mean("policy", name, POLICY_NAMES + _LLM_FORMS)

@@ -24,14 +24,14 @@ identity, and the plain env text is the model's input.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..envs.checks import check_int
 from ..envs.errors import InvalidArgumentError, SearchGymError
 from ..envs.protocols import Protocol, make_protocol
 
-__all__ = ["ChatFormatter", "ContextTracker", "stop_strings"]
+__all__ = ["ChatFormatter", "ContextTracker", "check_stop_strings", "resolve_stop_strings", "stop_strings"]
 
 _OBSERVATION_ROLES = ("user", "tool")
 _STOP_OVERRIDES: dict[str, tuple[str, ...]] = {
@@ -42,6 +42,39 @@ _STOP_OVERRIDES: dict[str, tuple[str, ...]] = {
 }
 _DUMMY_USER = "U"
 _DUMMY_ACTION = "A"
+
+
+def check_stop_strings(name: str, value: Any) -> list[str]:
+    """``value`` as a new list of stop strings, or an error that names ``name``.
+
+    Any iterable of non-empty strings is accepted (a list, a tuple, a generator, which is
+    read once); ``[]`` means no stop strings. A bare string is refused rather than read
+    as its characters.
+
+    Raises:
+        InvalidArgumentError: ``value`` is a string, not iterable, or holds anything but
+            non-empty strings.
+    """
+    items = None if isinstance(value, (str, bytes)) or not isinstance(value, Iterable) else list(value)
+    if items is None or not all(isinstance(s, str) and s for s in items):
+        raise InvalidArgumentError(
+            f"{name} must be a list of non-empty strings, got {value!r}; "
+            "pass e.g. ['</answer>'], or [] for none."
+        )
+    return items
+
+
+def resolve_stop_strings(value: Iterable[str] | None, protocol: str | Protocol) -> list[str]:
+    """The stop strings a policy generates with: ``value`` checked, or the protocol's if ``None``.
+
+    Args:
+        value: The policy's ``stop_strings`` argument.
+        protocol: The env's protocol (a name or an instance).
+
+    Raises:
+        InvalidArgumentError: As :func:`check_stop_strings`.
+    """
+    return stop_strings(protocol) if value is None else check_stop_strings("stop_strings", value)
 
 
 def stop_strings(protocol: str | Protocol) -> list[str]:
@@ -56,11 +89,7 @@ def stop_strings(protocol: str | Protocol) -> list[str]:
     proto = make_protocol(protocol)
     own = getattr(proto, "stop_strings", None)
     if own is not None:
-        if isinstance(own, str) or not all(isinstance(s, str) and s for s in own):
-            raise InvalidArgumentError(
-                f"{type(proto).__name__}.stop_strings must be a list of non-empty strings, got {own!r}."
-            )
-        return list(own)
+        return check_stop_strings(f"{type(proto).__name__}.stop_strings", own)
     if proto.name in _STOP_OVERRIDES:
         return list(_STOP_OVERRIDES[proto.name])
     env_text = proto.render_docs([]) + proto.render_error("x")

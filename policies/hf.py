@@ -13,7 +13,7 @@ from ..envs.checks import check_int, check_number
 from ..envs.errors import InvalidArgumentError, SearchGymError
 from ..envs.protocols import Protocol, make_protocol
 from .base import Policy
-from .chat import ChatFormatter, ContextTracker
+from .chat import ChatFormatter, ContextTracker, resolve_stop_strings
 
 __all__ = ["HFPolicy", "Completion", "cut_at_stop"]
 
@@ -123,15 +123,7 @@ class HFPolicy(Policy):
         self.top_k = check_int("top_k", top_k, 0)
         self.batch_size = check_int("batch_size", batch_size, 1)
         self.seed = check_int("seed", seed, 0)
-        if stop_strings is not None and (
-            isinstance(stop_strings, str) or not all(isinstance(s, str) and s for s in stop_strings)
-        ):
-            raise InvalidArgumentError(
-                f"stop_strings must be a list of non-empty strings, got {stop_strings!r}."
-            )
-        self.stop_strings = (
-            list(stop_strings) if stop_strings is not None else ChatFormatter.stop_strings(self.protocol)
-        )
+        self.stop_strings = resolve_stop_strings(stop_strings, self.protocol)
         self.model, self.tokenizer, label = _load(model_or_path, tokenizer, device, dtype)
         self.name = name or f"hf:{label}"
         self.formatter = ChatFormatter(self.tokenizer, system=system, observation_role=observation_role)

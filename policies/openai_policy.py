@@ -20,7 +20,7 @@ from ..envs.checks import check_int, check_number
 from ..envs.errors import InvalidArgumentError, SearchGymError
 from ..envs.protocols import Protocol, make_protocol
 from .base import Policy
-from .chat import ChatFormatter, ContextTracker
+from .chat import ChatFormatter, ContextTracker, resolve_stop_strings
 
 __all__ = ["OpenAIPolicy", "EndpointError", "restore_stop"]
 
@@ -135,15 +135,7 @@ class OpenAIPolicy(Policy):
         self.retries = check_int("retries", retries, 0)
         self.backoff = check_number("backoff", backoff, 0)
         self.max_concurrency = check_int("max_concurrency", max_concurrency, 1)
-        if stop_strings is not None and (
-            isinstance(stop_strings, str) or not all(isinstance(s, str) and s for s in stop_strings)
-        ):
-            raise InvalidArgumentError(
-                f"stop_strings must be a list of non-empty strings, got {stop_strings!r}."
-            )
-        self.stop_strings = (
-            list(stop_strings) if stop_strings is not None else ChatFormatter.stop_strings(self.protocol)
-        )
+        self.stop_strings = resolve_stop_strings(stop_strings, self.protocol)
         if extra_body is not None and not isinstance(extra_body, Mapping):
             raise InvalidArgumentError(f"extra_body must be a mapping of request fields, got {extra_body!r}.")
         self.extra_body = dict(extra_body or {})

@@ -4,13 +4,23 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from typing import Any
 
+from ..envs.checks import check_int
+from ..envs.errors import InvalidArgumentError
 from ..envs.protocols import Protocol, make_protocol
+from ..envs.records import Trajectory
 from ..envs.synthetic import RELATIONS, SyntheticWorld
 from .base import Policy, extract_doc_lines, split_context
 from .reader import read_answer
 
-__all__ = ["DirectPolicy", "NaiveRAGPolicy", "OracleSyntheticPolicy", "synthetic_knowledge"]
+__all__ = [
+    "DirectPolicy",
+    "NaiveRAGPolicy",
+    "OracleSyntheticPolicy",
+    "synthetic_knowledge",
+    "good_and_bad_trajectories",
+]
 
 _CHOICE = re.compile(r"^\s*([A-D])\.\s", re.M)
 UNKNOWN = "unknown"
@@ -119,3 +129,54 @@ class OracleSyntheticPolicy(_ScriptedPolicy):
                 return self._answer(UNKNOWN, "My search did not find the fact.")
             return self._search(query, UNKNOWN, f"I do not know the {relation.name} of {subject}.", history)
         return self._answer(value or UNKNOWN, "I have every fact I need.")
+
+
+def good_and_bad_trajectories(env: Any, count: int) -> list[Trajectory]:
+    """Scripted right and wrong episodes on the first ``count`` unknown questions of ``env``.
+
+    The oracle (:class:`OracleSyntheticPolicy`, which searches for every fact it does not
+    know and answers right) plays each question, then the direct policy
+    (:class:`DirectPolicy` with the world's known facts, which never searches and so
+    answers these wrong) plays each again: ``count`` Good trajectories followed by
+    ``count`` Bad ones. Add them to an :class:`~searchgym.memory.ExperienceMemory` to get
+    an experience bank without a model.
+
+    Args:
+        env: A SyntheticFacts env (``gym.make("searchgym/SyntheticFacts-v1", ...)``); its
+            protocol is the one the policies write.
+        count: How many unknown questions to play, at least 1.
+
+    Raises:
+        InvalidArgumentError: ``env`` is not a SyntheticFacts env, or it has fewer than
+            ``count`` unknown questions.
+    """
+    count = check_int("count", count, 1)
+    inner = getattr(env, "unwrapped", env)
+    world = getattr(inner, "world", None)
+    if not isinstance(world, SyntheticWorld):
+        raise InvalidArgumentError(
+            f"good_and_bad_trajectories needs a SyntheticFacts env, got {type(inner).__name__}; "
+            'build one with gym.make("searchgym/SyntheticFacts-v1").'
+        )
+    unknown = [i for i, q in enumerate(inner.questions) if not q.known][:count]
+    if len(unknown) < count:
+        raise InvalidArgumentError(
+            f"The env has {len(unknown)} unknown questions, fewer than count={count}; "
+            "ask for fewer or build a larger world (num_people=...)."
+        )
+    protocol = inner.protocol
+    trajectories = []
+    for policy in (
+        OracleSyntheticPolicy(world, protocol=protocol),
+        DirectPolicy(protocol=protocol, knowledge=synthetic_knowledge(world)),
+    ):
+        for index in unknown:
+            context, _ = env.reset(options={"index": index})
+            while True:
+                action = policy.act([context])[0]
+                observation, _, terminated, truncated, _ = env.step(action)
+                context += action + observation
+                if terminated or truncated:
+                    break
+            trajectories.append(inner.trajectory)
+    return trajectories

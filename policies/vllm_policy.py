@@ -14,7 +14,7 @@ from ..envs.checks import check_int, check_number
 from ..envs.errors import InvalidArgumentError, SearchGymError
 from ..envs.protocols import Protocol, make_protocol
 from .base import Policy
-from .chat import ChatFormatter, ContextTracker
+from .chat import ChatFormatter, ContextTracker, resolve_stop_strings
 
 __all__ = ["VLLMPolicy", "import_vllm"]
 
@@ -97,15 +97,7 @@ class VLLMPolicy(Policy):
         self.max_new_tokens = check_int("max_new_tokens", max_new_tokens, 1)
         self.temperature = check_number("temperature", temperature, 0)
         self.top_p = check_number("top_p", top_p, high=1, above=0)
-        if stop_strings is not None and (
-            isinstance(stop_strings, str) or not all(isinstance(s, str) and s for s in stop_strings)
-        ):
-            raise InvalidArgumentError(
-                f"stop_strings must be a list of non-empty strings, got {stop_strings!r}."
-            )
-        self.stop_strings = (
-            list(stop_strings) if stop_strings is not None else ChatFormatter.stop_strings(self.protocol)
-        )
+        self.stop_strings = resolve_stop_strings(stop_strings, self.protocol)
         self.name = name or f"vllm:{model_path}"
         vllm = import_vllm()
         self._vllm = vllm

@@ -1,7 +1,7 @@
 """searchgym: Gymnasium environments for training frugal LLM search agents.
 
-``import searchgym`` registers the env ids (``searchgym/SyntheticFacts-v0``,
-``searchgym/HotpotQA-v0``, ...) with string entry points, so nothing heavy is imported
+``import searchgym`` registers the env ids (``searchgym/SyntheticFacts-v1``,
+``searchgym/HotpotQA-v1``, ...) with string entry points, so nothing heavy is imported
 until ``gym.make``. torch, ray and faiss are never imported here.
 """
 

@@ -37,7 +37,7 @@ def test_every_marked_table_is_its_rendering_from_the_committed_json(path: Path)
         assert render.TABLES[name][0] == path, f"{name} is rendered into another page"
         shown = render.block(name).search(page)
         assert shown is not None, f"<!-- table:{name} --> has no matching end marker"
-        assert shown.group(2) == render.render_table(name), "rerun: python benchmarks/render_docs.py"
+        assert shown.group(2) == render.render_table(name), "rerun: python -m benchmarks.render_docs"
     assert sorted(names) == sorted(n for n, (where, _) in render.TABLES.items() if where == path)
 
 
@@ -60,3 +60,26 @@ def test_the_env_overhead_page_is_its_rendering_from_the_committed_json():
     result = json.loads((ROOT / "benchmarks" / "results" / "env_overhead.json").read_text(encoding="utf-8"))
     page = (ROOT / "docs" / "benchmarks-env.md").read_text(encoding="utf-8")
     assert page == module.render([result]), "rerun the --render command on docs/benchmarks-env.md"
+
+
+def test_a_recorded_script_command_is_shown_in_its_module_form_and_that_form_runs():
+    import subprocess
+    import sys
+
+    from benchmarks._common import shown_command
+
+    recorded = "OMP_NUM_THREADS=1 python benchmarks/real_model_eval.py --questions 16 --modes naive_rag"
+    shown = shown_command(recorded)
+    assert shown == "OMP_NUM_THREADS=1 python -m benchmarks.real_model_eval --questions 16 --modes naive_rag"
+    assert shown_command("python studies/frugal/tiny_lm/train.py --config x.yaml") == (
+        "python -m studies.frugal.tiny_lm.train --config x.yaml"
+    )
+    assert shown_command("searchgym eval --episodes 3") == "searchgym eval --episodes 3"
+    # the shown form runs from the repository root: the module finds its siblings
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.real_model_eval", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0 and "--questions" in done.stdout, done.stderr[-2000:]

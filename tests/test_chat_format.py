@@ -17,11 +17,17 @@ pytest.importorskip("tokenizers")
 import searchgym  # noqa: F401,E402  (registers the ids)
 from searchgym.envs.errors import InvalidArgumentError, SearchGymError  # noqa: E402
 from searchgym.envs.protocols import PROTOCOLS, SearchR1Protocol, make_protocol  # noqa: E402
-from searchgym.policies.chat import ChatFormatter, ContextTracker, stop_strings  # noqa: E402
+from searchgym.policies.chat import (  # noqa: E402
+    ChatFormatter,
+    ContextTracker,
+    check_stop_strings,
+    resolve_stop_strings,
+    stop_strings,
+)
 from searchgym.policies.hf import cut_at_stop  # noqa: E402
 from searchgym.policies.tiny import TINY_CHAT_TEMPLATE, build_tiny_lm, load_tokenizer  # noqa: E402
 
-ENV_ID = "searchgym/SyntheticFacts-v0"
+ENV_ID = "searchgym/SyntheticFacts-v1"
 SYSTEM = "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
 
 
@@ -201,6 +207,30 @@ def test_a_protocol_may_set_its_own_stop_strings():
     Custom.stop_strings = "</search>"  # type: ignore[assignment]
     with pytest.raises(InvalidArgumentError, match="list of non-empty strings"):
         stop_strings(Custom())
+
+
+def test_check_stop_strings_takes_any_iterable_of_non_empty_strings_once():
+    given = ["</a>", "</b>"]
+    checked = check_stop_strings("stop_strings", given)
+    assert checked == ["</a>", "</b>"] and checked is not given  # a copy: the caller's list stays theirs
+    assert check_stop_strings("stop_strings", ("</a>",)) == ["</a>"]
+    assert check_stop_strings("stop_strings", (s for s in ["</a>", "</b>"])) == ["</a>", "</b>"]  # read once
+    assert check_stop_strings("stop_strings", []) == []  # no stop strings at all
+
+
+@pytest.mark.parametrize("bad", ["</answer>", b"</answer>", ["</a>", ""], ["</a>", None], [3], 3, None])
+def test_check_stop_strings_refuses_anything_else_with_one_clear_line(bad):
+    with pytest.raises(InvalidArgumentError) as caught:
+        check_stop_strings("stop_strings", bad)
+    assert str(caught.value).startswith(f"stop_strings must be a list of non-empty strings, got {bad!r}")
+    assert "[] for none" in str(caught.value)
+
+
+def test_resolve_stop_strings_falls_back_to_the_protocol_only_on_none():
+    assert resolve_stop_strings(None, "sem") == ["</search>"]
+    assert resolve_stop_strings(None, make_protocol("tool_call")) == ["</answer>", "</tool_call>"]
+    assert resolve_stop_strings([], "sem") == []
+    assert resolve_stop_strings(["</x>"], "sem") == ["</x>"]
 
 
 @pytest.mark.parametrize("protocol", sorted(PROTOCOLS))

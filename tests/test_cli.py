@@ -25,16 +25,16 @@ FIGURE_KEYS = {
     "splits",
 }
 EXPECTED_IDS = [
-    "searchgym/SyntheticFacts-v0",
-    "searchgym/NQ-v0",
-    "searchgym/TriviaQA-v0",
-    "searchgym/PopQA-v0",
-    "searchgym/HotpotQA-v0",
-    "searchgym/2WikiMultihopQA-v0",
-    "searchgym/MuSiQue-v0",
-    "searchgym/Bamboogle-v0",
-    "searchgym/MMLU-v0",
-    "searchgym/GSM8K-v0",
+    "searchgym/SyntheticFacts-v1",
+    "searchgym/NQ-v1",
+    "searchgym/TriviaQA-v1",
+    "searchgym/PopQA-v1",
+    "searchgym/HotpotQA-v1",
+    "searchgym/2WikiMultihopQA-v1",
+    "searchgym/MuSiQue-v1",
+    "searchgym/Bamboogle-v1",
+    "searchgym/MMLU-v1",
+    "searchgym/GSM8K-v1",
 ]
 
 
@@ -78,7 +78,7 @@ def test_eval_on_hotpotqa_with_naive_rag(shared_data, tmp_path, capsys):
     out = tmp_path / "hotpot.json"
     argv = [
         "eval",
-        "--env", "searchgym/HotpotQA-v0",
+        "--env", "searchgym/HotpotQA-v1",
         "--data-path", str(shared_data / "questions" / "hotpotqa.jsonl"),
         "--corpus-path", str(shared_data / "corpus.jsonl"),
         "--policy", "naive_rag",
@@ -96,13 +96,13 @@ def test_eval_on_hotpotqa_with_naive_rag(shared_data, tmp_path, capsys):
     assert 0.0 <= result["em"] <= 1.0
     assert result["em"] <= result["cover_em"]  # an exact match is also covered
     assert result["splits"] == {}  # HotpotQA has no known/hops fields
-    assert result["settings"]["env"] == "searchgym/HotpotQA-v0"
+    assert result["settings"]["env"] == "searchgym/HotpotQA-v1"
 
 
 def test_eval_short_env_name_is_accepted(capsys):
-    argv = ["eval", "--env", "SyntheticFacts-v0", "--policy", "direct", "--episodes", "5", "--no-progress"]
+    argv = ["eval", "--env", "SyntheticFacts-v1", "--policy", "direct", "--episodes", "5", "--no-progress"]
     assert main(argv) == 0
-    assert "searchgym/SyntheticFacts-v0" in capsys.readouterr().out
+    assert "searchgym/SyntheticFacts-v1" in capsys.readouterr().out
 
 
 def test_eval_notes_that_synthetic_facts_ignores_data_paths(capsys):
@@ -136,13 +136,13 @@ def test_python_dash_m_searchgym_eval_runs_as_a_subprocess(tmp_path):
     ("argv", "expected"),
     [
         (
-            ["eval", "--env", "searchgym/SyntheticFact-v0"],
-            "Unknown env id 'searchgym/SyntheticFact-v0'. Did you mean 'searchgym/SyntheticFacts-v0'",
+            ["eval", "--env", "searchgym/SyntheticFact-v1"],
+            "Unknown env id 'searchgym/SyntheticFact-v1'. Did you mean 'searchgym/SyntheticFacts-v1'",
         ),
         (["eval", "--reward", "bogus"], "Unknown reward scheme 'bogus'."),
         (["eval", "--policy", "naiv_rag"], "Unknown policy 'naiv_rag'. Did you mean 'naive_rag'?"),
         (["eval", "--protocol", "search_r2"], "search_r2"),
-        (["eval", "--env", "searchgym/HotpotQA-v0"], "reads local files: give --data-path and --corpus-path"),
+        (["eval", "--env", "searchgym/HotpotQA-v1"], "reads local files: give --data-path and --corpus-path"),
         (["eval", "--episodes", "0"], "episodes must be an int >= 1, got 0."),
         (["eval", "--topk", "0"], "topk must be an int >= 1, got 0."),
     ],
@@ -160,7 +160,7 @@ def test_bad_input_exits_2_with_one_line_on_stderr(argv, expected, monkeypatch, 
 
 def test_a_missing_hotpotqa_file_exits_2(tmp_path, capsys):
     missing = tmp_path / "nope.jsonl"
-    argv = ["eval", "--env", "searchgym/HotpotQA-v0", "--data-path", str(missing), "--no-progress"]
+    argv = ["eval", "--env", "searchgym/HotpotQA-v1", "--data-path", str(missing), "--no-progress"]
     assert main(argv) == 2
     captured = capsys.readouterr()
     assert len(captured.err.splitlines()) == 1
@@ -204,3 +204,73 @@ def test_no_command_is_an_argparse_error(capsys):
     with pytest.raises(SystemExit) as caught:
         main([])
     assert caught.value.code == 2
+
+
+# -- searchgym study: a runner inside a package ----------------------------------------------------
+
+_HELPER = """
+import os
+
+
+def square(x):
+    return x * x, os.getpid()
+"""
+
+_RUNNER = """
+import json
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from labstudy.inner.helper import square  # the study's own package, not a path of the runner's
+
+
+def run(config, output_dir, arms, seeds):
+    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
+        results = list(pool.map(square, [2, 3]))
+    Path(output_dir).mkdir(parents=True, exist_ok=True)
+    (Path(output_dir) / "out.json").write_text(json.dumps({"squares": [r[0] for r in results], "module": __name__}))
+    return 0
+"""
+
+
+def test_study_imports_a_runner_inside_a_package_by_its_module_name(tmp_path):
+    """A study's runner imports its own package and its spawned workers import it too, with no
+    path set up by the study or the caller: the command imports the runner as ``python -m`` would."""
+    package = tmp_path / "lab" / "labstudy" / "inner"
+    package.mkdir(parents=True)
+    (tmp_path / "lab" / "labstudy" / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("")
+    (package / "helper.py").write_text(_HELPER)
+    (package / "runner.py").write_text(_RUNNER)
+    (package / "study.yaml").write_text("runner: runner.py\n")
+    out = tmp_path / "out"
+    code = (
+        "import sys; from searchgym.cli import main; "
+        f"sys.exit(main(['study', '--config', {str(package / 'study.yaml')!r}, '--output-dir', {str(out)!r}]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads((out / "out.json").read_text()) == {
+        "squares": [4, 9],
+        "module": "labstudy.inner.runner",
+    }
+
+
+def test_study_runner_shadowed_by_another_package_of_the_same_name_says_so(tmp_path, monkeypatch):
+    for root in ("lab", "other"):
+        package = tmp_path / root / "labstudy2"
+        package.mkdir(parents=True)
+        (package / "__init__.py").write_text("")
+        (package / "runner.py").write_text("def run(config, output_dir, arms, seeds):\n    return 0\n")
+        (package / "study.yaml").write_text("runner: runner.py\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "other"))  # another checkout's package, already imported
+    __import__("labstudy2")
+    try:
+        with pytest.raises(SystemExit, match="imports from .*other.*labstudy2"):
+            main(["study", "--config", str(tmp_path / "lab" / "labstudy2" / "study.yaml")])
+    finally:
+        for name in [n for n in sys.modules if n.split(".")[0] == "labstudy2"]:
+            del sys.modules[name]

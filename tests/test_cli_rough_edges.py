@@ -136,7 +136,7 @@ def test_dry_run_checks_benchmark_files(tmp_path, capsys):
         tmp_path,
         **{
             "env": {
-                "id": "searchgym/HotpotQA-v0",
+                "id": "searchgym/HotpotQA-v1",
                 "data_path": str(tmp_path / "nope.jsonl"),
                 "corpus_path": str(tmp_path / "c.jsonl"),
             },
@@ -185,7 +185,7 @@ def test_cpu_threads_default_is_one_for_the_tiny_model(monkeypatch):
 
 def test_eval_asks_for_the_data_flags(monkeypatch, capsys):
     monkeypatch.delenv(DATA_DIR_VARIABLE, raising=False)
-    assert main(["eval", "--env", "searchgym/HotpotQA-v0", "--episodes", "2", "--no-progress"]) == 2
+    assert main(["eval", "--env", "searchgym/HotpotQA-v1", "--episodes", "2", "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert "--data-path" in err and "--corpus-path" in err and "gym.make" not in err
 

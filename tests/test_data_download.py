@@ -172,7 +172,7 @@ def test_flashrag_question_files_land_where_the_envs_read_them(hub, tmp_path):
     corpus = tmp_path / "data" / "wiki18" / "wiki-18.jsonl"
     assert done.stdout.strip() == str(corpus)
     assert not (corpus.parent / "wiki-18.jsonl.gz").exists()
-    env = gym.make("searchgym/NQ-v0", data_path=str(questions / "nq.jsonl"), corpus_path=str(corpus))
+    env = gym.make("searchgym/NQ-v1", data_path=str(questions / "nq.jsonl"), corpus_path=str(corpus))
     observation, _ = env.reset(seed=0, options={"index": 0})
     assert "who wrote hamlet" in observation
     _, _, _, _, info = env.step("<search>hamlet author</search>")

@@ -250,7 +250,7 @@ def test_env_steps_with_the_dense_backend(built, subset):
     import searchgym  # noqa: F401  (registers the ids)
 
     env = gym.make(
-        "searchgym/HotpotQA-v0",
+        "searchgym/HotpotQA-v1",
         data_path=subset["questions"],
         corpus_path=subset["corpus"],
         retriever="dense",

@@ -333,8 +333,7 @@ def test_readme_quick_start_table_is_the_committed_one():
     """The README shows the quick start's printed table as generated from the committed results."""
     import json
 
-    sys.path.insert(0, str(ROOT / "studies" / "frugal"))
-    from report import render_summary
+    from studies.frugal.report import render_summary
 
     results = json.loads((ROOT / "studies" / "frugal" / "quickstart" / "results.json").read_text())
     readme = ROOT.joinpath("README.md").read_text()

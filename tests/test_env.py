@@ -15,7 +15,7 @@ from searchgym.envs.testing import INFO_KEYS, ConformanceError, check_search_env
 
 
 def make(env_id: str, shared_data=None, **kwargs) -> gym.Env:
-    if not env_id.endswith("SyntheticFacts-v0"):
+    if not env_id.endswith("SyntheticFacts-v1"):
         key = searchgym.envs.BENCHMARKS[env_id.split("/")[1][:-3]]
         kwargs.setdefault("data_path", shared_data / "questions" / f"{key}.jsonl")
         kwargs.setdefault("corpus_path", shared_data / "corpus.jsonl")
@@ -39,7 +39,7 @@ def test_registration_imports_nothing_heavy_and_uses_string_entry_points():
 
 @pytest.fixture
 def env():
-    return gym.make("searchgym/SyntheticFacts-v0", reward="f1", max_turns=4)
+    return gym.make("searchgym/SyntheticFacts-v1", reward="f1", max_turns=4)
 
 
 def question_of(env) -> searchgym.Question:
@@ -71,7 +71,7 @@ def test_malformed_action_keeps_episode_and_reports_error(env):
 
 def test_max_turns_truncates_and_still_computes_the_terminal_reward():
     env = gym.make(
-        "searchgym/SyntheticFacts-v0", reward="f1", reward_kwargs={"format_penalty": -0.5}, max_turns=2
+        "searchgym/SyntheticFacts-v1", reward="f1", reward_kwargs={"format_penalty": -0.5}, max_turns=2
     )
     env.reset(seed=1)
     env.step("no tags")
@@ -81,7 +81,7 @@ def test_max_turns_truncates_and_still_computes_the_terminal_reward():
 
 
 def test_max_searches_refuses_the_extra_search():
-    env = gym.make("searchgym/SyntheticFacts-v0", max_searches=1, max_turns=5)
+    env = gym.make("searchgym/SyntheticFacts-v1", max_searches=1, max_turns=5)
     env.reset(seed=2)
     env.step("<search>anything</search>")
     _, reward, terminated, truncated, info = env.step("<search>again</search>")
@@ -112,7 +112,7 @@ def test_seeded_reset_and_steps_are_reproducible(env):
 
 
 def test_step_before_reset_is_a_clear_error():
-    base = gym.make("searchgym/SyntheticFacts-v0").unwrapped
+    base = gym.make("searchgym/SyntheticFacts-v1").unwrapped
     with pytest.raises(SearchGymError, match="reset"):
         base.step("<answer>x</answer>")
 
@@ -152,7 +152,7 @@ def test_non_string_action_is_a_format_error(env):
     )
 )
 def test_any_action_never_raises(protocol, action):
-    env = gym.make("searchgym/SyntheticFacts-v0", protocol=protocol, reward="lightsearcher", max_turns=2)
+    env = gym.make("searchgym/SyntheticFacts-v1", protocol=protocol, reward="lightsearcher", max_turns=2)
     env.reset(seed=0)
     for _ in range(2):
         obs, reward, terminated, truncated, info = env.step(action)
@@ -164,7 +164,7 @@ def test_any_action_never_raises(protocol, action):
 
 
 def test_megabyte_action_is_handled():
-    env = gym.make("searchgym/SyntheticFacts-v0", reward="lightsearcher", protocol="tool_call")
+    env = gym.make("searchgym/SyntheticFacts-v1", reward="lightsearcher", protocol="tool_call")
     env.reset(seed=0)
     _, _, _, _, info = env.step("<think>" + "a" * 2_000_000)
     assert info["format_ok"] is False and info["action_chars"] == 2_000_007
@@ -172,19 +172,19 @@ def test_megabyte_action_is_handled():
 
 def test_bad_names_and_values_get_clear_errors(shared_data):
     with pytest.raises(UnknownNameError, match="Did you mean 'lightsearcher'"):
-        gym.make("searchgym/SyntheticFacts-v0", reward="lightsearch")
+        gym.make("searchgym/SyntheticFacts-v1", reward="lightsearch")
     with pytest.raises(UnknownNameError, match="search_r1"):
-        gym.make("searchgym/SyntheticFacts-v0", protocol="search-r1")
+        gym.make("searchgym/SyntheticFacts-v1", protocol="search-r1")
     with pytest.raises(InvalidArgumentError, match="topk"):
-        gym.make("searchgym/SyntheticFacts-v0", topk="3")
+        gym.make("searchgym/SyntheticFacts-v1", topk="3")
     with pytest.raises(InvalidArgumentError, match="max_turns"):
-        gym.make("searchgym/SyntheticFacts-v0", max_turns=0)
+        gym.make("searchgym/SyntheticFacts-v1", max_turns=0)
     with pytest.raises(DataFileError, match="data_path"):
-        gym.make("searchgym/HotpotQA-v0", corpus_path=shared_data / "corpus.jsonl")
+        gym.make("searchgym/HotpotQA-v1", corpus_path=shared_data / "corpus.jsonl")
     with pytest.raises(DataFileError, match="corpus_path"):
-        gym.make("searchgym/HotpotQA-v0", data_path=shared_data / "questions" / "hotpotqa.jsonl")
+        gym.make("searchgym/HotpotQA-v1", data_path=shared_data / "questions" / "hotpotqa.jsonl")
     with pytest.raises(UnknownNameError, match="HotpotQA"):
-        searchgym.envs.check_env_id("searchgym/HotPotQA-v0")
+        searchgym.envs.check_env_id("searchgym/HotPotQA-v1")
 
 
 def test_retrieval_error_becomes_an_observation(env):
@@ -210,7 +210,7 @@ def test_conformance_check_catches_an_env_that_raises_on_actions():
                 raise ValueError("empty action")
             return super().step(action)
 
-    good = gym.make("searchgym/SyntheticFacts-v0").unwrapped
+    good = gym.make("searchgym/SyntheticFacts-v1").unwrapped
     fragile = Fragile(good.questions, good.retriever)
     with pytest.raises(ConformanceError, match="must never raise"):
         check_search_env(fragile)
@@ -223,7 +223,7 @@ def _echo_generator(prompts):
 
 def test_benchmark_env_with_a_generated_corpus_needs_no_corpus_path(shared_data):
     env = gym.make(
-        "searchgym/HotpotQA-v0",
+        "searchgym/HotpotQA-v1",
         data_path=shared_data / "questions" / "hotpotqa.jsonl",
         retriever="simulated",
         retriever_kwargs={"generator": _echo_generator},
@@ -242,7 +242,55 @@ def test_benchmark_env_takes_its_own_instructions(shared_data):
         "retriever_kwargs": {"generator": _echo_generator},
     }
     short = "Answer with <answer> answer </answer>."
-    observation, _ = gym.make("searchgym/NQ-v0", instructions=short, **kwargs).reset(seed=0)
+    observation, _ = gym.make("searchgym/NQ-v1", instructions=short, **kwargs).reset(seed=0)
     assert observation.startswith(short) and "Question: " in observation
-    default, _ = gym.make("searchgym/NQ-v0", **kwargs).reset(seed=0)
+    default, _ = gym.make("searchgym/NQ-v1", **kwargs).reset(seed=0)
     assert not default.startswith(short) and "<search>" in default
+
+
+# -- versions -------------------------------------------------------------------------------------
+
+
+def _older(env_id: str) -> str | None:
+    name, version = env_id.rsplit("-v", 1)
+    return f"{name}-v{int(version) - 1}" if int(version) > 0 else None
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_each_id_has_a_version_history_line_for_every_version_up_to_its_own(env_id):
+    entry = gym.spec(env_id).entry_point
+    module, _, name = entry.partition(":")
+    import importlib
+
+    doc = getattr(importlib.import_module(module), name).__doc__ or ""
+    latest = int(env_id.rsplit("-v", 1)[1])
+    history = doc.split("## Version History", 1)[1]
+    assert [f"* v{v}:" in history for v in range(latest + 1)] == [True] * (latest + 1), history
+    assert f"* v{latest + 1}:" not in history  # no line for a version that is not registered
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_an_older_or_unknown_version_names_the_current_id(env_id):
+    older = _older(env_id)
+    if older is not None:
+        with pytest.warns(DeprecationWarning, match="out of date"):
+            with pytest.raises(gym.error.DeprecatedEnv, match=f"Please use `{env_id}`"):
+                gym.make(older)
+        with pytest.raises(UnknownNameError, match=f"is deprecated: use '{env_id}'"):
+            searchgym.envs.check_env_id(older)
+        with pytest.raises(UnknownNameError, match=f"is deprecated: use '{env_id}'"):
+            searchgym.envs.check_env_id(older.split("/", 1)[1])  # the short form too
+    name, version = env_id.rsplit("-v", 1)
+    with pytest.raises(
+        UnknownNameError, match=f"does not exist \\(the latest is v{version}\\): use '{env_id}'"
+    ):
+        searchgym.envs.check_env_id(f"{name}-v{int(version) + 5}")
+
+
+def test_every_id_is_at_v1_after_the_protocol_changes_and_v0_says_so():
+    assert [i.rsplit("-v", 1)[1] for i in ENV_IDS] == ["1"] * len(ENV_IDS)
+    with pytest.warns(DeprecationWarning, match="out of date"):
+        with pytest.raises(gym.error.DeprecatedEnv, match="searchgym/SyntheticFacts-v1"):
+            gym.make("searchgym/SyntheticFacts-v0")  # bump_ids: keep
+    with pytest.raises(UnknownNameError, match="'SyntheticFacts-v0' is deprecated"):  # bump_ids: keep
+        searchgym.envs.check_env_id("SyntheticFacts-v0")  # bump_ids: keep

@@ -13,7 +13,7 @@ TURNS = 320
 
 
 def long_env():
-    return gym.make("searchgym/SyntheticFacts-v0", reward="f1", max_turns=TURNS + 10).unwrapped
+    return gym.make("searchgym/SyntheticFacts-v1", reward="f1", max_turns=TURNS + 10).unwrapped
 
 
 def test_a_steps_own_cost_at_turn_300_is_about_its_cost_at_turn_4():
@@ -63,7 +63,7 @@ def test_info_after_many_turns_matches_the_trajectory_and_each_step_keeps_its_ow
 
 
 def test_the_search_limit_counts_searches_of_a_long_episode():
-    env = gym.make("searchgym/SyntheticFacts-v0", reward="f1", max_turns=400, max_searches=250).unwrapped
+    env = gym.make("searchgym/SyntheticFacts-v1", reward="f1", max_turns=400, max_searches=250).unwrapped
     env.reset(seed=0)
     for t in range(250):
         *_, truncated, info = env.step(f"<search>q{t}</search>")

@@ -43,7 +43,7 @@ def test_the_bar_moves_per_episode_within_a_batch(monkeypatch):
     monkeypatch.setattr(evaluation, "tqdm", Recorded)
     policy = HalfSearch(bars)
     result = evaluation.evaluate(
-        lambda: gym.make("searchgym/SyntheticFacts-v0", max_turns=3), policy, 8, batch_size=4
+        lambda: gym.make("searchgym/SyntheticFacts-v1", max_turns=3), policy, 8, batch_size=4
     )
     assert result.episodes == 8
     # batch 1: turn 1 starts at 0 done; the two direct answers end in turn 1, so turn 2 starts at 2

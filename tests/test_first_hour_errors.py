@@ -108,7 +108,7 @@ def test_evaluate_runs_the_hf_policy_with_the_flag(tmp_path):
     config = tmp_path / "run.yaml"
     config.write_text(
         "backend: openrlhf\n"
-        "env: {id: searchgym/NQ-v0, corpus_path: corpus.jsonl, protocol: search_r1, max_turns: 2}\nopenrlhf: {}\n"
+        "env: {id: searchgym/NQ-v1, corpus_path: corpus.jsonl, protocol: search_r1, max_turns: 2}\nopenrlhf: {}\n"
     )
     out = tmp_path / "eval.json"
     done = evaluate_py(
@@ -123,9 +123,9 @@ def test_a_misspelled_env_argument_gets_a_did_you_mean():
     with pytest.raises(
         UnknownNameError, match=r"Unknown argument 'top_k' of SyntheticFactsEnv\. Did you mean 'topk'\?"
     ):
-        gym.make("searchgym/SyntheticFacts-v0", top_k=3)
+        gym.make("searchgym/SyntheticFacts-v1", top_k=3)
     with pytest.raises(TypeError):  # still what Python raises for an unknown keyword
-        gym.make("searchgym/SyntheticFacts-v0", max_turn=3)
+        gym.make("searchgym/SyntheticFacts-v1", max_turn=3)
 
 
 def test_a_near_miss_of_a_registered_model_names_it(tmp_path, monkeypatch):

@@ -22,7 +22,7 @@ from searchgym.envs.retrieval import Retriever  # noqa: E402
 from searchgym.envs.rewards import otc_grpo_tool_rewards, tsas_advantages  # noqa: E402
 from searchgym.policies import make_policy  # noqa: E402
 
-ENV_ID = "searchgym/SyntheticFacts-v0"
+ENV_ID = "searchgym/SyntheticFacts-v1"
 SCHEMES = ["tsas", "otc", "mean_baseline", None]
 POLICY_NAMES = ["oracle_synthetic", "naive_rag", "direct"]
 UNKNOWN_OPTION = "The group env ignores reset options"
@@ -360,11 +360,11 @@ def test_hotpotqa_group_over_real_bm25(shared_data):
         "corpus_path": shared_data / "corpus.jsonl",
     }
     env = group_parallel_env(
-        "searchgym/HotpotQA-v0", group_size=3, group_scheme="mean_baseline", max_turns=3, **paths
+        "searchgym/HotpotQA-v1", group_size=3, group_scheme="mean_baseline", max_turns=3, **paths
     )
     units = [sub.unwrapped for sub in env.envs]
     assert units[0].retriever is units[1].retriever is units[2].retriever
-    single = gym.make("searchgym/HotpotQA-v0", **paths)
+    single = gym.make("searchgym/HotpotQA-v1", **paths)
     policies = [make_policy("naive_rag"), make_policy("direct"), make_policy("naive_rag")]
     _, infos, totals = run_group(env, policies, seed=9)
     assert {info["question_id"] for info in infos.values()} == {single.reset(seed=9)[1]["question_id"]}
@@ -433,9 +433,9 @@ def test_bad_arguments_get_clear_errors(kwargs, error, match):
 
 
 def test_unknown_env_id_lists_close_matches_and_short_ids_work():
-    with pytest.raises(UnknownNameError, match="SyntheticFacts-v0"):
-        group_parallel_env("searchgym/SyntheticFact-v0", group_size=2)
-    assert group_parallel_env("SyntheticFacts-v0", group_size=2).possible_agents == ["rollout_0", "rollout_1"]
+    with pytest.raises(UnknownNameError, match="SyntheticFacts-v1"):
+        group_parallel_env("searchgym/SyntheticFact-v1", group_size=2)
+    assert group_parallel_env("SyntheticFacts-v1", group_size=2).possible_agents == ["rollout_0", "rollout_1"]
     with pytest.raises(InvalidArgumentError, match="SearchQAEnv"):
         group_parallel_env("CartPole-v1", group_size=2)
 

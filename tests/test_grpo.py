@@ -19,14 +19,14 @@ from searchgym.envs.errors import DataFileError  # noqa: E402
 from searchgym.envs.records import Trajectory  # noqa: E402
 from searchgym.envs.rewards import RewardScheme  # noqa: E402
 from searchgym.memory import ExperienceMemory  # noqa: E402
-from searchgym.policies import DirectPolicy, OracleSyntheticPolicy, synthetic_knowledge  # noqa: E402
+from searchgym.policies import good_and_bad_trajectories  # noqa: E402
 from searchgym.policies.tiny import build_tiny_lm  # noqa: E402
 from searchgym.trainers.config import ConfigError, TrainConfig  # noqa: E402
 from searchgym.trainers.grpo import GRPOTrainer, Sampled, list_checkpoints, sample_actions  # noqa: E402
 from searchgym.trainers.grpo.envs import question_schedule  # noqa: E402
 from searchgym.trainers.grpo.generation import SamplingSettings, eos_token_ids  # noqa: E402
 
-ENV_ID = "searchgym/SyntheticFacts-v0"
+ENV_ID = "searchgym/SyntheticFacts-v1"
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -219,19 +219,8 @@ def memory_store(tmp_path) -> Path:
     """An experience store whose bank was written from scripted Good (oracle) and Bad (direct) episodes."""
     path = tmp_path / "store"
     memory = ExperienceMemory(path)
-    env = gym.make(ENV_ID, reward="f1")
-    world = env.unwrapped.world
-    unknown = [i for i, q in enumerate(env.unwrapped.questions) if not q.known][:6]
-    for policy in (OracleSyntheticPolicy(world), DirectPolicy(knowledge=synthetic_knowledge(world))):
-        for index in unknown:
-            context, _ = env.reset(options={"index": index})
-            while True:
-                action = policy.act([context])[0]
-                obs, _, terminated, truncated, _ = env.step(action)
-                context += action + obs
-                if terminated or truncated:
-                    break
-            memory.add(env.unwrapped.trajectory)
+    for trajectory in good_and_bad_trajectories(gym.make(ENV_ID, reward="f1"), 6):
+        memory.add(trajectory)
     assert memory.update().outcome == "written"
     return path
 

@@ -26,7 +26,7 @@ from searchgym.policies.tiny import build_tiny_lm  # noqa: E402
 from searchgym.trainers.config import ConfigError, TrainConfig  # noqa: E402
 from searchgym.trainers.grpo import GRPOTrainer, list_checkpoints  # noqa: E402
 
-ENV_ID = "searchgym/SyntheticFacts-v0"
+ENV_ID = "searchgym/SyntheticFacts-v1"
 MINIMA = {"q-seen-once": 3, "q-seen-twice": 1}
 
 

@@ -24,7 +24,7 @@ def config(tiny_root: Path, out: Path, steps: int) -> TrainConfig:
         {
             "output_dir": str(out),
             "steps": steps,
-            "env": {"id": "searchgym/SyntheticFacts-v0", "kwargs": {"reward": "f1", "max_turns": 2}},
+            "env": {"id": "searchgym/SyntheticFacts-v1", "kwargs": {"reward": "f1", "max_turns": 2}},
             "model": {"tiny": {"dir": str(tiny_root), "hidden_size": 32, "num_layers": 1}},
             "rollout": {
                 "group_size": 2,

@@ -41,7 +41,7 @@ def test_a_run_where_every_rollout_scores_minus_one_warns_once(tmp_path: Path, c
             "steps": NO_SIGNAL_STEPS + 1,
             # an untrained model never writes the protocol's tags: LightSearcher scores each answer -1
             "env": {
-                "id": "searchgym/SyntheticFacts-v0",
+                "id": "searchgym/SyntheticFacts-v1",
                 "kwargs": {"reward": "lightsearcher", "max_turns": 2},
             },
             "model": {"tiny": {"dir": str(tmp_path / "tiny"), "hidden_size": 32, "num_layers": 1}},

@@ -30,7 +30,7 @@ from searchgym.trainers.ray_store import NAMESPACE, RemoteMemory, RemoteMinToolC
 
 pytestmark = pytest.mark.slow  # Ray's start and two short runs
 
-ENV_ID = "searchgym/SyntheticFacts-v0"
+ENV_ID = "searchgym/SyntheticFacts-v1"
 STEPS, QUESTIONS, GROUP = 2, 2, 3
 
 

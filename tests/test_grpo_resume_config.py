@@ -38,7 +38,7 @@ def run_data(tiny_root: Path, out: Path, **changes) -> dict:
     data = {
         "output_dir": str(out),
         "steps": 2,
-        "env": {"id": "searchgym/SyntheticFacts-v0", "kwargs": {"reward": "f1", "max_turns": 2}},
+        "env": {"id": "searchgym/SyntheticFacts-v1", "kwargs": {"reward": "f1", "max_turns": 2}},
         "model": {"tiny": {"dir": str(tiny_root), "hidden_size": 32, "num_layers": 1}},
         "rollout": {"group_size": 2, "questions_per_step": 1, "max_new_tokens": 4, "max_context_tokens": 512},
         "algo": {"lr": 1e-3, "kl_coef": 0.0, "micro_batch_size": 4},

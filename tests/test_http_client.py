@@ -320,7 +320,7 @@ def test_an_integer_score_too_large_for_a_float_is_a_retrieval_error():
         client = HTTPRetriever(url)
         with pytest.raises(RetrievalError, match="score must be a finite number"):
             client.search(["paris"], 3)
-        env = gym.make("searchgym/SyntheticFacts-v0", retriever=client)
+        env = gym.make("searchgym/SyntheticFacts-v1", retriever=client)
         env.reset(seed=0)
         obs, reward, terminated, truncated, info = env.step("<search>anything</search>")
         assert "score must be a finite number" in info["retrieval_error"] and not terminated
@@ -471,8 +471,8 @@ def test_env_survives_a_server_killed_mid_episode_and_recovers(tmp_path):
     url = f"http://127.0.0.1:{port}"
     proc = start_cli_server(tmp_path / "idx", port)
     try:
-        env = gym.make("searchgym/SyntheticFacts-v0", retriever=url, max_turns=6)
-        local = gym.make("searchgym/SyntheticFacts-v0", max_turns=6)  # in-process BM25, same world
+        env = gym.make("searchgym/SyntheticFacts-v1", retriever=url, max_turns=6)
+        local = gym.make("searchgym/SyntheticFacts-v1", max_turns=6)  # in-process BM25, same world
         client = env.unwrapped.retriever
         assert isinstance(client, HTTPRetriever)
         question = world.questions[0].question
@@ -507,7 +507,7 @@ def test_env_turns_a_slow_or_garbled_server_into_an_error_observation(fault):
     answer = json_answer({"result": [[]]}) if fault == "slow" else json_answer({"oops": True})
     with canned_server(answer, delay=5.0 if fault == "slow" else 0.0) as url:
         client = HTTPRetriever(url, timeout=0.2, retries=0)
-        env = gym.make("searchgym/SyntheticFacts-v0", retriever=client)
+        env = gym.make("searchgym/SyntheticFacts-v1", retriever=client)
         env.reset(seed=0)
         obs, reward, terminated, truncated, info = env.step("<search>anything</search>")
         expected = (

@@ -11,15 +11,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from searchgym.envs.synthetic_env import SyntheticFactsEnv
+from studies.frugal.agent import DecisionPolicy, Recollector, SkillAgent, Skills
+from studies.frugal.incentive import load_study, mean_ci, run_one
+from studies.frugal.report import render_findings_block, render_markdown, render_summary
+
 FOLDER = Path(__file__).resolve().parents[1] / "studies" / "frugal"
-sys.path.insert(0, str(FOLDER))
-
-from agent import DecisionPolicy, Recollector, SkillAgent, Skills  # noqa: E402
-from incentive import load_study, mean_ci, run_one  # noqa: E402
-from report import render_findings_block, render_markdown, render_summary  # noqa: E402
-
-from searchgym.envs.synthetic_env import SyntheticFactsEnv  # noqa: E402
-
 RESULTS = FOLDER / "results"
 ARMS = ("f1", "otc", "naive_cost", "lightsearcher", "lightsearcher_no_adaptive", "light_search",
         "light_search_no_stage2", "light_search_eq2", "sem")  # fmt: skip
@@ -247,20 +244,20 @@ class NoTorch:
         if name.split(".")[0] in ("torch", "transformers"):
             raise ImportError("torch is not installed")
 sys.meta_path.insert(0, NoTorch())
-sys.path.insert(0, {str(FOLDER)!r})
-from incentive import load_study, run_one
+from studies.frugal.incentive import load_study, run_one
 study = load_study({str(FOLDER / "quickstart.yaml")!r})
 small = {{**study, "train": {{**study["train"], "steps": 2, "curve_every": 1}}, "eval": {{"samples": 1}}}}
 print(len(run_one(small, "light_search", 0)["curve"]))
 from searchgym.trainers.grpo import group_advantages  # the package itself loads lazily
+
 """
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=FOLDER.parents[1])
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "2"
 
 
 def test_the_study_shows_a_bar_over_its_runs(study, capsys):
-    from incentive import run_study
+    from studies.frugal.incentive import run_study
 
     small = {**study, "workers": 1, "train": {**study["train"], "steps": 2}, "eval": {"samples": 1}}
     run_study(small, ["f1", "sem"], [0, 1], progress=True)
@@ -274,7 +271,7 @@ def test_the_study_shows_a_bar_over_its_runs(study, capsys):
 
 
 def test_fixed_rules_by_hand():
-    from fixed_policies import FixedPolicy, every_rule, learned_rule, rule_name
+    from studies.frugal.fixed_policies import FixedPolicy, every_rule, learned_rule, rule_name
 
     rules = every_rule()
     assert len(rules) == len(set(rules)) == 3**4
@@ -296,9 +293,9 @@ def test_each_learned_policy_scores_what_its_rule_scores(committed, study):
     """Greedy evaluation depends on a learned table only through its argmax per state, so a
     committed seed of every arm has exactly the greedy figures of the rule it learned,
     evaluated afresh as a fixed rule."""
-    from agent import Skills
-    from fixed_policies import FixedPolicy, learned_rule
-    from incentive import evaluate
+    from studies.frugal.agent import Skills
+    from studies.frugal.fixed_policies import FixedPolicy, learned_rule
+    from studies.frugal.incentive import evaluate
 
     skills = Skills(**study["skills"])
     for name, arm in committed["arms"].items():
@@ -311,7 +308,7 @@ def test_each_learned_policy_scores_what_its_rule_scores(committed, study):
 
 @pytest.mark.slow
 def test_the_says_unknown_sweep_sets_the_skill(study):
-    from incentive import run_study
+    from studies.frugal.incentive import run_study
 
     small = {**study, "arms": {"otc": study["arms"]["otc"]}, "seeds": [0], "workers": 1, "rules": False,
              "train": {**study["train"], "steps": 3}, "eval": {"samples": 1},
@@ -326,8 +323,9 @@ def test_the_says_unknown_sweep_sets_the_skill(study):
 
 
 def test_the_ablation_table_is_the_paired_differences(committed):
-    from report import _ablation_rows
     from scipy.stats import t
+
+    from studies.frugal.report import _ablation_rows
 
     def paired(arm: str, base: str, key: str, sampled: bool) -> str:
         value = {s["seed"]: (s["sampled"] if sampled else s)[key] for s in committed["arms"][base]["seeds"]}

@@ -35,7 +35,7 @@ from searchgym.policies import (  # noqa: E402
 from searchgym.policies.openai_policy import restore_stop  # noqa: E402
 from searchgym.policies.tiny import build_tiny_lm, load_tiny_lm  # noqa: E402
 
-ENV_ID = "searchgym/SyntheticFacts-v0"
+ENV_ID = "searchgym/SyntheticFacts-v1"
 
 
 @pytest.fixture(scope="module")
@@ -458,6 +458,54 @@ def test_vllm_policy_drives_the_engine_with_token_ids_and_stop_strings(monkeypat
         {"prompt_token_ids": tok(formatter.prompt(c), add_special_tokens=False)["input_ids"]}
         for c in contexts
     ]
+
+
+def _fake_vllm(tok: Any) -> types.SimpleNamespace:
+    class LLM:
+        def __init__(self, **kwargs: Any):
+            pass
+
+        def get_tokenizer(self):
+            return tok
+
+    return types.SimpleNamespace(LLM=LLM, SamplingParams=dict)
+
+
+STOP_ARGUMENTS: list[tuple[str, Callable[[], Any]]] = [
+    ("default", lambda: None),
+    ("list", lambda: ["</x>", "</y>"]),
+    ("tuple", lambda: ("</x>",)),
+    ("generator", lambda: (s for s in ["</x>", "</y>"])),
+    ("none", lambda: []),
+    ("bare string", lambda: "</x>"),
+    ("empty string", lambda: ["</x>", ""]),
+    ("number", lambda: 3),
+]
+
+
+@pytest.mark.parametrize("make_value", [v for _, v in STOP_ARGUMENTS], ids=[k for k, _ in STOP_ARGUMENTS])
+def test_the_three_llm_policies_read_stop_strings_alike(monkeypatch, tiny, make_value):
+    model, tok = tiny
+    monkeypatch.setitem(sys.modules, "vllm", _fake_vllm(tok))
+    builders = {
+        "hf": lambda v: HFPolicy(model, tokenizer=tok, protocol="tool_call", stop_strings=v),
+        "openai": lambda v: OpenAIPolicy("m", "http://127.0.0.1:1/v1", protocol="tool_call", stop_strings=v),
+        "vllm": lambda v: VLLMPolicy("/models/m", protocol="tool_call", stop_strings=v),
+    }
+    outcomes = {}
+    for name, build in builders.items():
+        try:
+            outcomes[name] = build(make_value()).stop_strings
+        except InvalidArgumentError as exc:
+            outcomes[name] = str(exc)
+    assert outcomes["hf"] == outcomes["openai"] == outcomes["vllm"], outcomes
+    value = make_value()
+    if value is None:
+        assert outcomes["hf"] == ["</answer>", "</tool_call>"]  # tool_call's own closing tags
+    elif isinstance(value, str) or value == 3 or (isinstance(value, list) and "" in value):
+        assert isinstance(outcomes["hf"], str) and "must be a list of non-empty strings" in outcomes["hf"]
+    else:
+        assert outcomes["hf"] == list(make_value())
 
 
 # -- make_policy specs and the CLI --------------------------------------------------------------

@@ -77,7 +77,7 @@ def test_min_tool_call_store_lives_beside_the_bank(tmp_path: Path) -> None:
 
 
 def _episode(policy: str, seed: int) -> Trajectory:
-    env = gym.make("searchgym/SyntheticFacts-v0", protocol="tool_call", reward="lightsearcher")
+    env = gym.make("searchgym/SyntheticFacts-v1", protocol="tool_call", reward="lightsearcher")
     agent = make_policy(policy, protocol="tool_call", world=env.unwrapped.world)
     context, _ = env.reset(seed=seed)
     done = False

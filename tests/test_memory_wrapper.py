@@ -17,7 +17,7 @@ from searchgym.memory import ExperienceBank, ExperienceMemory, ExperienceWrapper
 from searchgym.policies import make_policy
 from searchgym.policies.base import split_context
 
-ENV_ID = "searchgym/SyntheticFacts-v0"
+ENV_ID = "searchgym/SyntheticFacts-v1"
 
 _CALL = '<tool_call>{"name": "search", "arguments": {"query": "capital of Zedland"}}</tool_call>'
 EXAMPLE = Trajectory(

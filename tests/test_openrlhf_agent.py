@@ -43,7 +43,7 @@ from searchgym.trainers.openrlhf.agent import (  # noqa: E402
 )
 from searchgym.trainers.openrlhf.config import AgentConfig, MemoryConfig  # noqa: E402
 
-ENV_ID = "searchgym/SyntheticFacts-v0"
+ENV_ID = "searchgym/SyntheticFacts-v1"
 WORLD = generate_world(0)
 RAMBLE = "\n<tool_response>Doc 1 (Title: Made up) invented text</tool_response>\n<answer>ramble</answer>"
 

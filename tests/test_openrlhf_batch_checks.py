@@ -14,7 +14,7 @@ pytestmark = pytest.mark.skipif(openrlhf_parser() is None, reason="needs openrlh
 # The shape of configs/openrlhf/sem.yaml before it was fixed: one node of 8 GPUs, 8 questions x 5.
 RUN = """\
 backend: openrlhf
-env: {id: searchgym/SyntheticFacts-v0, protocol: sem}
+env: {id: searchgym/SyntheticFacts-v1, protocol: sem}
 openrlhf:
   actor: {model_name_or_path: m, num_nodes: 1, num_gpus_per_node: 8}
   ref: {num_nodes: 1, num_gpus_per_node: 8}

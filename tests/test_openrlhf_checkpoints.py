@@ -147,7 +147,7 @@ def test_the_hook_wraps_the_actor_once():
 
 RUN = """\
 backend: openrlhf
-env: {{id: searchgym/SyntheticFacts-v0, protocol: tool_call}}
+env: {{id: searchgym/SyntheticFacts-v1, protocol: tool_call}}
 openrlhf:
   actor: {{model_name_or_path: {model}, num_gpus_per_node: 1}}
   vllm: {{num_engines: 1}}

@@ -22,7 +22,7 @@ from searchgym.trainers.openrlhf.eval_split import EvalSign, vllm_temperature  #
 
 RUN = """\
 backend: openrlhf
-env: {{id: searchgym/SyntheticFacts-v0, protocol: tool_call, reward: lightsearcher, reward_kwargs: {{store: {store}}}}}
+env: {{id: searchgym/SyntheticFacts-v1, protocol: tool_call, reward: lightsearcher, reward_kwargs: {{store: {store}}}}}
 openrlhf:
   rollout: {{temperature: {train}}}
   eval: {{dataset: eval.jsonl, temperature: {evals}}}
@@ -73,7 +73,7 @@ def test_loading_the_run_file_refuses_eval_episodes_that_look_like_training(tmp_
 
 
 def test_the_suggested_fix_loads(tmp_path):
-    assert load_run_config(run_file(tmp_path, 0.6, 0.5)).agent.env_id == "searchgym/SyntheticFacts-v0"
+    assert load_run_config(run_file(tmp_path, 0.6, 0.5)).agent.env_id == "searchgym/SyntheticFacts-v1"
     assert load_run_config(run_file(tmp_path, 1.0, 0.0)).openrlhf["eval"]["temperature"] == 0.0
 
 

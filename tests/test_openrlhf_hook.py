@@ -146,7 +146,7 @@ def test_shaped_rewards_follow_openrlhf_grouping():
 def test_hook_installed_lazily_wraps_openrlhfs_advantage_code(experience_maker, monkeypatch, tmp_path):
     config = tmp_path / "agent.yaml"
     config.write_text(
-        "env: {id: searchgym/SyntheticFacts-v0}\nadvantage: {estimator: tsas, warmup_steps: 150, alpha: 0.01}\n"
+        "env: {id: searchgym/SyntheticFacts-v1}\nadvantage: {estimator: tsas, warmup_steps: 150, alpha: 0.01}\n"
     )
     monkeypatch.setenv("SEARCHGYM_AGENT_CONFIG", str(config))
     assert EM not in sys.modules
@@ -178,7 +178,7 @@ def test_the_eq2_variant_of_tsas_runs_under_openrlhf(experience_maker, monkeypat
     """Light-Search's Eq. 2 reading (``advantage.variant: eq2``) reaches OpenRLHF's real advantage code."""
     config = tmp_path / "run.yaml"
     config.write_text(
-        "backend: openrlhf\nenv: {id: searchgym/SyntheticFacts-v0}\n"
+        "backend: openrlhf\nenv: {id: searchgym/SyntheticFacts-v1}\n"
         "advantage: {estimator: tsas, variant: eq2, warmup_steps: 2, alpha: 0.01}\nopenrlhf: {}\n"
     )
     monkeypatch.setenv("SEARCHGYM_AGENT_CONFIG", str(config))
@@ -217,7 +217,7 @@ def test_without_the_hook_dr_grpo_recentres_the_reward(experience_maker):
 
 
 def test_tsas_refuses_gae(experience_maker):
-    advantage_hook.install(AgentConfig("searchgym/SyntheticFacts-v0", advantage=TSAS))
+    advantage_hook.install(AgentConfig("searchgym/SyntheticFacts-v1", advantage=TSAS))
     module = importlib.import_module(EM)
     with pytest.raises(advantage_hook.SearchGymError, match="estimator"):
         module.RemoteExperienceMaker.compute_advantages_and_returns(
@@ -242,7 +242,7 @@ def finished_trajectory(question_index: int, good: bool):
 
     world = generate_world(0)
     question = world.questions[question_index]
-    env = gym.make("searchgym/SyntheticFacts-v0", protocol="tool_call", reward="f1", max_turns=6)
+    env = gym.make("searchgym/SyntheticFacts-v1", protocol="tool_call", reward="f1", max_turns=6)
     env.reset(options={"index": question_index})
     if good:
         env.step(f"<think>I know it.</think>\n<answer>{question.golden_answers[0]}</answer>")
@@ -264,7 +264,7 @@ def test_train_step_publishes_the_step_and_updates_the_memory_every_n_steps(tmp_
     agents = ExperienceMemory(store)  # the rollout side: agents add episodes
     state = advantage_hook._State()
     state.config = AgentConfig(
-        "searchgym/SyntheticFacts-v0", memory=MemoryConfig(kind="lightsearcher", path=store, update_every=2)
+        "searchgym/SyntheticFacts-v1", memory=MemoryConfig(kind="lightsearcher", path=store, update_every=2)
     )
 
     def original(self, rollout_samples, global_step):
@@ -290,7 +290,7 @@ def test_train_step_publishes_the_step_and_updates_the_memory_every_n_steps(tmp_
 
 
 def test_needs_hook():
-    bare = AgentConfig("searchgym/SyntheticFacts-v0")
+    bare = AgentConfig("searchgym/SyntheticFacts-v1")
     assert not advantage_hook.needs_hook(bare)
     assert advantage_hook.needs_hook(AgentConfig(bare.env_id, advantage=TSAS))
     assert advantage_hook.needs_hook(
@@ -309,7 +309,7 @@ def test_ray_runs_the_hook_in_every_worker_from_the_runtime_env(tmp_path):
         pytest.skip("another test left Ray running")
     config = tmp_path / "agent.yaml"
     config.write_text(
-        "env: {id: searchgym/SyntheticFacts-v0}\nadvantage: {estimator: tsas, warmup_steps: 7}\n"
+        "env: {id: searchgym/SyntheticFacts-v1}\nadvantage: {estimator: tsas, warmup_steps: 7}\n"
     )
     ray.init(
         num_cpus=1,

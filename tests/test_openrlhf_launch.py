@@ -189,7 +189,7 @@ def write(tmp_path: Path, text: str) -> Path:
 
 BASE = """\
 backend: openrlhf
-env: {id: searchgym/SyntheticFacts-v0, protocol: tool_call}
+env: {id: searchgym/SyntheticFacts-v1, protocol: tool_call}
 openrlhf:
   actor: {model_name_or_path: m, num_gpus_per_node: 1}
   vllm: {num_engines: 1}
@@ -258,8 +258,8 @@ def test_an_unpulled_model_name_gives_the_pull_command(tmp_path, monkeypatch, ca
             r"openrlhf.launch.adress: .* Did you mean 'ray_address'\?",
         ),
         (
-            BASE.replace("id: searchgym/SyntheticFacts-v0", "id: SyntheticFact-v0"),
-            r"env.id: got 'SyntheticFact-v0'; .* Did you mean 'searchgym/SyntheticFacts-v0'",
+            BASE.replace("id: searchgym/SyntheticFacts-v1", "id: SyntheticFact-v0"),
+            r"env.id: got 'SyntheticFact-v0'; .* Did you mean 'searchgym/SyntheticFacts-v1'",
         ),
         (
             BASE + "memory: {kind: lightsearch, path: m}\n",
@@ -290,13 +290,13 @@ def test_an_unpulled_model_name_gives_the_pull_command(tmp_path, monkeypatch, ca
             BASE.replace("openrlhf:\n", "openrlhf:\n  launch: {env: {A: [1]}}\n"),
             r"openrlhf.launch.env.A: got \[1\]; allowed: a string or number",
         ),
-        ("env: {id: NQ-v0}\n", r"run.yaml: backend: got 'builtin'; allowed: 'openrlhf'"),
+        ("env: {id: NQ-v1}\n", r"run.yaml: backend: got 'builtin'; allowed: 'openrlhf'"),
         (
             BASE.replace("backend: openrlhf", "backend: builtin"),
             r"run.yaml: openrlhf: .* no openrlhf section with backend: builtin",
         ),
         (
-            "agent: {env_id: NQ-v0}\n",
+            "agent: {env_id: NQ-v1}\n",
             r"run.yaml: layout: got 'openrlhf'; .* Convert it with: searchgym config convert \S+run.yaml -o NEW.yaml$",
         ),
     ],

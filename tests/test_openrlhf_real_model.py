@@ -38,7 +38,7 @@ from searchgym.trainers.openrlhf.agent import SearchGymAgentExecutor, label_to_o
 from searchgym.trainers.openrlhf.config import AgentConfig  # noqa: E402
 from searchgym.trainers.openrlhf.env_pool import env_pool  # noqa: E402
 
-ENV_ID = "searchgym/NQ-v0"
+ENV_ID = "searchgym/NQ-v1"
 IM_END, ENDOFTEXT = 2, 0  # <|im_end|> (EOS, end of turn) and <|endoftext|>
 EOS_TEXTS = ("<|im_end|>", "<|endoftext|>", "<|im_start|>")
 PASSAGES = [

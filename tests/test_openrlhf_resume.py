@@ -45,7 +45,7 @@ def finished_trajectory(question_index: int, good: bool):
     """A finished SyntheticFacts episode: a right answer (good), or two searches and a wrong one."""
     import gymnasium as gym
 
-    env = gym.make("searchgym/SyntheticFacts-v0", protocol="tool_call", reward="f1", max_turns=6)
+    env = gym.make("searchgym/SyntheticFacts-v1", protocol="tool_call", reward="f1", max_turns=6)
     env.reset(options={"index": question_index})
     if good:
         answer = env.unwrapped.trajectory.question.golden_answers[0]
@@ -156,7 +156,7 @@ def run_steps(t, module, first: int, last: int, agents, minima, log):
 def test_a_killed_run_resumes_its_stores_at_the_checkpoint(tmp_path, hook, monkeypatch):
     store, minima_file, ckpt = tmp_path / "memory", tmp_path / "min_tool_calls.sqlite", tmp_path / "ckpt"
     config = AgentConfig(
-        "searchgym/SyntheticFacts-v0",
+        "searchgym/SyntheticFacts-v1",
         env_kwargs={"reward": "lightsearcher", "reward_kwargs": {"store": str(minima_file)}},
         memory=MemoryConfig(kind="lightsearcher", path=str(store), update_every=2),
         advantage=AdvantageConfig(warmup_steps=4),
@@ -197,7 +197,7 @@ def test_a_killed_run_resumes_its_stores_at_the_checkpoint(tmp_path, hook, monke
 def test_a_fresh_run_refuses_a_store_that_holds_an_earlier_run(tmp_path, hook, monkeypatch):
     store = tmp_path / "memory"
     config = AgentConfig(
-        "searchgym/SyntheticFacts-v0",
+        "searchgym/SyntheticFacts-v1",
         memory=MemoryConfig(kind="lightsearcher", path=str(store), update_every=2),
     )
     ExperienceMemory(str(store)).add(finished_trajectory(0, good=True))
@@ -211,7 +211,7 @@ def test_a_fresh_run_refuses_a_store_that_holds_an_earlier_run(tmp_path, hook, m
     # the launcher refuses it before Ray starts, too
     run = tmp_path / "run.yaml"
     run.write_text(
-        "backend: openrlhf\nenv: {id: searchgym/SyntheticFacts-v0}\n"
+        "backend: openrlhf\nenv: {id: searchgym/SyntheticFacts-v1}\n"
         f"memory: {{kind: lightsearcher, path: {store}}}\n"
         "openrlhf:\n  actor: {model_name_or_path: m, num_gpus_per_node: 1}\n  vllm: {num_engines: 1}\n"
         "  train: {batch_size: 8}\n  rollout: {n_samples_per_prompt: 4, batch_size: 2}\n"
@@ -245,14 +245,14 @@ def test_run_stores_covers_what_training_writes(tmp_path):
         "reward_kwargs": {"store": str(tmp_path / "m" / "min_tool_calls.sqlite")},
     }
     outside = {"reward": "lightsearcher", "reward_kwargs": {"store": str(tmp_path / "min.sqlite")}}
-    assert len(run_stores(AgentConfig("searchgym/SyntheticFacts-v0", env_kwargs=inside, memory=memory))) == 1
-    assert len(run_stores(AgentConfig("searchgym/SyntheticFacts-v0", env_kwargs=outside, memory=memory))) == 2
-    assert len(run_stores(AgentConfig("searchgym/SyntheticFacts-v0", env_kwargs=outside))) == 1
+    assert len(run_stores(AgentConfig("searchgym/SyntheticFacts-v1", env_kwargs=inside, memory=memory))) == 1
+    assert len(run_stores(AgentConfig("searchgym/SyntheticFacts-v1", env_kwargs=outside, memory=memory))) == 2
+    assert len(run_stores(AgentConfig("searchgym/SyntheticFacts-v1", env_kwargs=outside))) == 1
     hiexp = MemoryConfig(kind="hiexp", path=str(tmp_path / "h"))  # built offline, read-only in training
-    assert run_stores(AgentConfig("searchgym/SyntheticFacts-v0", memory=hiexp)) == []
-    assert advantage_hook.needs_hook(AgentConfig("searchgym/SyntheticFacts-v0", env_kwargs=outside))
+    assert run_stores(AgentConfig("searchgym/SyntheticFacts-v1", memory=hiexp)) == []
+    assert advantage_hook.needs_hook(AgentConfig("searchgym/SyntheticFacts-v1", env_kwargs=outside))
     f1 = {"reward": "f1", "reward_kwargs": {"format_penalty": -1.0}}  # a scheme without a shared store
-    assert run_stores(AgentConfig("searchgym/SyntheticFacts-v0", env_kwargs=f1)) == []
+    assert run_stores(AgentConfig("searchgym/SyntheticFacts-v1", env_kwargs=f1)) == []
 
 
 @pytest.mark.slow
@@ -265,7 +265,7 @@ def test_the_agent_file_refuses_a_ray_job_without_the_hook(tmp_path):
 
     config = tmp_path / "agent.yaml"
     config.write_text(
-        f"env: {{id: searchgym/SyntheticFacts-v0}}\nmemory: {{kind: lightsearcher, path: {tmp_path}/m}}\n"
+        f"env: {{id: searchgym/SyntheticFacts-v1}}\nmemory: {{kind: lightsearcher, path: {tmp_path}/m}}\n"
     )
     ray.init(
         num_cpus=1,
@@ -299,7 +299,7 @@ def test_a_best_checkpoint_snapshots_the_stores_too(tmp_path, hook, monkeypatch)
     from searchgym.trainers.openrlhf.resume import wrap_save_best_checkpoint
 
     memory = MemoryConfig(kind="lightsearcher", path=str(tmp_path / "m"))
-    config = AgentConfig("searchgym/SyntheticFacts-v0", memory=memory)
+    config = AgentConfig("searchgym/SyntheticFacts-v1", memory=memory)
     module = openrlhf_trainer_class(ray_get=lambda refs: refs)
     advantage_hook._patch_trainer(module)
     assert getattr(module.BasePPOTrainer.save_best_checkpoint, "__searchgym_wrapped__", False)
@@ -495,7 +495,7 @@ def _trainer_fields(module, ckpt, args):
 def test_async_training_resumes_from_its_best_checkpoint(tmp_path, hook, monkeypatch):
     store, ckpt = tmp_path / "memory", tmp_path / "ckpt"
     config = AgentConfig(
-        "searchgym/SyntheticFacts-v0",
+        "searchgym/SyntheticFacts-v1",
         memory=MemoryConfig(kind="lightsearcher", path=str(store), update_every=2),
     )
     module = openrlhf_trainer_class(

@@ -38,7 +38,7 @@ from searchgym.trainers.openrlhf.config import AgentConfig, MemoryConfig  # noqa
 from searchgym.trainers.openrlhf.eval_split import EvalSign  # noqa: E402
 from searchgym.trainers.openrlhf.turns import TurnEngine  # noqa: E402
 
-ENV_ID = "searchgym/SyntheticFacts-v0"
+ENV_ID = "searchgym/SyntheticFacts-v1"
 WORLD = generate_world(0)
 RAMBLE = "\n<information>Doc 1 (Title: Made up) invented text</information>\n<answer>ramble</answer>"
 PROTOCOLS = {  # protocol -> env kwargs whose right answer scores 1
@@ -381,13 +381,13 @@ def test_eval_episodes_stay_out_of_the_memory_and_the_minimum_store(tiny, tmp_pa
 def test_eval_sign_reads_the_run_file_and_refuses_equal_temperatures(tmp_path):
     run = tmp_path / "run.yaml"
     run.write_text(
-        "backend: openrlhf\nenv: {id: SyntheticFacts-v0}\nopenrlhf:\n  eval: {dataset: data/eval.jsonl}\n"
+        "backend: openrlhf\nenv: {id: SyntheticFacts-v1}\nopenrlhf:\n  eval: {dataset: data/eval.jsonl}\n"
     )
     sign = EvalSign.from_run_file(run)
     assert sign == EvalSign(1.0, 0.6)  # OpenRLHF 0.11.2's defaults
     assert sign.is_eval(SamplingParams(temperature=0.6)) and not sign.is_eval(SamplingParams(temperature=1.0))
     run.write_text(
-        "backend: openrlhf\nenv: {id: SyntheticFacts-v0}\nopenrlhf: {rollout: {temperature: 0.7}}\n"
+        "backend: openrlhf\nenv: {id: SyntheticFacts-v1}\nopenrlhf: {rollout: {temperature: 0.7}}\n"
     )
     assert EvalSign.from_run_file(run) == EvalSign(0.7, None)  # no eval set: nothing is eval
     same = EvalSign.from_flags({"rollout": {"temperature": 0.6}, "eval": {"dataset": "x.jsonl"}})

@@ -27,7 +27,7 @@ def run_python(code: str, cwd: Path, **env) -> str:
 
 def test_import_searchgym_pulls_in_no_torch_ray_or_faiss(tmp_path):
     out = run_python(
-        "import sys, searchgym, gymnasium as gym; gym.make('searchgym/SyntheticFacts-v0');"
+        "import sys, searchgym, gymnasium as gym; gym.make('searchgym/SyntheticFacts-v1');"
         "print(sorted(m for m in ('torch', 'ray', 'faiss', 'openrlhf', 'vllm') if m in sys.modules))",
         tmp_path,
     )

@@ -10,6 +10,7 @@ import pytest
 
 import searchgym  # noqa: F401  (registers the ids)
 from searchgym.envs.errors import InvalidArgumentError, UnknownNameError
+from searchgym.envs.metrics import exact_match
 from searchgym.envs.protocols import make_protocol
 from searchgym.envs.records import Doc
 from searchgym.policies import (
@@ -20,13 +21,14 @@ from searchgym.policies import (
     evaluate,
     extract_doc_lines,
     format_table,
+    good_and_bad_trajectories,
     make_policy,
     read_answer,
     split_context,
 )
 from searchgym.policies.evaluation import EpisodeRecord, summarise
 
-ENV_ID = "searchgym/SyntheticFacts-v0"
+ENV_ID = "searchgym/SyntheticFacts-v1"
 PROTOCOLS = ["search_r1", "research", "tool_call", "sem"]
 OBSERVATION_TAG = {
     "search_r1": "information",
@@ -150,6 +152,24 @@ def test_sem_max_searches_bounds_the_searches_after_the_first_answer(world):
     info, reward, terminated = play(env, oracle, index)
     assert not terminated and info["num_searches"] == 1 and reward == 0.0
     assert "limit of 1 searches" in info["error"]
+
+
+@pytest.mark.parametrize("protocol", ["search_r1", "tool_call"])
+def test_good_and_bad_trajectories_are_the_oracle_then_the_direct_policy_on_unknown_questions(protocol):
+    env = gym.make(ENV_ID, protocol=protocol, reward="f1")
+    questions = env.unwrapped.questions
+    unknown_ids = [q.id for q in questions if not q.known][:3]
+    got = good_and_bad_trajectories(env, 3)
+    assert [t.question.id for t in got] == unknown_ids * 2
+    assert all(t.protocol == protocol for t in got)
+    # the oracle searches for what it does not know and answers right; the direct policy
+    # never searches, and on an unknown question it only guesses, so it is wrong
+    assert [t.num_searches > 0 for t in got] == [True] * 3 + [False] * 3
+    assert [exact_match(t.answer, t.question.golden_answers) for t in got] == [1.0] * 3 + [0.0] * 3
+    with pytest.raises(InvalidArgumentError, match="fewer than count"):
+        good_and_bad_trajectories(env, len(questions) + 1)
+    with pytest.raises(InvalidArgumentError, match="needs a SyntheticFacts env"):
+        good_and_bad_trajectories(object(), 1)
 
 
 def test_make_policy_returns_each_class_with_its_name(world):

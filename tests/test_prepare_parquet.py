@@ -75,3 +75,12 @@ def test_bad_parquet_is_refused_with_the_file_named(tmp_path):
     row = search_r1_row(0, "nq", "", ["x"])
     with pytest.raises(DataFileError, match="question"):
         build_rows([DatasetSpec("nq")], [write_parquet(tmp_path / "empty_q.parquet", [row])])
+
+
+def test_a_dataset_named_by_an_env_id_of_any_version_is_its_benchmark():
+    from searchgym.commands.prepare import parse_dataset
+
+    for text in ("searchgym/NQ-v1", "NQ-v1", "nq", "searchgym/HotpotQA-v1:5", "hotpotqa-v3"):
+        spec = parse_dataset(text)
+        assert spec.key == ("nq" if "nq" in text.lower() else "hotpotqa")
+        assert spec.count == (5 if text.endswith(":5") else None)

@@ -146,7 +146,7 @@ HOSTILE = {
 @pytest.mark.parametrize("protocol", ["search_r1", "research", "sem", "tool_call"])
 @pytest.mark.parametrize("kind", sorted(HOSTILE))
 def test_an_env_step_with_100000_nested_tags_is_a_malformed_turn(protocol, kind):
-    env = gym.make("searchgym/SyntheticFacts-v0", protocol=protocol, reward="f1", max_turns=3)
+    env = gym.make("searchgym/SyntheticFacts-v1", protocol=protocol, reward="f1", max_turns=3)
     env.reset(seed=0)
     _, reward, terminated, truncated, info = env.step(HOSTILE[kind])
     env.close()

@@ -3,21 +3,18 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from searchgym.envs.errors import InvalidArgumentError
+from studies.real_lm.data import DataSettings, prepare_data
+from studies.real_lm.evaluation import figures, heuristic_answers, interval
+from studies.real_lm.report import blocks, render_page
+from studies.real_lm.study import aggregate
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "studies"))
-
-from real_lm.data import DataSettings, prepare_data  # noqa: E402
-from real_lm.evaluation import figures, heuristic_answers, interval  # noqa: E402
-from real_lm.report import blocks, render_page  # noqa: E402
-from real_lm.study import aggregate  # noqa: E402
-
-from searchgym.envs.errors import InvalidArgumentError  # noqa: E402
 
 SHARED = REPO.parent / "shared" / "data"
 needs_data = pytest.mark.skipif(
@@ -121,7 +118,7 @@ def test_aggregate_pairs_each_seed_with_f1():
 
 
 def test_heuristic_reads_birthplace_and_occupation(tmp_path):
-    from real_lm.data import StudyData
+    from studies.real_lm.data import StudyData
 
     train = [
         {"id": "t1", "question": "q", "golden_answers": ["politician"], "metadata": {"prop": "occupation"}},
@@ -227,7 +224,7 @@ RESULTS = REPO / "studies" / "real_lm" / "results" / "calibration.json"
 def test_page_equals_its_json():
     results = json.loads(RESULTS.read_text(encoding="utf-8"))
     page = (REPO / "docs" / "real_lm_study.md").read_text(encoding="utf-8")
-    assert render_page(page, results) == page, "run: python studies/real_lm/report.py (see the page)"
+    assert render_page(page, results) == page, "run: python -m studies.real_lm.report (see the page)"
     for name in blocks(results):
         assert f"<!-- real-lm:{name} -->" in page
 
@@ -254,8 +251,8 @@ def test_one_cell_end_to_end_with_a_tiny_model(tmp_path, monkeypatch):
     config = tmp_path / "study.yaml"
     config.write_text(yaml.safe_dump(study), encoding="utf-8")
     (tmp_path / "runner.py").write_text((REPO / "studies" / "real_lm" / "runner.py").read_text())
-    # the runner finds the real_lm package beside it: point it at the repository's
-    monkeypatch.syspath_prepend(str(REPO / "studies"))
+    # a runner outside the study's package is loaded from its file; it imports
+    # studies.real_lm from the repository root, which pytest puts on the path (pytest.ini)
     from searchgym.cli import main
 
     out = tmp_path / "out"
@@ -294,7 +291,8 @@ def test_one_cell_end_to_end_with_a_tiny_model(tmp_path, monkeypatch):
 
 def test_warm_start_batches_cover_every_example_once_and_pad_little():
     import numpy as np
-    from real_lm.warm_start import _batches
+
+    from studies.real_lm.warm_start import _batches
 
     lengths = [10, 100] * 32  # fact lessons and episodes, interleaved
     batches = _batches(lengths, 4, np.random.default_rng(0))

@@ -28,7 +28,7 @@ from searchgym.trainers.grpo.generation import (  # noqa: E402
 )
 from searchgym.trainers.grpo.rollout import RolloutCollector  # noqa: E402
 
-ENV_ID = "searchgym/SyntheticFacts-v0"
+ENV_ID = "searchgym/SyntheticFacts-v1"
 ENV_KWARGS = {
     "protocol": "search_r1",
     "reward": "f1",

@@ -6,15 +6,13 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+import benchmarks.real_model_baselines as baselines
 
-import real_model_baselines as baselines  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 COMMITTED = ROOT / "benchmarks" / "results" / "real_model_baselines.json"
 
@@ -35,7 +33,7 @@ def _warm_config(shared_data: Path, tmp_path: Path):
 
 def test_the_baselines_answer_the_questions_the_grpo_run_held_out(shared_data, tmp_path):
     pytest.importorskip("torch")
-    import real_model_train
+    from benchmarks import real_model_train
 
     config = _warm_config(shared_data, tmp_path)
     trained_on, held = real_model_train.hold_out(config, 100)
@@ -98,8 +96,7 @@ def test_the_committed_figures_follow_from_the_rows_and_the_data(shared_data):
 
 
 def test_episode_log_keeps_each_finished_episode():
-    from real_model_eval import episode_log
-
+    from benchmarks.real_model_eval import episode_log
     from searchgym.envs.synthetic_env import SyntheticFactsEnv
 
     log: list[dict] = []

@@ -21,11 +21,11 @@ def load_table_script():
 def test_the_page_holds_the_tables_of_the_committed_results():
     table = load_table_script()
     page = table.DOC.read_text(encoding="utf-8")
-    assert table.main_text(page) == page, "rerun: python benchmarks/real_model_table.py"
+    assert table.main_text(page) == page, "rerun: python -m benchmarks.real_model_table"
 
 
 def test_the_readme_holds_the_evaluation_table_of_the_committed_results():
     table = load_table_script()
     readme = table.README.read_text(encoding="utf-8")
     assert "<!-- real-model-eval -->" in readme
-    assert table.readme_text(readme) == readme, "rerun: python benchmarks/real_model_table.py"
+    assert table.readme_text(readme) == readme, "rerun: python -m benchmarks.real_model_table"

@@ -20,6 +20,7 @@ from searchgym.envs.rewards import (
     LightSearcherReward,
     MinToolCallStore,
     OTCReward,
+    OutcomeReward,
     RewardScheme,
     SEMReward,
     make_reward,
@@ -115,6 +116,34 @@ def test_format_credit_ranks_malformed_trajectories_by_their_well_formed_turns()
     # the default (0) is the plain penalty
     assert F1Reward(format_penalty=-1)(traj(invalid(), search())) == -1.0
     assert make_reward("f1", format_penalty=-1, format_credit=1.0)(traj(search(), invalid())) == -0.5
+
+
+def test_em_and_f1_are_one_outcome_reward_that_differs_only_in_its_metric():
+    # by hand: "Paris France" vs gold "Paris": EM 0, F1 2/3 (P 1/2, R 1); malformed with a
+    # penalty of -1 and credit 0.5, 1 of 2 turns well formed: -1 + 0.5·1/2 = -0.75 under both.
+    wrong, malformed = traj(answer("Paris France")), traj(invalid(), answer("Paris"))
+    em, f1 = (
+        make_reward("em", format_penalty=-1, format_credit=0.5),
+        make_reward("f1", format_penalty=-1, format_credit=0.5),
+    )
+    assert isinstance(em, OutcomeReward) and isinstance(f1, OutcomeReward)
+    assert (em.outcome, f1.outcome) == ("em", "f1")
+    assert (em(wrong), f1(wrong)) == (0.0, pytest.approx(2 / 3))
+    assert em(malformed) == f1(malformed) == -0.75
+    assert repr(f1) == "F1Reward(format_penalty=-1.0, format_credit=0.5)"
+    with pytest.raises(InvalidArgumentError, match="does not accept outcome"):
+        make_reward("em", outcome="f1")  # the metric is the scheme's, not a keyword
+
+
+def test_an_outcome_reward_subclass_names_a_known_metric():
+    class Recall(OutcomeReward):
+        name = "recall"
+        outcome = "recall"
+
+    with pytest.raises(InvalidArgumentError, match="outcome must be one of 'em', 'f1', got 'recall'"):
+        Recall()
+    with pytest.raises(InvalidArgumentError, match="got ''"):
+        OutcomeReward()  # the base class has no metric of its own
 
 
 @pytest.mark.parametrize(

@@ -131,7 +131,7 @@ def _error(path: Path) -> ConfigError:
 
 
 def test_unknown_key_names_file_dotted_key_and_close_match(tmp_path):
-    path = _write(tmp_path, {"env": {"id": "SyntheticFacts-v0", "max_turn": 3}})
+    path = _write(tmp_path, {"env": {"id": "SyntheticFacts-v1", "max_turn": 3}})
     error = _error(path)
     assert error.source == str(path) and error.field == "env.max_turn"
     assert "max_turns" in str(error)
@@ -139,7 +139,7 @@ def test_unknown_key_names_file_dotted_key_and_close_match(tmp_path):
 
 def test_wrong_type_is_refused_at_load(tmp_path):
     error = _error(
-        _write(tmp_path, {"env": {"id": "SyntheticFacts-v0"}, "builtin": {"rollout": {"group_size": "4"}}})
+        _write(tmp_path, {"env": {"id": "SyntheticFacts-v1"}, "builtin": {"rollout": {"group_size": "4"}}})
     )
     assert error.field == "builtin.rollout.group_size" and "an int" in str(error)
 
@@ -147,14 +147,14 @@ def test_wrong_type_is_refused_at_load(tmp_path):
 def test_a_reward_parameter_the_scheme_lacks_fails_at_load(tmp_path):
     path = _write(
         tmp_path,
-        {"env": {"id": "SyntheticFacts-v0", "reward": "lightsearcher", "reward_kwargs": {"lamda": 1}}},
+        {"env": {"id": "SyntheticFacts-v1", "reward": "lightsearcher", "reward_kwargs": {"lamda": 1}}},
     )
     error = _error(path)
     assert error.field == "env.reward_kwargs" and "'lam'" in str(error)
 
 
 def test_an_env_option_the_env_does_not_take_fails_at_load(tmp_path):
-    error = _error(_write(tmp_path, {"env": {"id": "SyntheticFacts-v0", "data_path": "q.jsonl"}}))
+    error = _error(_write(tmp_path, {"env": {"id": "SyntheticFacts-v1", "data_path": "q.jsonl"}}))
     assert error.field == "env.data_path" and "world_seed" in str(error)
 
 
@@ -162,30 +162,30 @@ def test_an_unknown_tsas_variant_fails_at_load(tmp_path):
     error = _error(
         _write(
             tmp_path,
-            {"env": {"id": "SyntheticFacts-v0"}, "advantage": {"estimator": "tsas", "variant": "eq3"}},
+            {"env": {"id": "SyntheticFacts-v1"}, "advantage": {"estimator": "tsas", "variant": "eq3"}},
         )
     )
     assert error.field == "advantage.variant" and "eq2" in str(error)
 
 
 def test_an_unknown_estimator_gets_did_you_mean(tmp_path):
-    error = _error(_write(tmp_path, {"env": {"id": "SyntheticFacts-v0"}, "advantage": {"estimator": "tsa"}}))
+    error = _error(_write(tmp_path, {"env": {"id": "SyntheticFacts-v1"}, "advantage": {"estimator": "tsa"}}))
     assert error.field == "advantage.estimator" and "'tsas'" in str(error)
 
 
 def test_memory_without_a_store_under_openrlhf_fails_at_load(tmp_path):
     path = _write(
         tmp_path,
-        {"backend": "openrlhf", "env": {"id": "NQ-v0"}, "memory": {"kind": "lightsearcher"}, "openrlhf": {}},
+        {"backend": "openrlhf", "env": {"id": "NQ-v1"}, "memory": {"kind": "lightsearcher"}, "openrlhf": {}},
     )
     error = _error(path)
     assert error.field == "memory.path" and error.source == str(path)
 
 
 def test_a_section_of_the_other_backend_fails_at_load(tmp_path):
-    error = _error(_write(tmp_path, {"env": {"id": "NQ-v0"}, "openrlhf": {"actor": {}}}))
+    error = _error(_write(tmp_path, {"env": {"id": "NQ-v1"}, "openrlhf": {"actor": {}}}))
     assert error.field == "openrlhf" and "backend: openrlhf" in str(error)
-    error = _error(_write(tmp_path, {"backend": "openrlhf", "env": {"id": "NQ-v0"}, "builtin": {}}))
+    error = _error(_write(tmp_path, {"backend": "openrlhf", "env": {"id": "NQ-v1"}, "builtin": {}}))
     assert error.field == "builtin"
 
 
@@ -194,7 +194,7 @@ def test_token_reasoning_is_refused_under_openrlhf(tmp_path):
         tmp_path,
         {
             "backend": "openrlhf",
-            "env": {"id": "NQ-v0"},
+            "env": {"id": "NQ-v1"},
             "advantage": {"estimator": "tsas", "reasoning": "tokens"},
         },
     )
@@ -204,7 +204,7 @@ def test_token_reasoning_is_refused_under_openrlhf(tmp_path):
 def test_extends_merges_the_base_key_by_key(tmp_path):
     _write(
         tmp_path,
-        {"env": {"id": "SyntheticFacts-v0", "max_turns": 3, "topk": 2}, "builtin": {"steps": 5}},
+        {"env": {"id": "SyntheticFacts-v1", "max_turns": 3, "topk": 2}, "builtin": {"steps": 5}},
         "base.yaml",
     )
     path = _write(tmp_path, {"extends": "base.yaml", "env": {"max_turns": 5}, "builtin": {"seed": 3}})
@@ -214,8 +214,8 @@ def test_extends_merges_the_base_key_by_key(tmp_path):
 
 
 def test_env_kwargs_are_the_fields_that_are_set():
-    config = EnvConfig(id="SyntheticFacts-v0", reward="cost", max_turns=2)
-    assert config.id == "searchgym/SyntheticFacts-v0"
+    config = EnvConfig(id="SyntheticFacts-v1", reward="cost", max_turns=2)
+    assert config.id == "searchgym/SyntheticFacts-v1"
     assert config.kwargs() == {"reward": "cost", "max_turns": 2}
     assert EnvConfig.from_kwargs(config.id, config.kwargs()) == config
 
@@ -223,10 +223,10 @@ def test_env_kwargs_are_the_fields_that_are_set():
 def test_an_agent_only_file_in_the_run_layout_is_what_the_agent_reads(tmp_path):
     path = _write(
         tmp_path,
-        {"env": {"id": "NQ-v0", "reward": "em"}, "advantage": {"estimator": "tsas", "variant": "eq2"}},
+        {"env": {"id": "NQ-v1", "reward": "em"}, "advantage": {"estimator": "tsas", "variant": "eq2"}},
     )
     agent = load_agent_config(path)
-    assert agent.env_id == "searchgym/NQ-v0" and agent.env_kwargs == {"reward": "em"}
+    assert agent.env_id == "searchgym/NQ-v1" and agent.env_kwargs == {"reward": "em"}
     assert agent.advantage is not None and agent.advantage.variant == "eq2"
 
 
@@ -235,7 +235,7 @@ def test_a_group_norm_advantage_under_openrlhf_sets_its_estimator_flag(tmp_path)
         tmp_path,
         {
             "backend": "openrlhf",
-            "env": {"id": "NQ-v0"},
+            "env": {"id": "NQ-v1"},
             "advantage": {"estimator": "dr_grpo"},
             "openrlhf": {"actor": {"x": 1}},
         },
@@ -247,7 +247,7 @@ def test_a_group_norm_advantage_under_openrlhf_sets_its_estimator_flag(tmp_path)
         tmp_path,
         {
             "backend": "openrlhf",
-            "env": {"id": "NQ-v0"},
+            "env": {"id": "NQ-v1"},
             "advantage": {"estimator": "dr_grpo"},
             "openrlhf": {"algo": {"advantage": {"estimator": "group_norm"}}},
         },
@@ -260,7 +260,7 @@ def test_allow_changes_take_run_file_keys(tmp_path):
     path = _write(
         tmp_path,
         {
-            "env": {"id": "SyntheticFacts-v0"},
+            "env": {"id": "SyntheticFacts-v1"},
             "builtin": {
                 "checkpoint": {
                     "allow_changes": ["env.reward", "advantage.alpha", "builtin.rollout", "advantage"]
@@ -287,7 +287,7 @@ def test_eval_runs_on_the_env_of_a_run_file(tmp_path, capsys):
         tmp_path,
         {
             "env": {
-                "id": "SyntheticFacts-v0",
+                "id": "SyntheticFacts-v1",
                 "reward": "cost",
                 "reward_kwargs": {
                     "lam": 1.0,
@@ -331,7 +331,7 @@ def test_eval_on_a_run_file_writes_no_training_store(tmp_path):
         tmp_path,
         {
             "env": {
-                "id": "SyntheticFacts-v0",
+                "id": "SyntheticFacts-v1",
                 "reward": "lightsearcher",
                 "reward_kwargs": {"store": str(store)},
             }

@@ -29,7 +29,7 @@ from searchgym.envs.retrieval.simulated import (
 from searchgym.envs.synthetic import RELATIONS, generate_world
 from searchgym.policies import Policy, evaluate, make_policy
 
-SYNTHETIC = "searchgym/SyntheticFacts-v0"
+SYNTHETIC = "searchgym/SyntheticFacts-v1"
 
 
 @pytest.fixture(scope="module")

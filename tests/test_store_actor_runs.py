@@ -34,7 +34,7 @@ TESTS = Path(__file__).resolve().parent
 RUN = """\
 backend: openrlhf
 env:
-  id: searchgym/SyntheticFacts-v0
+  id: searchgym/SyntheticFacts-v1
   protocol: tool_call
   reward: lightsearcher
   reward_kwargs: {{store: runs/min_tool_calls.sqlite}}

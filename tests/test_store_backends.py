@@ -129,7 +129,7 @@ def test_workers_append_and_read_concurrently(ray_session: Any, tmp_path: Path, 
 RUN = """\
 backend: openrlhf
 env:
-  id: searchgym/SyntheticFacts-v0
+  id: searchgym/SyntheticFacts-v1
   protocol: tool_call
   retriever: {retriever}
   reward: lightsearcher

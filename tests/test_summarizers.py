@@ -198,7 +198,7 @@ class _Sloppy:
 
 
 def _rollouts(p_direct: float, p_sloppy: float, episodes: int, seed: int) -> list[Trajectory]:
-    env = gym.make("searchgym/SyntheticFacts-v0", protocol="tool_call", reward="lightsearcher", max_turns=3)
+    env = gym.make("searchgym/SyntheticFacts-v1", protocol="tool_call", reward="lightsearcher", max_turns=3)
     world = env.unwrapped.world
     rng = np.random.default_rng(seed)
     direct = make_policy("direct", protocol="tool_call", world=world)

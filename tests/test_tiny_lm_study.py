@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import gymnasium as gym
@@ -24,9 +23,8 @@ from searchgym.trainers.config import ConfigError  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 TINY_LM = REPO / "studies" / "frugal" / "tiny_lm"
-sys.path.insert(0, str(TINY_LM.parent))  # the study's package, imported as its own scripts do
 
-from tiny_lm.config import StudyRunConfig, load_run_config  # noqa: E402
+from studies.frugal.tiny_lm.config import StudyRunConfig, load_run_config  # noqa: E402
 
 SMALL_WORLD = {"num_people": 12, "num_cities": 8, "num_countries": 3, "num_companies": 6}
 BRIEF = "Answer the question. Search with <search> query </search>; answer with <answer> answer </answer>."
@@ -56,13 +54,13 @@ def test_split_questions_reject_bad_arguments(split, fraction):
 
 
 def test_env_split_and_brief_instructions():
-    env = gym.make("searchgym/SyntheticFacts-v0", split="eval", instructions=BRIEF)
+    env = gym.make("searchgym/SyntheticFacts-v1", split="eval", instructions=BRIEF)
     obs, _ = env.reset(seed=0)
     assert obs.startswith(BRIEF + "\n\nQuestion: ")
     held_out = {q.id for q in split_questions(env.unwrapped.world, "eval")}
     assert {q.id for q in env.unwrapped.questions} == held_out
     with pytest.raises(InvalidArgumentError, match="instructions"):
-        gym.make("searchgym/SyntheticFacts-v0", instructions="  ")
+        gym.make("searchgym/SyntheticFacts-v1", instructions="  ")
 
 
 def test_experience_wrapper_keeps_the_envs_own_instructions():
@@ -73,7 +71,7 @@ def test_experience_wrapper_keeps_the_envs_own_instructions():
 
     memory = FixedBank()
     env = ExperienceWrapper(
-        gym.make("searchgym/SyntheticFacts-v0", instructions=BRIEF), memory, few_shot=False
+        gym.make("searchgym/SyntheticFacts-v1", instructions=BRIEF), memory, few_shot=False
     )
     obs, info = env.reset(seed=0)
     assert obs.startswith(BRIEF)
@@ -92,7 +90,7 @@ def tiny(tmp_path_factory):
 @pytest.mark.parametrize("protocol", ["search_r1", "sem"])
 @pytest.mark.parametrize("search", [True, False])
 def test_demonstrations_are_well_formed_episodes_with_masked_env_text(tiny, protocol, search):
-    from tiny_lm.demos import _episode, write_demo_actions
+    from studies.frugal.tiny_lm.demos import _episode, write_demo_actions
 
     env = SyntheticFactsEnv(world_seed=3, world_kwargs=SMALL_WORLD, protocol=protocol, max_turns=3)
     index = next(i for i, q in enumerate(env.questions) if q.hops == 2)
@@ -114,14 +112,14 @@ def test_demonstrations_are_well_formed_episodes_with_masked_env_text(tiny, prot
 def test_warm_start_data_never_shows_an_unknown_fact_of_the_study_world(tiny):
     import random
 
-    from tiny_lm.demos import (
+    from studies.frugal.tiny_lm.demos import (
         chain_demonstrations,
         demo_env,
         demonstrations,
         recall_lessons,
         statements,
     )
-    from tiny_lm.sft import held_out_chains
+    from studies.frugal.tiny_lm.sft import held_out_chains
 
     kwargs = {"world_kwargs": SMALL_WORLD, "max_turns": 3, "instructions": BRIEF}
     env = demo_env(5, kwargs, split="train")
@@ -146,10 +144,9 @@ def test_warm_start_data_never_shows_an_unknown_fact_of_the_study_world(tiny):
 def test_chain_demonstrations_recall_both_hops_of_known_chains_and_skip_held_out_ones(tiny):
     import random
 
-    from tiny_lm.demos import chain_demonstrations, demo_env
-    from tiny_lm.sft import held_out_chains
-
     from searchgym.envs.synthetic import two_hop_chains, two_hop_question
+    from studies.frugal.tiny_lm.demos import chain_demonstrations, demo_env
+    from studies.frugal.tiny_lm.sft import held_out_chains
 
     kwargs = {"world_kwargs": {**SMALL_WORLD, "known_fraction": 0.8}, "max_turns": 3, "instructions": BRIEF}
     env, tokenizer = demo_env(5, kwargs, split="train"), tiny[1]
@@ -180,7 +177,7 @@ def test_chain_demonstrations_recall_both_hops_of_known_chains_and_skip_held_out
 def test_demonstrations_record_their_questions_hops(tiny):
     import random
 
-    from tiny_lm.demos import demo_env, demonstrations
+    from studies.frugal.tiny_lm.demos import demo_env, demonstrations
 
     env = demo_env(5, {"world_kwargs": SMALL_WORLD, "max_turns": 3, "instructions": BRIEF}, split="all")
     examples = list(demonstrations(env, tiny[1], search_prob=1.0, rng=random.Random(0), known_only=False))
@@ -192,7 +189,7 @@ def test_demonstrations_record_their_questions_hops(tiny):
 
 
 def test_reading_lessons_train_only_the_copied_part(tiny):
-    from tiny_lm.demos import reading_examples, reading_seeds, shadow_seeds
+    from studies.frugal.tiny_lm.demos import reading_examples, reading_seeds, shadow_seeds
 
     assert set(reading_seeds(5)).isdisjoint(shadow_seeds(0, 5) + shadow_seeds(1, 5))
     world = generate_world(9, **SMALL_WORLD)
@@ -218,7 +215,7 @@ def _smoke_config(tmp_path, **changes):
         "steps": 2,
         "seed": 0,
         "env": {
-            "id": "searchgym/SyntheticFacts-v0",
+            "id": "searchgym/SyntheticFacts-v1",
             "kwargs": {
                 "world_seed": 7,
                 "world_kwargs": SMALL_WORLD,
@@ -261,9 +258,9 @@ def _smoke_config(tmp_path, **changes):
 
 def test_sft_trains_and_is_cached(tmp_path):
     from safetensors.torch import load_file
-    from tiny_lm.warm_start import warm_start
 
     from searchgym.trainers.grpo.model import model_source
+    from studies.frugal.tiny_lm.warm_start import warm_start
 
     config = _smoke_config(tmp_path)
     path = warm_start(config, progress=False)
@@ -302,8 +299,8 @@ def test_sft_trains_and_is_cached(tmp_path):
 def test_forced_probes_open_like_the_demonstrations_and_score_their_continuation(
     tmp_path, tiny, protocol, recall_form, chain_repeats
 ):
-    from tiny_lm.demos import write_demo_actions
-    from tiny_lm.evaluation import forced_probes, probe_score
+    from studies.frugal.tiny_lm.demos import write_demo_actions
+    from studies.frugal.tiny_lm.evaluation import forced_probes, probe_score
 
     recall_think = recall_form is not None
     sft = {
@@ -374,9 +371,8 @@ def test_forced_probes_open_like_the_demonstrations_and_score_their_continuation
 @pytest.mark.parametrize("ask_hops", [False, True])
 @pytest.mark.parametrize("hops", [1, 2])
 def test_recall_demonstrations_state_the_recollection_and_never_invent_a_name(tiny, hops, ask_hops):
-    from tiny_lm.demos import _episode, write_demo_actions
-
     from searchgym.policies.chat import ChatFormatter
+    from studies.frugal.tiny_lm.demos import _episode, write_demo_actions
 
     env = SyntheticFactsEnv(world_seed=3, world_kwargs=SMALL_WORLD, max_turns=3, instructions=BRIEF)
     index = next(i for i, q in enumerate(env.questions) if q.hops == hops)
@@ -409,9 +405,8 @@ def test_recall_demonstrations_state_the_recollection_and_never_invent_a_name(ti
 
 @pytest.mark.parametrize("hops", [1, 2])
 def test_question_form_recollections_restate_the_question_in_a_recall_lessons_words(tiny, hops):
-    from tiny_lm.demos import _episode, forced_opening, recall_pairs, write_demo_actions
-
     from searchgym.policies.chat import ChatFormatter
+    from studies.frugal.tiny_lm.demos import _episode, forced_opening, recall_pairs, write_demo_actions
 
     env = SyntheticFactsEnv(world_seed=3, world_kwargs=SMALL_WORLD, max_turns=3, instructions=BRIEF)
     index = next(i for i, q in enumerate(env.questions) if q.hops == hops and q.known)
@@ -437,9 +432,8 @@ def test_question_form_recollections_restate_the_question_in_a_recall_lessons_wo
 
 @pytest.mark.parametrize("hops", [1, 2])
 def test_sem_recall_demonstrations_choose_to_search_after_the_first_answer(tiny, hops):
-    from tiny_lm.demos import _episode, forced_opening, write_demo_actions
-
     from searchgym.policies.chat import ChatFormatter
+    from studies.frugal.tiny_lm.demos import _episode, forced_opening, write_demo_actions
 
     env = SyntheticFactsEnv(world_seed=3, world_kwargs=SMALL_WORLD, max_turns=3, protocol="sem", reward="sem")
     index = next(i for i, q in enumerate(env.questions) if q.hops == hops)
@@ -463,7 +457,7 @@ def test_sem_recall_demonstrations_choose_to_search_after_the_first_answer(tiny,
 
 
 def test_recall_think_writes_every_episode_of_the_protocol_stage_with_a_recollection(tmp_path, tiny):
-    from tiny_lm.sft import sft_examples
+    from studies.frugal.tiny_lm.sft import sft_examples
 
     tokenizer = tiny[1]
     sft = {"enabled": True, "shadow_worlds": 2, "recall_think": True, "chain_repeats": 1.0}
@@ -485,7 +479,7 @@ def test_recall_think_writes_every_episode_of_the_protocol_stage_with_a_recollec
 def test_question_form_writes_every_recollection_of_the_protocol_stage_about_its_own_question(tmp_path, tiny):
     import re
 
-    from tiny_lm.sft import sft_examples
+    from studies.frugal.tiny_lm.sft import sft_examples
 
     tokenizer = tiny[1]
     sft = {"enabled": True, "shadow_worlds": 2, "recall_think": True, "recall_form": "question"}
@@ -501,7 +495,7 @@ def test_question_form_writes_every_recollection_of_the_protocol_stage_about_its
 
 
 def test_recall_lessons_repeat_every_phrasing_of_known_facts_only(tiny):
-    from tiny_lm.demos import recall_lessons
+    from studies.frugal.tiny_lm.demos import recall_lessons
 
     world, tokenizer = generate_world(9, **SMALL_WORLD), tiny[1]
     lessons = recall_lessons(world, tokenizer, 3)
@@ -513,8 +507,9 @@ def test_recall_lessons_repeat_every_phrasing_of_known_facts_only(tiny):
 
 def test_recall_topup_trains_missed_facts_until_the_target_and_is_cached(tmp_path):
     from safetensors.torch import load_file
-    from tiny_lm.sft import protocol_model
-    from tiny_lm.warm_start import warm_start
+
+    from studies.frugal.tiny_lm.sft import protocol_model
+    from studies.frugal.tiny_lm.warm_start import warm_start
 
     topup = {
         "recall_target": 1.0,
@@ -549,7 +544,8 @@ def test_recall_topup_trains_missed_facts_until_the_target_and_is_cached(tmp_pat
 
 def test_memory_arms_warm_start_is_topped_up_behind_the_scripted_memory(tmp_path):
     from safetensors.torch import load_file
-    from tiny_lm.warm_start import warm_start, warm_start_folder
+
+    from studies.frugal.tiny_lm.warm_start import warm_start, warm_start_folder
 
     sft = {
         **_smoke_config(tmp_path).sft.__dict__,
@@ -583,10 +579,9 @@ def test_memory_arms_warm_start_is_topped_up_behind_the_scripted_memory(tmp_path
 
 
 def test_recall_by_fact_scores_every_known_one_hop_fact_of_the_split(tmp_path, tiny):
-    from tiny_lm.demos import demo_env
-    from tiny_lm.evaluation import recall_by_fact
-
     from searchgym.policies.tiny import load_tiny_lm
+    from studies.frugal.tiny_lm.demos import demo_env
+    from studies.frugal.tiny_lm.evaluation import recall_by_fact
 
     model, tokenizer = load_tiny_lm(tiny[0])
     config = _smoke_config(tmp_path, sft={"recall_think": True})
@@ -601,7 +596,7 @@ def test_recall_by_fact_scores_every_known_one_hop_fact_of_the_split(tmp_path, t
 
 
 def test_protocol_stage_shares_its_episodes_between_protocols(tmp_path, tiny):
-    from tiny_lm.sft import sft_examples
+    from studies.frugal.tiny_lm.sft import sft_examples
 
     def formats(protocols):
         config = _smoke_config(tmp_path, sft={"enabled": True, "shadow_worlds": 2, "protocols": protocols})
@@ -615,7 +610,7 @@ def test_protocol_stage_shares_its_episodes_between_protocols(tmp_path, tiny):
 
 
 def test_memory_share_writes_episodes_with_the_memory_arms_prompt_layout(tmp_path, tiny):
-    from tiny_lm.sft import sft_examples
+    from studies.frugal.tiny_lm.sft import sft_examples
 
     tokenizer = tiny[1]
 
@@ -640,9 +635,9 @@ def test_memory_share_writes_episodes_with_the_memory_arms_prompt_layout(tmp_pat
 
 
 def test_warm_start_needs_the_synthetic_world(tmp_path):
-    from tiny_lm.warm_start import warm_start
+    from studies.frugal.tiny_lm.warm_start import warm_start
 
-    config = _smoke_config(tmp_path, env={"id": "searchgym/HotpotQA-v0", "kwargs": {}})
+    config = _smoke_config(tmp_path, env={"id": "searchgym/HotpotQA-v1", "kwargs": {}})
     with pytest.raises(InvalidArgumentError, match="SyntheticFacts"):
         warm_start(config, progress=False)
 
@@ -656,7 +651,7 @@ def test_pipeline_smoke_warm_start_grpo_and_held_out_table(tmp_path, capsys):
     )
     path = tmp_path / "arm.yaml"
     save_config(config, path)
-    from tiny_lm.train import main as train_arm
+    from studies.frugal.tiny_lm.train import main as train_arm
 
     assert train_arm(["--config", str(path), "--no-progress"]) == 0
     out = capsys.readouterr().out
@@ -849,7 +844,7 @@ def test_study_runs_every_arm_and_writes_table_json_and_plot(tmp_path, capsys):
 
 
 def test_aggregate_leaves_out_missing_and_nan_figures():
-    from tiny_lm.study import aggregate
+    from studies.frugal.tiny_lm.study import aggregate
 
     def run(seed, p_search_right):
         skills = {} if p_search_right is None else {"p_search_right": p_search_right}
@@ -861,7 +856,7 @@ def test_aggregate_leaves_out_missing_and_nan_figures():
 
 
 def test_a_runs_key_hashes_only_the_settings_that_differ_from_the_defaults(tmp_path):
-    from tiny_lm.study import config_key
+    from studies.frugal.tiny_lm.study import config_key
 
     config = _smoke_config(tmp_path)
     data = config.to_dict()
@@ -879,9 +874,8 @@ def test_a_runs_key_hashes_only_the_settings_that_differ_from_the_defaults(tmp_p
 
 
 def test_a_study_moved_to_another_folder_keeps_its_finished_runs(tmp_path):
-    from tiny_lm.study import arm_config, load_study, run_key
-
     from searchgym.cli import main
+    from studies.frugal.tiny_lm.study import arm_config, load_study, run_key
 
     base = _smoke_config(tmp_path, steps=1).to_dict()
     base["eval"]["max_questions"] = 2
@@ -911,8 +905,8 @@ def test_a_study_moved_to_another_folder_keeps_its_finished_runs(tmp_path):
 
 def test_a_runs_key_names_its_warm_start(tmp_path):
     """A finished run goes stale when the code would build its seed another warm start."""
-    from tiny_lm.study import config_key, run_key
-    from tiny_lm.warm_start import warm_start_folder
+    from studies.frugal.tiny_lm.study import config_key, run_key
+    from studies.frugal.tiny_lm.warm_start import warm_start_folder
 
     config = _smoke_config(tmp_path, sft={"enabled": True, "recall_target": 0.5})
     assert run_key(config) == f"{config_key(config)}+{warm_start_folder(config).name}"
@@ -953,7 +947,7 @@ def _with_env(config, **kwargs):
     ],
 )
 def test_a_changed_setting_names_another_warm_start(tmp_path, change):
-    from tiny_lm.warm_start import warm_start_folder
+    from studies.frugal.tiny_lm.warm_start import warm_start_folder
 
     config = _smoke_config(tmp_path, sft={"enabled": True, "reading_worlds": 2, "recall_target": 0.5})
     same = StudyRunConfig.from_dict(json.loads(json.dumps(config.to_dict())))  # rebuilt from its dict
@@ -962,7 +956,7 @@ def test_a_changed_setting_names_another_warm_start(tmp_path, change):
 
 
 def test_the_warm_start_runs_on_the_threads_its_key_holds(tmp_path):
-    from tiny_lm.warm_start import warm_start
+    from studies.frugal.tiny_lm.warm_start import warm_start
 
     config = _smoke_config(tmp_path)
     config = config.replace(model={**vars(config.model), "cpu_threads": 1})
@@ -977,7 +971,7 @@ def test_the_warm_start_runs_on_the_threads_its_key_holds(tmp_path):
 
 @pytest.mark.parametrize("library", ["torch", "transformers"])
 def test_another_library_version_names_another_warm_start(tmp_path, monkeypatch, library):
-    from tiny_lm.warm_start import warm_start_folder
+    from studies.frugal.tiny_lm.warm_start import warm_start_folder
 
     config = _smoke_config(tmp_path, sft={"enabled": True})
     before = warm_start_folder(config)
@@ -987,7 +981,7 @@ def test_another_library_version_names_another_warm_start(tmp_path, monkeypatch,
 
 
 def test_study_file_errors_name_the_arm(tmp_path):
-    from tiny_lm.study import load_study
+    from studies.frugal.tiny_lm.study import load_study
 
     path = tmp_path / "study.yaml"
     path.write_text(yaml.safe_dump({"seeds": [0], "arms": {"bad": {"algo": {"advantage": "nope"}}}}))
@@ -1000,7 +994,7 @@ def test_study_file_errors_name_the_arm(tmp_path):
 
 def test_shipped_study_configs_load():
 
-    from tiny_lm.study import load_study, merge
+    from studies.frugal.tiny_lm.study import load_study, merge
 
     root = TINY_LM
     study = load_study(root / "study.yaml")
@@ -1014,10 +1008,9 @@ def test_shipped_study_configs_load():
 
 
 def test_skills_read_recall_and_copying_from_real_episodes():
-    from tiny_lm.demos import write_demo_actions
-    from tiny_lm.evaluation import skills
-
     from searchgym.trainers.grpo.rollout import Episode
+    from studies.frugal.tiny_lm.demos import write_demo_actions
+    from studies.frugal.tiny_lm.evaluation import skills
 
     env = SyntheticFactsEnv(world_seed=4, world_kwargs=SMALL_WORLD, max_turns=3)
     world = env.world
@@ -1056,7 +1049,7 @@ def test_skills_read_recall_and_copying_from_real_episodes():
 
 
 def test_shadow_demonstrations_search_as_often_as_shadow_search_prob_says(tmp_path, tiny):
-    from tiny_lm.sft import sft_examples
+    from studies.frugal.tiny_lm.sft import sft_examples
 
     def kinds(shadow_search_prob):
         sft = {"enabled": True, "shadow_worlds": 2, "search_prob": 0.0, "fact_repeats": 0}
@@ -1071,7 +1064,7 @@ def test_shadow_demonstrations_search_as_often_as_shadow_search_prob_says(tmp_pa
 
 
 def test_sem_demonstrations_show_needless_searches_to_the_sem_reward():
-    from tiny_lm.demos import write_demo_actions
+    from studies.frugal.tiny_lm.demos import write_demo_actions
 
     env = SyntheticFactsEnv(world_seed=3, world_kwargs=SMALL_WORLD, protocol="sem", reward="sem", max_turns=3)
     index = next(i for i, q in enumerate(env.questions) if q.hops == 1)
@@ -1097,11 +1090,10 @@ def test_sem_demonstrations_show_needless_searches_to_the_sem_reward():
 def test_sft_weighs_every_trained_token_alike_across_length_grouped_batches(tiny):
     # Short examples end in " yes", long ones in " no" and a long trained tail, 1 : 3. Batches
     # are grouped by length, so per-batch averaging would give " yes" most of the weight.
-    from tiny_lm.config import SFTConfig
-    from tiny_lm.demos import Example
-    from tiny_lm.sft import train_sft
-
     from searchgym.policies.tiny import load_tiny_lm
+    from studies.frugal.tiny_lm.config import SFTConfig
+    from studies.frugal.tiny_lm.demos import Example
+    from studies.frugal.tiny_lm.sft import train_sft
 
     path, tok = tiny
     model = load_tiny_lm(path)[0]
@@ -1133,9 +1125,8 @@ def test_sft_weighs_every_trained_token_alike_across_length_grouped_batches(tiny
 
 
 def test_choice_probability_compares_the_two_whole_continuations(tiny):
-    from tiny_lm.evaluation import _first_choice_probability
-
     from searchgym.policies.tiny import load_tiny_lm
+    from studies.frugal.tiny_lm.evaluation import _first_choice_probability
 
     model, tokenizer = load_tiny_lm(tiny[0])
     encode = lambda text: list(tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
@@ -1157,9 +1148,8 @@ def test_choice_probability_compares_the_two_whole_continuations(tiny):
 
 
 def test_decision_probe_reads_the_recollection_and_the_choice_after_it(tmp_path, tiny):
-    from tiny_lm.evaluation import decision_probe
-
     from searchgym.policies.tiny import load_tiny_lm
+    from studies.frugal.tiny_lm.evaluation import decision_probe
 
     model, tokenizer = load_tiny_lm(tiny[0])
     config = _smoke_config(tmp_path, sft={"recall_think": True})
@@ -1175,10 +1165,9 @@ def test_decision_probe_reads_the_recollection_and_the_choice_after_it(tmp_path,
 def test_decision_probe_asks_behind_the_memory_arms_prompt(tmp_path, tiny):
     import random
 
-    from tiny_lm.evaluation import decision_probe
-    from tiny_lm.sft import scripted_memory
-
     from searchgym.policies.tiny import load_tiny_lm
+    from studies.frugal.tiny_lm.evaluation import decision_probe
+    from studies.frugal.tiny_lm.sft import scripted_memory
 
     model, tokenizer = load_tiny_lm(tiny[0])
     config = _smoke_config(tmp_path, sft={"recall_think": True, "shadow_worlds": 2, "memory_share": 0.5})
@@ -1202,10 +1191,9 @@ def test_memory_arms_evaluation_probes_behind_their_memory(tmp_path, tiny):
     """A memory arm's eval skills describe the model as the arm meets it: behind its memory."""
     import random
 
-    from tiny_lm.evaluation import evaluate_model
-    from tiny_lm.sft import scripted_memory
-
     from searchgym.policies.tiny import load_tiny_lm
+    from studies.frugal.tiny_lm.evaluation import evaluate_model
+    from studies.frugal.tiny_lm.sft import scripted_memory
 
     model, tokenizer = load_tiny_lm(tiny[0])
     config = _smoke_config(
@@ -1226,7 +1214,7 @@ def test_scripted_memory_shows_right_direct_answers_and_searches(tmp_path, proto
     few-shot pool, and banks that sometimes speak for answering at once."""
     import random
 
-    from tiny_lm.sft import scripted_memory
+    from studies.frugal.tiny_lm.sft import scripted_memory
 
     sft = {"recall_think": True, "shadow_worlds": 2, "memory_share": 0.5, "protocols": ["search_r1", "sem"]}
     memory, banks = scripted_memory(_smoke_config(tmp_path, sft=sft), protocol, random.Random(0)), []
@@ -1274,8 +1262,8 @@ def test_searchgym_study_names_the_missing_runner_key(tmp_path):
 def test_the_integration_checks_docs_table_is_generated_from_its_committed_result():
     """docs/tiny_lm_study.md's integration table is what integration_report.py writes from
     the committed integration.json, and the run's config is the committed one."""
-    from tiny_lm import integration_report
-    from tiny_lm.study import load_study
+    from studies.frugal.tiny_lm import integration_report
+    from studies.frugal.tiny_lm.study import load_study
 
     result = json.loads(integration_report.RESULT.read_text(encoding="utf-8"))
     page = integration_report.PAGE.read_text(encoding="utf-8")
@@ -1288,7 +1276,7 @@ def test_the_integration_checks_docs_table_is_generated_from_its_committed_resul
 
 
 def test_integration_report_writes_only_between_its_markers(tmp_path):
-    from tiny_lm import integration_report
+    from studies.frugal.tiny_lm import integration_report
 
     page = tmp_path / "page.md"
     name = integration_report.NAME

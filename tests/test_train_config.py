@@ -38,13 +38,13 @@ def test_yaml_round_trip_is_exact(tmp_path):
     config = TrainConfig.from_dict(
         {
             "steps": 7,
-            "env": {"id": "SyntheticFacts-v0", "kwargs": {"reward": "cost", "reward_kwargs": {"lam": 0.2}}},
+            "env": {"id": "SyntheticFacts-v1", "kwargs": {"reward": "cost", "reward_kwargs": {"lam": 0.2}}},
             "model": {"path": "models/qwen", "dtype": "bfloat16", "device": "auto"},
             "algo": {"advantage": "tsas", "tsas_warmup_steps": 3, "lr": 2e-6},
             "wandb": {"enabled": True, "tags": ["a", "b"], "mode": "offline"},
         }
     )
-    assert config.env.id == "searchgym/SyntheticFacts-v0"  # the short id is completed
+    assert config.env.id == "searchgym/SyntheticFacts-v1"  # the short id is completed
     first = Path(save_config(config, tmp_path / "a.yaml"))
     again = TrainConfig.from_dict(read_yaml(first))
     assert again == config
@@ -91,8 +91,8 @@ def test_shipped_builtin_configs_load(path):
             "model.tiny.hidden_size: got 48; allowed: a multiple of 32",
         ),
         (
-            {"env": {"id": "HotpotQA-v1"}},
-            "env.id: got 'HotpotQA-v1'; allowed: one of searchgym/2WikiMultihopQA-v0",
+            {"env": {"id": "HotpotQA-v2"}},
+            "env.id: got 'HotpotQA-v2'; allowed: one of searchgym/2WikiMultihopQA-v1",
         ),
         ({"env": {"kwargs": {"render_mode": "ansi"}}}, "env.kwargs: got {'render_mode': 'ansi'}"),
         ({"memory": {"kind": "hiexp"}}, "memory.path: got None; allowed: the HiExp store folder"),
@@ -151,9 +151,9 @@ def test_the_builtin_and_openrlhf_configs_word_a_bad_memory_section_alike(tmp_pa
     from searchgym.trainers.openrlhf.config import load_run_config
 
     builtin, openrlhf = tmp_path / "builtin.yaml", tmp_path / "openrlhf.yaml"
-    builtin.write_text(f"env: {{id: SyntheticFacts-v0}}\nmemory: {memory}\n")
+    builtin.write_text(f"env: {{id: SyntheticFacts-v1}}\nmemory: {memory}\n")
     openrlhf.write_text(
-        f"backend: openrlhf\nenv: {{id: SyntheticFacts-v0}}\nmemory: {memory}\nopenrlhf: {{}}\n"
+        f"backend: openrlhf\nenv: {{id: SyntheticFacts-v1}}\nmemory: {memory}\nopenrlhf: {{}}\n"
     )
     with pytest.raises(ConfigError) as built_in_error:
         load_config(builtin)
@@ -230,7 +230,7 @@ def test_train_dry_run_prints_the_plan_without_importing_torch(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     out = done.stdout
-    assert out.startswith("builtin GRPO: 40 steps on searchgym/SyntheticFacts-v0 (a fresh run)")
+    assert out.startswith("builtin GRPO: 40 steps on searchgym/SyntheticFacts-v1 (a fresh run)")
     assert "2 questions x 4 = 8 episodes per step" in out
     assert "torch loaded: False" in out
     printed = yaml.safe_load(out[out.index("backend: builtin") : out.index("torch loaded")])
@@ -251,7 +251,7 @@ def test_train_sends_openrlhf_files_to_the_plugin(tmp_path, monkeypatch, capsys)
     calls = []
     monkeypatch.setattr(plugin, "launch", lambda path, dry_run: calls.append((path, dry_run)) or 0)
     path = tmp_path / "run.yaml"
-    path.write_text("backend: openrlhf\nenv: {id: searchgym/SyntheticFacts-v0}\n")
+    path.write_text("backend: openrlhf\nenv: {id: searchgym/SyntheticFacts-v1}\n")
     assert main(["train", "--config", str(path), "--dry-run"]) == 0  # the file's backend key decides
     assert main(["train", "--config", str(path), "--backend", "openrlhf"]) == 0
     assert calls == [(str(path), True), (str(path), False)]

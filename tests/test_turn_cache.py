@@ -18,7 +18,7 @@ from searchgym.policies.turn_cache import TurnCache, common_prefix  # noqa: E402
 from searchgym.trainers.grpo.generation import SamplingSettings, generate_batch, sample_actions  # noqa: E402
 from searchgym.trainers.grpo.rollout import RolloutCollector  # noqa: E402
 
-ENV_ID = "searchgym/SyntheticFacts-v0"
+ENV_ID = "searchgym/SyntheticFacts-v1"
 
 
 @pytest.fixture(scope="module")

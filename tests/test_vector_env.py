@@ -19,7 +19,7 @@ from searchgym.envs.retrieval import Retriever
 from searchgym.envs.spaces import AnyText
 from searchgym.envs.vector_env import SearchQAVectorEnv, stack_infos
 
-SYNTHETIC = "searchgym/SyntheticFacts-v0"
+SYNTHETIC = "searchgym/SyntheticFacts-v1"
 
 
 # -- helpers ------------------------------------------------------------------------------
@@ -250,14 +250,14 @@ def test_hotpotqa_bm25_matches_single_envs(shared_data):
     data = shared_data / "questions" / "hotpotqa.jsonl"
     kwargs = {"data_path": data, "corpus_path": shared_data / "corpus.jsonl", "max_turns": 3}
     vector = gym.make_vec(
-        "searchgym/HotpotQA-v0", num_envs=4, vectorization_mode="vector_entry_point", **kwargs
+        "searchgym/HotpotQA-v1", num_envs=4, vectorization_mode="vector_entry_point", **kwargs
     )
     questions = vector.unwrapped.envs[0].questions
     script = action_script(
         [q.question for q in questions[:60]], [q.golden_answers[0] for q in questions[:60]], 5, 12, 4
     )
     assert_equivalent(
-        vector, lambda: gym.make("searchgym/HotpotQA-v0", **kwargs), 21, script, AutoresetMode.NEXT_STEP
+        vector, lambda: gym.make("searchgym/HotpotQA-v1", **kwargs), 21, script, AutoresetMode.NEXT_STEP
     )
     retrievers = {id(env.retriever) for env in vector.unwrapped.envs}
     assert len(retrievers) == 1  # one shared BM25 index

@@ -101,7 +101,7 @@ BANK = ExperienceBank(
 
 
 def test_the_logger_writes_steps_the_bank_and_eval_results_to_the_run_files(tmp_path):
-    env_maker = lambda: gym.make("searchgym/SyntheticFacts-v0")  # noqa: E731
+    env_maker = lambda: gym.make("searchgym/SyntheticFacts-v1")  # noqa: E731
     result = evaluate(env_maker, DirectPolicy(), 6, progress=False)
     with WandbLogger("searchgym-test", config={"seed": 3, "algo": {"lr": 1e-6}}, dir=tmp_path) as logger:
         logger.log_step(

@@ -1,3 +1,3 @@
-"""Trainers (OpenRLHF plugin, built-in GRPO): see the trainers issue."""
+"""Trainers: the built-in GRPO trainer (``trainers.grpo``) and the OpenRLHF plugin (``trainers.openrlhf``)."""
 
 __all__: list[str] = []

@@ -63,14 +63,14 @@ class EnvConfig:
     """The environment the rollouts run in.
 
     Attributes:
-        id: A registered searchgym env id (``searchgym/SyntheticFacts-v0``, ``searchgym/HotpotQA-v0``, …).
+        id: A registered searchgym env id (``searchgym/SyntheticFacts-v1``, ``searchgym/HotpotQA-v1``, …).
         kwargs: Keyword arguments of ``gym.make`` (``protocol``, ``reward``, ``reward_kwargs``,
             ``topk``, ``max_turns``, ``data_path``, ``corpus_path``, ``retriever``, …). The
             trainer builds the reward scheme once and shares it between all envs, so
             LightSearcher's per-question minimum is shared as the paper requires.
     """
 
-    id: str = "searchgym/SyntheticFacts-v0"
+    id: str = "searchgym/SyntheticFacts-v1"
     kwargs: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

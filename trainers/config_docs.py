@@ -56,7 +56,7 @@ section named like the backend (`builtin` or `openrlhf`) holds what only that ba
 ```yaml
 extends: base.yaml              # optional: a base file, merged key by key under this one
 backend: builtin                # or openrlhf
-env: {id: searchgym/MuSiQue-v0, protocol: tool_call, reward: lightsearcher, topk: 3, max_turns: 6}
+env: {id: searchgym/MuSiQue-v1, protocol: tool_call, reward: lightsearcher, topk: 3, max_turns: 6}
 memory: {kind: lightsearcher, update_every: 5}
 advantage: {estimator: tsas, variant: eq2}
 builtin:                        # backend: builtin only

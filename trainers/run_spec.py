@@ -6,7 +6,7 @@ one section for what only its backend has::
     extends: base.yaml                 # optional: a base file, merged key by key under this one
     backend: builtin                   # or openrlhf
     env:                               # searchgym.envs.config.EnvConfig
-      id: searchgym/MuSiQue-v0
+      id: searchgym/MuSiQue-v1
       protocol: tool_call
       reward: lightsearcher
       reward_kwargs: {lam: 0.75}
@@ -422,7 +422,7 @@ def convert(data: Mapping[str, Any]) -> dict[str, Any]:
         out["backend"] = data.pop("backend", "builtin")
         env = data.pop("env", None)
         if isinstance(env, Mapping):
-            out["env"] = _env_section(env.get("id", "searchgym/SyntheticFacts-v0"), env.get("kwargs") or {})
+            out["env"] = _env_section(env.get("id", "searchgym/SyntheticFacts-v1"), env.get("kwargs") or {})
             out["env"].update({k: v for k, v in env.items() if k not in ("id", "kwargs")})
         if "memory" in data:
             out["memory"] = data.pop("memory")

@@ -21,7 +21,7 @@ from .cost import CostReward
 from .lightsearcher import LightSearcherReward
 from .min_tool_calls import MinToolCalls, MinToolCallStore
 from .otc import OTCReward, otc_grpo_tool_rewards, otc_ppo_tool_reward
-from .outcome import ExactMatchReward, F1Reward
+from .outcome import ExactMatchReward, F1Reward, OutcomeReward
 from .sem import SEMReward
 from .tsas import TSAS_VARIANTS, tsas_advantages, tsas_stage
 
@@ -36,6 +36,7 @@ __all__ = [
     "RewardScheme",
     "check_number",
     # schemes
+    "OutcomeReward",
     "ExactMatchReward",
     "F1Reward",
     "OTCReward",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from ..checks import check_number
 from ..errors import InvalidArgumentError
 from ..metrics import exact_match, f1_score
@@ -12,6 +14,7 @@ __all__ = [
     "ExactMatchReward",
     "F1Reward",
     "OUTCOMES",
+    "OutcomeReward",
     "check_format_credit",
     "check_format_penalty",
     "check_outcome",
@@ -70,67 +73,60 @@ def malformed_reward(trajectory: Trajectory, format_penalty: float, format_credi
     return format_penalty + format_credit * share
 
 
-class ExactMatchReward(RewardScheme):
-    """Exact match of the final answer, the Search-R1 reward.
+class OutcomeReward(RewardScheme):
+    """The score of the final answer under one metric: the outcome-only rewards.
 
     Equation::
 
-        R = EM(y)                  (1.0 when the normalised answer equals a gold alias, else 0.0)
+        R = M(y)                   M is the class's ``outcome``: "em" (1.0 when the
+                                   normalised answer equals a gold alias, else 0.0) or
+                                   "f1" (SQuAD token F1, the best over the gold aliases)
         R = format_penalty + format_credit · k / n
                                    instead, when format_penalty is set and some turn was
                                    malformed (k of the n turns well formed)
 
     An episode that ended without an answer (truncated, or stopped on a search) has
-    ``y = None`` and scores 0.
+    ``y = None`` and scores 0. The registered schemes are :class:`ExactMatchReward`
+    (``em``, the Search-R1 reward) and :class:`F1Reward` (``f1``, the ReSearch/ReCall
+    reward); a subclass that sets ``name`` and ``outcome`` adds another.
 
     Args:
         format_penalty: The reward of a trajectory with a malformed turn. ``None`` (the
             default, as in Search-R1) scores malformed trajectories by their answer like any
-            other.
+            other; ReSearch uses a format term, and ``-1.0`` is a common choice.
         format_credit: Shaping for malformed trajectories: their share of well-formed turns
             times this is added to the penalty, so a policy that writes no well-formed
             first turn still sees which later turns were. 0 (the default) turns it off; at
             most ``-format_penalty``, so a malformed trajectory never beats a well-formed one.
+
+    Raises:
+        InvalidArgumentError: A bad argument, or a class whose ``outcome`` is not one of
+            ``OUTCOMES``.
     """
+
+    outcome: ClassVar[str] = ""
+    """The metric: one of ``OUTCOMES``."""
+
+    def __init__(self, format_penalty: float | None = None, format_credit: float = 0.0) -> None:
+        check_outcome(type(self).outcome)
+        self.format_penalty = check_format_penalty(format_penalty)
+        self.format_credit = check_format_credit(format_credit, self.format_penalty)
+
+    def __call__(self, trajectory: Trajectory) -> float:
+        if self.format_penalty is not None and not trajectory.format_ok:
+            return malformed_reward(trajectory, self.format_penalty, self.format_credit)
+        return outcome_score(trajectory, self.outcome)
+
+
+class ExactMatchReward(OutcomeReward):
+    """Exact match of the final answer, the Search-R1 reward (see :class:`OutcomeReward`)."""
 
     name = "em"
-
-    def __init__(self, format_penalty: float | None = None, format_credit: float = 0.0) -> None:
-        self.format_penalty = check_format_penalty(format_penalty)
-        self.format_credit = check_format_credit(format_credit, self.format_penalty)
-
-    def __call__(self, trajectory: Trajectory) -> float:
-        if self.format_penalty is not None and not trajectory.format_ok:
-            return malformed_reward(trajectory, self.format_penalty, self.format_credit)
-        return outcome_score(trajectory, "em")
+    outcome = "em"
 
 
-class F1Reward(RewardScheme):
-    """Token-level F1 of the final answer, the ReSearch/ReCall reward.
-
-    Equation::
-
-        R = F1(y)                  (SQuAD token F1, the best over the gold aliases)
-        R = format_penalty + format_credit · k / n
-                                   instead, when format_penalty is set and some turn was
-                                   malformed (k of the n turns well formed)
-
-    An episode that ended without an answer scores 0.
-
-    Args:
-        format_penalty: The reward of a trajectory with a malformed turn (ReSearch uses a
-            format term; ``-1.0`` is a common choice). ``None`` (the default) turns it off.
-        format_credit: Shaping for malformed trajectories (see :class:`ExactMatchReward`);
-            0 (the default) turns it off.
-    """
+class F1Reward(OutcomeReward):
+    """Token-level F1 of the final answer, the ReSearch/ReCall reward (see :class:`OutcomeReward`)."""
 
     name = "f1"
-
-    def __init__(self, format_penalty: float | None = None, format_credit: float = 0.0) -> None:
-        self.format_penalty = check_format_penalty(format_penalty)
-        self.format_credit = check_format_credit(format_credit, self.format_penalty)
-
-    def __call__(self, trajectory: Trajectory) -> float:
-        if self.format_penalty is not None and not trajectory.format_ok:
-            return malformed_reward(trajectory, self.format_penalty, self.format_credit)
-        return outcome_score(trajectory, "f1")
+    outcome = "f1"

@@ -23,7 +23,7 @@ def _json_object(text: str) -> dict[str, Any]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--env", default="searchgym/SyntheticFacts-v0", help="env id (default: %(default)s)")
+    parser.add_argument("--env", default="searchgym/SyntheticFacts-v1", help="env id (default: %(default)s)")
     parser.add_argument(
         "--config",
         type=Path,
@@ -178,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
             "topk": args.topk,
             "max_turns": args.max_turns,
         }
-        if not env_id.endswith("SyntheticFacts-v0"):
+        if not env_id.endswith("SyntheticFacts-v1"):
             _check_data_flags(env_id, args)
             env_kwargs.update(data_path=args.data_path, corpus_path=args.corpus_path)
         elif args.data_path or args.corpus_path:

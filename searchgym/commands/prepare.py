@@ -34,6 +34,7 @@ import argparse
 import json
 import os
 import random
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,7 +70,7 @@ def parse_dataset(text: str) -> DatasetSpec:
     name, _, count_text = text.partition(":")
     names = {k.lower(): v for k, v in BENCHMARKS.items()} | {v: v for v in BENCHMARKS.values()}
     names |= {SYNTHETIC: SYNTHETIC, "syntheticfacts": SYNTHETIC}
-    key = names.get(name.strip().lower().removesuffix("-v0").removeprefix("searchgym/"))
+    key = names.get(re.sub(r"-v\d+$", "", name.strip().lower()).removeprefix("searchgym/"))
     if key is None:
         raise did_you_mean("dataset", name, sorted(set(BENCHMARKS.values())) + [SYNTHETIC])
     count = None

@@ -21,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--config",
         required=True,
         type=Path,
-        help="study file (studies/frugal/incentive.yaml, or studies/frugal/tiny_lm/study.yaml)",
+        help="a study file whose runner: key names its folder's script (e.g. studies/frugal/incentive.yaml)",
     )
     parser.add_argument("--seeds", type=int, nargs="+", help="run only these seeds (default: the file's)")
     parser.add_argument("--arms", nargs="+", help="run only these arms (default: all of the file's)")
@@ -32,8 +32,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
 
 
+def _package_module(script: Path) -> tuple[Path, str] | None:
+    """Where ``script`` sits in a package: (the folder above its outermost package, its dotted
+    module name), or None when its folder is no package (has no ``__init__.py``)."""
+    parts, folder = [script.stem], script.parent
+    while (folder / "__init__.py").is_file():
+        parts.insert(0, folder.name)
+        folder = folder.parent
+    return (folder, ".".join(parts)) if len(parts) > 1 else None
+
+
 def _folder_runner(config: Path):
-    """The ``run`` function of the study folder's script named by ``runner:``, or None."""
+    """The ``run`` function of the study folder's script named by ``runner:``, or None.
+
+    A script inside a package (``studies/frugal/incentive.py``, with ``studies/__init__.py``
+    and ``studies/frugal/__init__.py``) is imported by its module name, as ``python -m``
+    would, with the folder above the package on ``sys.path``: its own imports of the
+    package's modules resolve, and worker processes it starts import it by name. A lone
+    script is loaded from its file.
+    """
+    import importlib
     import importlib.util
 
     from searchgym.envs.config_base import read_yaml
@@ -45,6 +63,19 @@ def _folder_runner(config: Path):
     script = config.resolve().parent / str(runner)
     if not script.is_file():
         raise SystemExit(f"{config}: runner {runner!r} is not a file next to the study file ({script}).")
+    found = _package_module(script)
+    if found is not None:
+        root, name = found
+        if str(root) not in sys.path:
+            sys.path.insert(0, str(root))
+        module = importlib.import_module(name)
+        loaded = Path(getattr(module, "__file__", "") or "").resolve()
+        if loaded != script:
+            raise SystemExit(
+                f"{config}: runner {runner!r} is the module {name}, but {name} imports from {loaded}; "
+                f"run from a folder where {name.split('.')[0]} is {root / name.split('.')[0]}."
+            )
+        return module.run
     spec = importlib.util.spec_from_file_location(script.stem, script)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -63,7 +94,10 @@ def run(args: argparse.Namespace) -> int:
     options: dict[str, bool] = {}
     if args.collect:
         if "collect" not in accepted:
-            raise SystemExit("--collect applies to the tiny-LM study only; this study reruns in minutes.")
+            raise SystemExit(
+                f"{args.config}: its runner takes no collect argument, so --collect does not apply; "
+                "run without it."
+            )
         options["collect"] = True
     if "progress" in accepted:
         options["progress"] = not args.no_progress

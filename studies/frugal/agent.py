@@ -35,8 +35,8 @@ STATES = ("1-hop, unknown", "1-hop, name", "2-hop, unknown", "2-hop, name")
 class Skills:
     """A language model's skills, as probabilities.
 
-    Defaults are calibrated from the tiny model's decision probe (``docs/study.md``,
-    *Warm start*, search_r1 format, held-out one-hop questions):
+    Defaults are calibrated from the tiny model's decision probe (``tiny_lm/benchmarks/study_probe.py``,
+    search_r1 format, held-out one-hop questions):
 
     Attributes:
         recall: P(the right name | a known fact) when sampled at T = 1 (probe: 0.85).

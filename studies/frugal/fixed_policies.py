@@ -15,7 +15,7 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
-from agent import ACTIONS, STATES, Skills
+from studies.frugal.agent import ACTIONS, STATES, Skills
 
 __all__ = ["FixedPolicy", "every_rule", "rule_name", "learned_rule", "evaluate_rules"]
 
@@ -63,7 +63,7 @@ def learned_rule(table: dict[str, list[float]]) -> tuple[int, ...]:
 
 def evaluate_rules(study: dict[str, Any], seeds: Sequence[int], skills: Skills) -> list[dict[str, Any]]:
     """Each rule's figures per seed, greedy and sampled, under the study's ``search_r1`` arm settings."""
-    from incentive import evaluate
+    from studies.frugal.incentive import evaluate
 
     rows = []
     for actions in every_rule():

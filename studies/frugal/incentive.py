@@ -24,12 +24,10 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from agent import DecisionPolicy, Recollector, SkillAgent, Skills  # noqa: E402
-
-from searchgym.envs.config_base import read_yaml  # noqa: E402
-from searchgym.envs.rewards import MinToolCallStore, tsas_stage  # noqa: E402
-from searchgym.envs.synthetic_env import SyntheticFactsEnv  # noqa: E402
+from searchgym.envs.config_base import read_yaml
+from searchgym.envs.rewards import MinToolCallStore, tsas_stage
+from searchgym.envs.synthetic_env import SyntheticFactsEnv
+from studies.frugal.agent import DecisionPolicy, Recollector, SkillAgent, Skills
 
 __all__ = ["load_study", "run_one", "run_study", "aggregate", "check_targets", "FIGURES"]
 
@@ -338,7 +336,7 @@ def _task(args: tuple[dict[str, Any], str, int, dict[str, float] | None]) -> tup
 
 
 def _rules_task(args: tuple[dict[str, Any], int, dict[str, float]]) -> list[dict[str, Any]]:
-    from fixed_policies import evaluate_rules
+    from studies.frugal.fixed_policies import evaluate_rules
 
     study, seed, skills = args
     return evaluate_rules(study, [seed], Skills(**skills))
@@ -460,7 +458,7 @@ def run(
     runs unless ``progress`` is off), then write the report files."""
     import json
 
-    from report import render_summary, update_findings, write_report
+    from studies.frugal.report import render_summary, update_findings, write_report
 
     study = load_study(config)
     out = Path(output_dir or Path(study["_dir"]) / study.get("output_dir", "results"))

@@ -70,7 +70,7 @@ def probe_known(
     import searchgym  # noqa: F401
     from searchgym.policies.chat import ChatFormatter
 
-    env = gym.make("searchgym/PopQA-v0", **{**env_kwargs, "data_path": data_path, "protocol": "search_r1"})
+    env = gym.make("searchgym/PopQA-v1", **{**env_kwargs, "data_path": data_path, "protocol": "search_r1"})
     formatter = ChatFormatter(tokenizer)
     texts = []
     for index in range(len(questions)):

@@ -7,10 +7,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # studies/, home of the real_lm package
-
-from real_lm.report import format_summary  # noqa: E402
-from real_lm.study import configure_threads, load_study, run_study  # noqa: E402
+from studies.real_lm.report import format_summary
+from studies.real_lm.study import configure_threads, load_study, run_study
 
 
 def run(

@@ -25,7 +25,6 @@ import logging
 import math
 import os
 import statistics
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -275,7 +274,7 @@ def _top1(kwargs: Mapping[str, Any], questions: Sequence[dict[str, Any]]) -> lis
     """The BM25 top-1 passage (title and text) of each question, from the env's retriever."""
     import gymnasium as gym
 
-    env = gym.make("searchgym/PopQA-v0", **kwargs)
+    env = gym.make("searchgym/PopQA-v1", **kwargs)
     docs = env.unwrapped.retriever.search([q["question"] for q in questions], 1)
     env.close()
     return [f"{d[0].title}: {d[0].text}" if d else "" for d in docs]
@@ -325,11 +324,6 @@ def run_cell(study: Mapping[str, Any], arm: str, seed: int, out_dir: str, model_
     return result
 
 
-def _pool_init(path_entry: str) -> None:
-    if path_entry not in sys.path:
-        sys.path.insert(0, path_entry)
-
-
 def run_study(
     study: Mapping[str, Any],
     output_dir: str | Path | None = None,
@@ -376,10 +370,8 @@ def run_study(
     else:
         import multiprocessing
 
-        here = str(Path(__file__).resolve().parents[1])
-        with ProcessPoolExecutor(
-            workers, mp_context=multiprocessing.get_context("spawn"), initializer=_pool_init, initargs=(here,)
-        ) as pool:
+        # spawned workers start with this process's sys.path, so they import this module by name
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
             futures = [pool.submit(run_cell, dict(study), a, s, str(out), str(model_dir)) for a, s in todo]
             for (arm, seed), future in zip(todo, futures, strict=True):
                 cells.append(future.result())

@@ -93,7 +93,7 @@ def episode_pairs(
 
     kwargs = {**env_kwargs, "data_path": str(data.train_path), "protocol": protocol, "reward": "f1"}
     kwargs.pop("reward_kwargs", None)
-    env = gym.make("searchgym/PopQA-v0", **kwargs)
+    env = gym.make("searchgym/PopQA-v1", **kwargs)
     formatter = ChatFormatter(tokenizer)
     pairs: list[tuple[str, str]] = []
     for index, q in enumerate(env.unwrapped.questions):

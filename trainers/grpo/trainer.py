@@ -659,7 +659,6 @@ def by_length(episodes: Sequence[Episode], indices: Iterable[int]) -> list[int]:
     """``indices`` sorted by their episode's length, so micro-batches pad little.
 
     The loss weights are set per mini-batch before it is split, so the gradient does not
-    depend on which episodes share a micro-batch; only the padding does (the study's f1
-    arm: 32% of the token positions in arrival order, 13% sorted; README, Benchmarks).
+    depend on which episodes share a micro-batch; only the padding does.
     """
     return sorted(indices, key=lambda i: len(episodes[i].token_ids))

@@ -81,7 +81,7 @@ class AgentConfig:
     """What the agent instances build: the env, and optionally memory and an advantage scheme.
 
     Attributes:
-        env_id: A searchgym env id (``searchgym/HotpotQA-v0``; the short ``HotpotQA-v0`` works).
+        env_id: A searchgym env id (``searchgym/HotpotQA-v1``; the short ``HotpotQA-v1`` works).
             The questions come from each training row's ``label``; the env's own data file
             is only read by its constructor.
         env_kwargs: Keyword arguments of ``gym.make`` (protocol, reward, retriever, ...).

@@ -297,7 +297,7 @@ def make_simulated_retriever(
             raise InvalidArgumentError(
                 "The simulated retriever needs a document generator: pass generator=<callable list[str] -> "
                 "list[str]>, model=<local transformers model path>, or base_url=<OpenAI-compatible URL ending "
-                "in /v1> with model=<name>. On searchgym/SyntheticFacts-v0 the world's own generator is the "
+                "in /v1> with model=<name>. On searchgym/SyntheticFacts-v1 the world's own generator is the "
                 "default."
             )
     return SimulatedRetriever(generator, noise_prob=noise_prob, docs_per_query=docs_per_query, seed=seed)

@@ -1,7 +1,7 @@
 """The tiny-LM study: warm start a tiny policy on SyntheticFacts, train it with GRPO, evaluate it.
 
-User code on top of ``searchgym``; its scripts put ``studies/frugal`` on ``sys.path`` and
-import it as ``tiny_lm``.
+User code on top of ``searchgym``, imported as ``studies.frugal.tiny_lm`` from the
+repository root (``python -m studies.frugal.tiny_lm.train``).
 
 ================  ====================================================================
 ``demos``         warm-start data: fact statements and scripted demonstrations

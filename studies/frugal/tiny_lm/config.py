@@ -37,7 +37,7 @@ class SFTConfig:
         recall_repeats: How often each phrasing of each known fact is shown as a short
             ``Question: … Answer: <name>`` lesson (an int). The knob for how well known
             facts are memorised: on the study world (with the study's other settings), 40
-            gives 72% correct direct answers and 80 gives 85% (docs/study.md).
+            gives 72% correct direct answers and 80 gives 85%.
         fact_repeats: How often each phrasing of each known fact is shown as an episode in
             the protocol's format, searching or answering by a coin flip (a float: 2.5 shows
             it 2 or 3 times). Carries the memorised facts over to the protocol's format.
@@ -48,7 +48,7 @@ class SFTConfig:
             (``Question: Who founded X? Answer: Y. Question: Where was Y born? Answer: Z.``),
             so a known two-hop question can be answered without a search (``sem`` episodes
             keep their own layout). 0 (default) shows only the world's two-hop training
-            questions, once each, recalling the answer alone. Measured (docs/study.md): 3 of 6
+            questions, once each, recalling the answer alone. Measured on seed 0: 3 of 6
             held-out chains right after RL, none of them left unsearched.
         passages: Also show each known fact's passage as plain text, once per episode of
             the first protocol (off by default: measured, it does not help the model answer).

@@ -1,6 +1,6 @@
 """The tiny-LM integration check's table and directions, generated from its committed result.
 
-python studies/frugal/tiny_lm/integration_report.py [--from runs/integration]
+python -m studies.frugal.tiny_lm.integration_report [--from runs/integration]
 
 ``--from`` first copies a finished run's ``results.json``, ``results.md`` and
 ``frontier.png`` into ``studies/frugal/tiny_lm/results/`` (as ``integration.*``); then the
@@ -79,7 +79,7 @@ def render(result: Mapping[str, Any]) -> str:
         f"Seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}; "
         f"{timing.get('torch_threads', '?')} torch thread; whole run "
         f"{timing.get('wall_s', 0.0) / 60:.1f} min wall (warm start included). Reproduce: `{COMMAND}`, "
-        "then `python studies/frugal/tiny_lm/integration_report.py --from runs/integration`.",
+        "then `python -m studies.frugal.tiny_lm.integration_report --from runs/integration`.",
     ]
     return "\n".join(lines)
 

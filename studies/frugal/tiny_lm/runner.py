@@ -7,9 +7,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # studies/frugal, home of the tiny_lm package
-
-from tiny_lm.study import format_results, load_study, run_study  # noqa: E402
+from studies.frugal.tiny_lm.study import format_results, load_study, run_study
 
 
 def run(

@@ -345,9 +345,9 @@ def train_sft(
 
 
 def _check_env(config: StudyRunConfig) -> None:
-    if config.env.id != "searchgym/SyntheticFacts-v0":
+    if config.env.id != "searchgym/SyntheticFacts-v1":
         raise InvalidArgumentError(
-            f"sft.enabled needs env.id searchgym/SyntheticFacts-v0 (its demonstrations are written from the "
+            f"sft.enabled needs env.id searchgym/SyntheticFacts-v1 (its demonstrations are written from the "
             f"generated world), got {config.env.id!r}. Warm-start other models before training instead."
         )
 

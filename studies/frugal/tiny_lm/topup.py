@@ -13,7 +13,7 @@ right sampled direct answers per fact (:func:`~tiny_lm.evaluation.recall_by_fact
 the target, the protocol stage goes on for one more slice of its own examples, less its
 short ``Question: … Answer:`` recall lessons: ``sft.topup_share`` of them, drawn without
 replacement, at a tenth of ``sft.lr``. The facts are stored in that plain form already (on
-seed 0, replayed during RL, those lessons kept a loss of 0.002 nats per token; docs/study.md);
+seed 0, replayed during RL, those lessons kept a loss of 0.002 nats per token);
 what a round moves is the
 recollection in the protocol's format, from the known facts' episodes, while the shadow
 demonstrations ("Recall: unknown.") and the reading lessons keep the stage's proportions.

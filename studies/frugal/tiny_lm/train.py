@@ -1,6 +1,6 @@
 """One arm of the tiny-LM study: warm start, GRPO, held-out evaluation table.
 
-python studies/frugal/tiny_lm/train.py --config studies/frugal/tiny_lm/lightsearcher.yaml
+python -m studies.frugal.tiny_lm.train --config studies/frugal/tiny_lm/lightsearcher.yaml
 """
 
 from __future__ import annotations
@@ -10,12 +10,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # studies/frugal, home of the tiny_lm package
-
-from searchgym.policies.evaluation import format_table  # noqa: E402
-from tiny_lm.config import load_run_config  # noqa: E402
-from tiny_lm.pipeline import run_pipeline  # noqa: E402
-from tiny_lm.runner import _log_progress  # noqa: E402
+from searchgym.policies.evaluation import format_table
+from studies.frugal.tiny_lm.config import load_run_config
+from studies.frugal.tiny_lm.pipeline import run_pipeline
+from studies.frugal.tiny_lm.runner import _log_progress
 
 
 def main(argv: Sequence[str] | None = None) -> int:

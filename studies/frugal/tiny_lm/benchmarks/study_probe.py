@@ -6,7 +6,7 @@ run, and prints :func:`tiny_lm.evaluation.decision_probe` for each
 protocol of the warm start, greedily and at the rollouts' temperature (``--samples``
 recollections per question), on the training and the held-out split::
 
-    python studies/frugal/tiny_lm/benchmarks/study_probe.py [--config studies/frugal/tiny_lm/study.yaml] [--arm f1] [--seed 0]
+    python -m studies.frugal.tiny_lm.benchmarks.study_probe [--config studies/frugal/tiny_lm/study.yaml] [--arm f1] [--seed 0]
         [--run runs/study/f1/seed0 | --model runs/sft/sft-...] [--samples 8] [--memory]
         [--out study_probe.json]
 
@@ -26,13 +26,11 @@ from __future__ import annotations
 import argparse
 import logging
 import random
-import sys
 from pathlib import Path
 
+from benchmarks._common import write_report
+
 REPO = Path(__file__).resolve().parents[4]
-sys.path.insert(0, str(REPO / "benchmarks"))  # _common: the report every benchmark writes
-sys.path.insert(0, str(REPO / "studies" / "frugal"))  # the tiny_lm study
-from _common import write_report  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,13 +46,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
 
-    from tiny_lm.evaluation import decision_probe
-    from tiny_lm.sft import protocol_instructions, scripted_memory
-    from tiny_lm.study import arm_config, load_study
-    from tiny_lm.warm_start import warm_start
-
     from searchgym.trainers.grpo.checkpoint import latest_checkpoint
     from searchgym.trainers.grpo.model import load_model, load_tokenizer_for, resolve_device
+    from studies.frugal.tiny_lm.evaluation import decision_probe
+    from studies.frugal.tiny_lm.sft import protocol_instructions, scripted_memory
+    from studies.frugal.tiny_lm.study import arm_config, load_study
+    from studies.frugal.tiny_lm.warm_start import warm_start
 
     config = arm_config(load_study(args.config), args.arm, args.seed)
     if args.run and args.model:

@@ -14,7 +14,7 @@ pays against a search that finds the answer 80% of the time when the fact's rate
 each question is asked as a recall lesson asks it (``Question: <q> Answer:``, no prompt):
 how well the facts are stored, whatever the protocol's format::
 
-    python studies/frugal/tiny_lm/benchmarks/study_recall_spread.py runs/study/lightsearcher_no_memory/seed2 [--warm-start]
+    python -m studies.frugal.tiny_lm.benchmarks.study_recall_spread runs/study/lightsearcher_no_memory/seed2 [--warm-start]
         [--split eval] [--samples 16] [--temperatures 0 0.7 1] [--thresholds 0.59 0.8] [--plain]
 """
 
@@ -22,14 +22,12 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 from pathlib import Path
 from typing import Any
 
+from benchmarks._common import run_policy
+
 REPO = Path(__file__).resolve().parents[4]
-sys.path.insert(0, str(REPO / "benchmarks"))  # _common: the report every benchmark writes
-sys.path.insert(0, str(REPO / "studies" / "frugal"))  # the tiny_lm study
-from _common import run_policy  # noqa: E402
 
 
 def spread(
@@ -44,8 +42,8 @@ def spread(
 ) -> list[dict[str, Any]]:
     """One row per temperature: the mean rate, and per threshold the share of facts and
     the share of known questions that are skippable."""
-    from tiny_lm.demos import demo_env
-    from tiny_lm.evaluation import recall_by_fact
+    from studies.frugal.tiny_lm.demos import demo_env
+    from studies.frugal.tiny_lm.evaluation import recall_by_fact
 
     measure = plain_recall_by_fact if plain else recall_by_fact
 
@@ -83,10 +81,9 @@ def plain_recall_by_fact(
 ) -> dict[Any, float]:
     """As :func:`~tiny_lm.evaluation.recall_by_fact`, each known one-hop
     question of ``split`` asked in a recall lesson's words, without the prompt."""
-    from tiny_lm.demos import demo_env, lesson_context
-
     from searchgym.envs.metrics import exact_match
     from searchgym.trainers.grpo.generation import SamplingSettings, sample_actions
+    from studies.frugal.tiny_lm.demos import demo_env, lesson_context
 
     env = demo_env(int(config.env.kwargs.get("world_seed", 0)), config.env.kwargs, split)
     contexts, facts = [], []

@@ -9,7 +9,7 @@ the model recalls (``sr_known_recalled`` / ``sr_known_unrecalled`` / ``sr_known_
 :func:`tiny_lm.evaluation.skills`), which runs finished before that
 split existed lack. The run folders are never written::
 
-    python studies/frugal/tiny_lm/benchmarks/study_reeval.py runs/study/lightsearcher_no_memory/seed0 [more runs] [--out reeval.json]
+    python -m studies.frugal.tiny_lm.benchmarks.study_reeval runs/study/lightsearcher_no_memory/seed0 [more runs] [--out reeval.json]
 """
 
 from __future__ import annotations
@@ -18,15 +18,13 @@ import argparse
 import json
 import logging
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from benchmarks._common import write_report
+
 REPO = Path(__file__).resolve().parents[4]
-sys.path.insert(0, str(REPO / "benchmarks"))  # _common: the report every benchmark writes
-sys.path.insert(0, str(REPO / "studies" / "frugal"))  # the tiny_lm study
-from _common import write_report  # noqa: E402
 
 SHOWN = ("sr_known_recalled", "sr_known_unrecalled", "sr_known_2hop", "forced_recall", "forced_chain")
 
@@ -35,11 +33,10 @@ def reevaluate(run: Path, prompt: str = "own", warm_start: bool = False) -> dict
     """The held-out evaluation of ``run``'s last checkpoint (or, with ``warm_start``, its
     starting model), as a dict; ``prompt`` is ``"own"``, ``"plain"`` or a run folder whose
     final memory store gives the prompt (see the module docstring)."""
-    from tiny_lm.config import load_run_config
-    from tiny_lm.evaluation import evaluate_model
-
     from searchgym.trainers.grpo.envs import build_memory, memory_store_dir
     from searchgym.trainers.grpo.trainer import GRPOTrainer
+    from studies.frugal.tiny_lm.config import load_run_config
+    from studies.frugal.tiny_lm.evaluation import evaluate_model
 
     saved = json.loads((run / "eval.json").read_text())
     if not list((run / "checkpoints").glob("step_*")):

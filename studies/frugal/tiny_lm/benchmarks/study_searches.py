@@ -6,7 +6,7 @@ training split by default: questions RL trained on), once greedily and ``--sampl
 times at temperature 1, and counts the rollouts by searched or not and right (EM) or
 not. Runs with experience memory are rolled out without it::
 
-    python studies/frugal/tiny_lm/benchmarks/study_searches.py runs/study/lightsearcher_no_memory/seed0 [--split train] [--hops 2]
+    python -m studies.frugal.tiny_lm.benchmarks.study_searches runs/study/lightsearcher_no_memory/seed0 [--split train] [--hops 2]
 """
 
 from __future__ import annotations
@@ -14,20 +14,17 @@ from __future__ import annotations
 import argparse
 import collections
 import logging
-import sys
 from pathlib import Path
 
+from benchmarks._common import run_policy
+
 REPO = Path(__file__).resolve().parents[4]
-sys.path.insert(0, str(REPO / "benchmarks"))  # _common: the report every benchmark writes
-sys.path.insert(0, str(REPO / "studies" / "frugal"))  # the tiny_lm study
-from _common import run_policy  # noqa: E402
 
 
 def count(run: Path, split: str, hops: int, samples: int) -> dict[str, dict[str, int]]:
     """``{"greedy" | "T=1": {"searched, right": n, ...}}`` for ``run``'s last checkpoint."""
-    from tiny_lm.evaluation import rollout_collector
-
     from searchgym.trainers.grpo.envs import build_reward, env_factory
+    from studies.frugal.tiny_lm.evaluation import rollout_collector
 
     config, tokenizer, model = run_policy(run)
     env_config = config.replace(
