@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # searchgym is imported where it is used, so a child process pays only for what it needs
-    from searchgym.envs.retrieval import Retriever
+    from searchgym.retrieval import Retriever
     from searchgym.trainers.config import TrainConfig
 
 __all__ = [
@@ -58,7 +58,7 @@ def _command() -> str:
 
 def supported_records(path: Path) -> list[dict]:
     """Question records that name at least one supporting passage."""
-    from searchgym.envs.data import read_jsonl
+    from searchgym.retrieval.corpus import read_jsonl
 
     return [rec for _, rec in read_jsonl(path, "question file") if rec.get("supporting_passage_ids")]
 

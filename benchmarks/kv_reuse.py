@@ -80,7 +80,7 @@ def load(name: str, root: Path) -> tuple[Any, Any]:
         return model.float().eval(), tok
     from transformers import AutoModelForCausalLM
 
-    from searchgym.envs.models import resolve_model
+    from searchgym.models import resolve_model
 
     folder = resolve_model("smollm2-135m-instruct")
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()

@@ -224,7 +224,7 @@ def main() -> None:
     import gymnasium as gym
 
     import searchgym  # noqa: F401  (registers the ids)
-    from searchgym.envs.models import resolve_model
+    from searchgym.models import resolve_model
     from searchgym.policies import HFPolicy
 
     corpus = args.data_dir / "corpus.jsonl"

@@ -106,7 +106,7 @@ def evaluate_heldout(config, trainer, data_path: str, count: int, untrained: boo
     import copy
 
     from benchmarks.real_model_eval import multi_turn
-    from searchgym.envs.models import resolve_model
+    from searchgym.models import resolve_model
     from searchgym.policies import HFPolicy
 
     kwargs = {**config.env.kwargs, "data_path": data_path}

@@ -89,7 +89,7 @@ def warm_start(
     """Train and save the warm-started folder at ``out``; returns its figures."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from searchgym.envs.models import resolve_model
+    from searchgym.models import resolve_model
     from searchgym.trainers.grpo.ptx import load_ptx_examples, ptx_nll, sample_ptx, write_ptx_examples
 
     torch.manual_seed(seed)

@@ -71,8 +71,8 @@ def generate_corpus(path: Path, n: int) -> None:
 
 def prepare(work: Path, n: int) -> dict[str, Any]:
     """The corpus, the index directory's metadata and offsets, and random unit embeddings."""
-    from searchgym.envs.retrieval import dense_build
-    from searchgym.envs.retrieval.encoders import load_encoder
+    from searchgym.retrieval import dense_build
+    from searchgym.retrieval.encoders import load_encoder
 
     index_dir, corpus = work / "index", work / "corpus.jsonl"
     meta = dense_build.find_dense_meta(index_dir) if index_dir.is_dir() else None
@@ -108,8 +108,8 @@ def prepare(work: Path, n: int) -> dict[str, Any]:
 
 def child_build(work: Path, kind: str, n_rows: int) -> dict[str, Any]:
     """Build one index kind; over the whole index directory, or (HNSW) over the first ``n_rows`` rows."""
-    from searchgym.envs.retrieval.dense_build import build_dense_index, index_file, read_dense_meta
-    from searchgym.envs.retrieval.faiss_index import IndexSpec, build_index, write_index
+    from searchgym.retrieval.dense_build import build_dense_index, index_file, read_dense_meta
+    from searchgym.retrieval.faiss_index import IndexSpec, build_index, write_index
 
     index_dir = work / "index"
     n = int(read_dense_meta(index_dir)["corpus"]["num_docs"])
@@ -158,9 +158,9 @@ def child_query(work: Path, kind: str, n_rows: int, file: str) -> dict[str, Any]
     """Search latency (batched, single, single on one thread), passage read-back, recall@10 of the source row."""
     import faiss
 
-    from searchgym.envs.retrieval.dense_build import read_dense_meta
-    from searchgym.envs.retrieval.faiss_index import configure_search, read_index
-    from searchgym.envs.retrieval.passages import JsonlPassages
+    from searchgym.retrieval.dense_build import read_dense_meta
+    from searchgym.retrieval.faiss_index import configure_search, read_index
+    from searchgym.retrieval.passages import JsonlPassages
 
     index_dir = work / "index"
     n = int(read_dense_meta(index_dir)["corpus"]["num_docs"])
@@ -218,7 +218,7 @@ def child_query(work: Path, kind: str, n_rows: int, file: str) -> dict[str, Any]
 
 def query_encoding() -> dict[str, float]:
     """MiniLM query encoding time per query, batched and single, on 256 generated questions."""
-    from searchgym.envs.retrieval.encoders import load_encoder
+    from searchgym.retrieval.encoders import load_encoder
 
     encoder = load_encoder(None)
     questions = [

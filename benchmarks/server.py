@@ -35,9 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._common import REPO, SHARED_DATA, versions
-from searchgym.envs.data import read_jsonl
-from searchgym.envs.retrieval import RETRIEVERS, Retriever, make_retriever
-from searchgym.envs.retrieval.http_client import HTTPRetriever
+from searchgym.retrieval import RETRIEVERS, Retriever, make_retriever
+from searchgym.retrieval.corpus import read_jsonl
+from searchgym.retrieval.http_client import HTTPRetriever
 
 QA_SETS = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle")
 

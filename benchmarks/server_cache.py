@@ -31,12 +31,12 @@ from pathlib import Path
 
 from benchmarks._common import REPO, SHARED_DATA, write_report
 from benchmarks.server import load_queries, percentile, run_together
-from searchgym.envs.retrieval.http_client import HTTPRetriever
+from searchgym.retrieval.http_client import HTTPRetriever
 
 
 def build(corpus: Path, cache: Path, limit: int) -> Path:
     """A dense index of the first ``limit`` passages in ``cache`` (built once, then reused)."""
-    from searchgym.envs.retrieval.dense_build import build_dense_index
+    from searchgym.retrieval.dense_build import build_dense_index
 
     subset = cache / f"corpus_{limit}.jsonl"
     if not subset.is_file():

@@ -44,9 +44,9 @@ import searchgym  # noqa: F401  (registers the env ids)
 from benchmarks._common import add_table_arguments, show_table, shown_command, write_report
 from searchgym.envs.records import Trajectory
 from searchgym.envs.rewards import MinToolCallStore
-from searchgym.envs.storage import SqliteLog
 from searchgym.memory import ExperienceMemory, trajectory_to_dict
 from searchgym.policies import make_policy
+from searchgym.storage import SqliteLog
 
 BEGIN, END = "<!-- store_backends:begin -->", "<!-- store_backends:end -->"
 

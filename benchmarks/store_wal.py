@@ -2,7 +2,7 @@
 
 Each append is one transaction, and SQLite's WAL holds whole pages: an append writes the
 table's last page again, and every other page the insert touches. This script appends
-``--appends`` records of each kind to a new :class:`~searchgym.envs.storage.SqliteLog` in
+``--appends`` records of each kind to a new :class:`~searchgym.storage.SqliteLog` in
 two layouts:
 
 - ``older``: a database as an older searchgym made it (4 KiB pages, ``AUTOINCREMENT``,
@@ -76,7 +76,7 @@ def _wchar() -> int:
 
 
 def _new_log(path: Path, layout: str) -> Any:
-    from searchgym.envs.storage import SqliteLog
+    from searchgym.storage import SqliteLog
 
     if layout == "older":
         conn = sqlite3.connect(path, isolation_level=None)

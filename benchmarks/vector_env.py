@@ -31,7 +31,7 @@ import gymnasium as gym
 
 import searchgym
 from searchgym.envs.data import load_questions
-from searchgym.envs.retrieval import RETRIEVERS, Retriever
+from searchgym.retrieval import RETRIEVERS, Retriever
 
 ROOT = Path(__file__).resolve().parents[1]
 TOPK = 3

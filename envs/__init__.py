@@ -1,14 +1,9 @@
 """Environments, protocols, retrieval and reward schemes."""
 
-from .errors import (
-    DataFileError,
-    InvalidArgumentError,
-    RetrievalError,
-    SearchGymError,
-    UnknownNameError,
-)
+from ..error import DataFileError, InvalidArgumentError, RetrievalError, SearchGymError, UnknownNameError
+from ..retrieval.records import Doc
 from .group_env import GROUP_SCHEMES, group_parallel_env
-from .records import Action, Doc, Question, Trajectory, Turn
+from .records import Action, Question, Trajectory, Turn
 from .registration import BENCHMARKS, ENV_IDS, check_env_id, register_envs
 
 __all__ = [

@@ -7,11 +7,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..error import DataFileError, InvalidArgumentError, did_you_mean, keyword_checked
+from ..retrieval import Retriever, make_retriever
 from .data import load_questions
-from .errors import DataFileError, InvalidArgumentError, did_you_mean, keyword_checked
 from .protocols import Protocol
 from .registration import BENCHMARKS
-from .retrieval import Retriever, make_retriever
 from .rewards import RewardScheme
 from .search_env import SearchQAEnv, check_retriever_kwargs
 

@@ -25,8 +25,8 @@ import inspect
 from dataclasses import dataclass, fields
 from typing import Any
 
+from ..error import InvalidArgumentError, UnknownNameError, did_you_mean
 from .config_base import ConfigError, check
-from .errors import InvalidArgumentError, UnknownNameError, did_you_mean
 
 __all__ = ["EnvConfig", "env_keywords"]
 

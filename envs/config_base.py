@@ -19,9 +19,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar, Union
 
-from . import checks
-from .checks import ArgumentError
-from .errors import DataFileError, InvalidArgumentError
+from .. import checks
+from ..checks import ArgumentError
+from ..error import DataFileError, InvalidArgumentError
 
 __all__ = [
     "ConfigError",
@@ -75,7 +75,7 @@ def check(field: str, value: Any, ok: bool | Callable[[Any], bool], allowed: str
         raise ConfigError(field, value, allowed, hint)
 
 
-# -- value checks (searchgym.envs.checks, with config messages) --------------------------
+# -- value checks (searchgym.checks, with config messages) --------------------------
 
 
 def _config_check(check_fn: Callable[..., Any], name: str, value: Any, hint: str, *args: Any) -> None:
@@ -86,7 +86,7 @@ def _config_check(check_fn: Callable[..., Any], name: str, value: Any, hint: str
 
 
 def check_int(name: str, value: int, low: int = 1, note: str = "") -> None:
-    """Raise :class:`ConfigError` unless ``value >= low`` (:func:`~searchgym.envs.checks.check_int`)."""
+    """Raise :class:`ConfigError` unless ``value >= low`` (:func:`~searchgym.checks.check_int`)."""
     _config_check(checks.check_int, name, value, note, low)
 
 
@@ -94,13 +94,13 @@ def check_finite(
     name: str, value: float, low: float | None = None, high: float | None = None, note: str = ""
 ) -> None:
     """Raise :class:`ConfigError` unless ``value`` is finite and within ``[low, high]``
-    (:func:`~searchgym.envs.checks.check_number`)."""
+    (:func:`~searchgym.checks.check_number`)."""
     _config_check(checks.check_number, name, value, note, low, high)
 
 
 def check_choice(name: str, value: Any, choices: tuple[Any, ...], note: str = "") -> None:
     """Raise :class:`ConfigError` unless ``value`` is one of ``choices``, with "did you mean"
-    (:func:`~searchgym.envs.checks.check_choice`)."""
+    (:func:`~searchgym.checks.check_choice`)."""
     _config_check(checks.check_choice, name, value, note, choices)
 
 

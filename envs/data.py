@@ -17,8 +17,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .errors import DataFileError
-from .records import Doc, Question
+from ..error import DataFileError
+from ..retrieval.records import Doc
+from .records import Question
 
 __all__ = ["load_corpus", "load_questions", "read_jsonl", "record_to_doc", "split_contents"]
 

@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import DataFileError, SearchGymError, did_you_mean
+from ..error import DataFileError, SearchGymError, did_you_mean
 
 __all__ = [
     "FLASHRAG_REPO",

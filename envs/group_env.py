@@ -23,11 +23,12 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.utils import seeding
 
-from .checks import check_int
-from .errors import InvalidArgumentError, SearchGymError, did_you_mean
-from .records import Doc, Question
+from ..checks import check_int
+from ..error import InvalidArgumentError, SearchGymError, did_you_mean
+from ..retrieval import search_with_cache
+from ..retrieval.records import Doc
+from .records import Question
 from .registration import check_env_id
-from .retrieval import search_with_cache
 from .rewards import TSAS_VARIANTS, check_number, otc_grpo_tool_rewards, tsas_advantages, tsas_stage
 from .rewards.outcome import check_outcome
 from .search_env import SearchQAEnv

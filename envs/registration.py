@@ -6,7 +6,7 @@ import re
 
 import gymnasium as gym
 
-from .errors import UnknownNameError, did_you_mean
+from ..error import UnknownNameError, did_you_mean
 
 __all__ = ["BENCHMARKS", "ENV_IDS", "register_envs", "check_env_id"]
 

@@ -8,11 +8,12 @@ from typing import Any
 
 import gymnasium as gym
 
-from .checks import check_int, check_string
-from .errors import InvalidArgumentError, SearchGymError, keyword_checked
+from ..checks import check_int, check_string
+from ..error import InvalidArgumentError, SearchGymError, keyword_checked
+from ..retrieval import Retriever, search_with_cache
+from ..retrieval.records import Doc
 from .protocols import Protocol, make_protocol
-from .records import Action, Doc, Question, Trajectory, Turn
-from .retrieval import Retriever, search_with_cache
+from .records import Action, Question, Trajectory, Turn
 from .rewards import RewardScheme, make_reward
 from .spaces import AnyText
 

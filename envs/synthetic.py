@@ -32,9 +32,10 @@ import re
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from .checks import check_choice, check_int, check_probability
-from .errors import InvalidArgumentError, UnknownNameError, did_you_mean
-from .records import Doc, Question
+from ..checks import check_choice, check_int, check_probability
+from ..error import InvalidArgumentError, UnknownNameError, did_you_mean
+from ..retrieval.records import Doc
+from .records import Question
 from .synthetic_names import MAX_COUNT, make_names
 
 __all__ = [

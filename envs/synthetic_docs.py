@@ -6,8 +6,8 @@ import hashlib
 import re
 from collections.abc import Sequence
 
-from ...synthetic import RELATIONS, Fact, Relation, SyntheticWorld
-from .retriever import read_doc_prompt
+from ..retrieval.simulated.retriever import read_doc_prompt
+from .synthetic import RELATIONS, Fact, Relation, SyntheticWorld
 
 __all__ = ["SyntheticDocGenerator"]
 

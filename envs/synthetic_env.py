@@ -6,10 +6,10 @@ import random
 from collections.abc import Mapping
 from typing import Any
 
-from .errors import InvalidArgumentError, keyword_checked
+from ..error import InvalidArgumentError, keyword_checked
+from ..retrieval import Retriever, make_retriever
 from .protocols import Protocol
 from .records import Question
-from .retrieval import Retriever, make_retriever
 from .rewards import RewardScheme
 from .search_env import SearchQAEnv, check_retriever_kwargs
 from .synthetic import SyntheticWorld, generate_world
@@ -81,7 +81,7 @@ class SyntheticFactsEnv(SearchQAEnv):
         ``known_two_hop``: False keeps two-hop questions out of the known split, so a
         known question needs one recalled fact and no chaining; the studies set it).
     retriever: ``"bm25"`` (default), another backend name (``"simulated"``: documents
-        written from the world by :class:`~searchgym.envs.retrieval.simulated.SyntheticDocGenerator`
+        written from the world by :class:`~searchgym.envs.synthetic_docs.SyntheticDocGenerator`
         unless ``retriever_kwargs`` names a generator, model or base_url), or a
         :class:`Retriever`. retriever_kwargs: options of the backend (e.g.
         ``{"noise_prob": 0.3}``). split: ``"all"`` (default), ``"train"`` or ``"eval"``, a
@@ -132,7 +132,7 @@ class SyntheticFactsEnv(SearchQAEnv):
         questions = split_questions(self.world, split, eval_fraction, split_by)
         options = check_retriever_kwargs(retriever, retriever_kwargs)
         if retriever == "simulated" and not {"generator", "model", "base_url"} & options.keys():
-            from .retrieval.simulated import SyntheticDocGenerator
+            from .synthetic_docs import SyntheticDocGenerator
 
             options["generator"] = SyntheticDocGenerator(self.world)
         if not isinstance(retriever, Retriever):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import gymnasium as gym
 from gymnasium.utils.env_checker import check_env
 
-from .errors import SearchGymError
+from ..error import SearchGymError
 
 __all__ = ["INFO_KEYS", "HOSTILE_ACTIONS", "ConformanceError", "check_search_env"]
 

@@ -19,10 +19,10 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from .checks import check_int
-from .errors import InvalidArgumentError, SearchGymError
-from .records import Doc
-from .retrieval import search_with_cache
+from ..checks import check_int
+from ..error import InvalidArgumentError, SearchGymError
+from ..retrieval import search_with_cache
+from ..retrieval.records import Doc
 from .search_env import SearchQAEnv
 
 __all__ = ["SearchQAVectorEnv", "benchmark_vector_env", "stack_infos", "synthetic_facts_vector_env"]

@@ -17,7 +17,7 @@ Nothing here imports torch, transformers, scikit-learn or sentence-transformers 
 time; they are imported when a model is first used.
 """
 
-from ..envs.storage import SCHEMA_VERSION, RepairReport, SqliteLog
+from ..storage import SCHEMA_VERSION, RepairReport, SqliteLog
 from .hiexp.build import BuildReport
 from .hiexp.encode import MiniLMEncoder
 from .hiexp.hierarchical import HierarchicalExperience

@@ -171,7 +171,7 @@ class MemoryConfig:
 
             folder = store_dir if store_dir is not None else self.store_dir(output_dir)
             return ExperienceMemory(folder, **self.memory_kwargs(seed))
-        from ..envs.errors import DataFileError
+        from ..error import DataFileError
         from .hiexp.hierarchical import HierarchicalExperience
 
         if not Path(str(self.path)).exists():

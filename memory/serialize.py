@@ -23,8 +23,9 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from ..envs.errors import InvalidArgumentError
-from ..envs.records import Action, Doc, Question, Trajectory, Turn
+from ..envs.records import Action, Question, Trajectory, Turn
+from ..error import InvalidArgumentError
+from ..retrieval.records import Doc
 
 __all__ = ["trajectory_to_dict", "trajectory_from_dict"]
 

@@ -3,7 +3,7 @@
 ## Format
 
 A store is a folder. Each kind of record has its own database, ``<kind>.sqlite`` (a
-:class:`~searchgym.envs.storage.sqlite_log.SqliteLog`, whose module describes the tables):
+:class:`~searchgym.storage.sqlite_log.SqliteLog`, whose module describes the tables):
 
 ==========================  ===========================================================================
 ``trajectories.sqlite``     finished episodes: ``{"schema": 1, "trajectory": {...}}`` (the
@@ -43,10 +43,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..envs.errors import DataFileError, InvalidArgumentError, did_you_mean
 from ..envs.rewards.min_tool_calls import check_min_record
-from ..envs.storage.records import SCHEMA_VERSION, Validator
-from ..envs.storage.sqlite_log import RepairReport, SqliteLog
+from ..error import DataFileError, InvalidArgumentError, did_you_mean
+from ..storage.records import SCHEMA_VERSION, Validator
+from ..storage.sqlite_log import RepairReport, SqliteLog
 from .hiexp.levels_file import HIEXP_FILE, repair_file
 from .lightsearcher.bank import ExperienceBank
 from .serialize import trajectory_from_dict

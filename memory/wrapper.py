@@ -37,11 +37,11 @@ from typing import Any, NamedTuple
 import gymnasium as gym
 import numpy as np
 
-from ..envs.checks import check_int, check_number
-from ..envs.errors import InvalidArgumentError, SearchGymError
+from ..checks import check_int, check_number
 from ..envs.protocols import Protocol
 from ..envs.protocols.base import neutralise_tags
 from ..envs.records import Trajectory
+from ..error import InvalidArgumentError, SearchGymError
 
 __all__ = ["ExperienceWrapper", "MemorySpan", "MARKER_TAGS", "render_example"]
 

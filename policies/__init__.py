@@ -10,10 +10,10 @@ import inspect
 import json
 from typing import Any
 
-from ..envs.errors import InvalidArgumentError, did_you_mean
-from ..envs.models import resolve_model
 from ..envs.protocols import Protocol
 from ..envs.synthetic import SyntheticWorld
+from ..error import InvalidArgumentError, did_you_mean
+from ..models import resolve_model
 from .base import Policy, extract_doc_lines, split_context
 from .chat import ChatFormatter, ContextTracker, stop_strings
 from .evaluation import EvalResult, evaluate, format_table

@@ -27,9 +27,9 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..envs.checks import check_int
-from ..envs.errors import InvalidArgumentError, SearchGymError
+from ..checks import check_int
 from ..envs.protocols import Protocol, make_protocol
+from ..error import InvalidArgumentError, SearchGymError
 
 __all__ = ["ChatFormatter", "ContextTracker", "check_stop_strings", "resolve_stop_strings", "stop_strings"]
 

@@ -11,8 +11,8 @@ import gymnasium as gym
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..envs.checks import check_int
-from ..envs.errors import InvalidArgumentError
+from ..checks import check_int
+from ..error import InvalidArgumentError
 from .base import Policy
 
 __all__ = ["EpisodeRecord", "EvalResult", "evaluate", "summarise", "format_table"]

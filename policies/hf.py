@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..envs.checks import check_int, check_number
-from ..envs.errors import InvalidArgumentError, SearchGymError
+from ..checks import check_int, check_number
 from ..envs.protocols import Protocol, make_protocol
+from ..error import InvalidArgumentError, SearchGymError
 from .base import Policy
 from .chat import ChatFormatter, ContextTracker, resolve_stop_strings
 

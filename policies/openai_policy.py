@@ -16,9 +16,9 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from ..envs.checks import check_int, check_number
-from ..envs.errors import InvalidArgumentError, SearchGymError
+from ..checks import check_int, check_number
 from ..envs.protocols import Protocol, make_protocol
+from ..error import InvalidArgumentError, SearchGymError
 from .base import Policy
 from .chat import ChatFormatter, ContextTracker, resolve_stop_strings
 

@@ -25,8 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..envs.errors import SearchGymError
-from ..envs.models import CONVERSION, DONE_FILE, MODELS, OfflineModel, is_current, model_dir, pull_report
+from ..error import SearchGymError
+from ..models import CONVERSION, DONE_FILE, MODELS, OfflineModel, is_current, model_dir, pull_report
 from .cached_folder import build_once
 
 __all__ = ["pull_model", "sha256_of", "check_special_tokens", "ModelDownloadError"]
@@ -49,7 +49,7 @@ def pull_model(name: str, *, log: Callable[[str], None] = print) -> Path:
     """The converted folder of the registered model ``name``, pulled and converted if needed.
 
     Args:
-        name: A name in :data:`searchgym.envs.models.MODELS`.
+        name: A name in :data:`searchgym.models.MODELS`.
         log: Receives one line per stage (pip's own progress bar goes to the terminal).
 
     Raises:

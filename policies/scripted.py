@@ -6,11 +6,11 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..envs.checks import check_int
-from ..envs.errors import InvalidArgumentError
+from ..checks import check_int
 from ..envs.protocols import Protocol, make_protocol
 from ..envs.records import Trajectory
 from ..envs.synthetic import RELATIONS, SyntheticWorld
+from ..error import InvalidArgumentError
 from .base import Policy, extract_doc_lines, split_context
 from .reader import read_answer
 

@@ -24,8 +24,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ..envs.checks import check_int
-from ..envs.errors import InvalidArgumentError, SearchGymError
+from ..checks import check_int
+from ..error import InvalidArgumentError, SearchGymError
 from .cached_folder import build_once
 
 __all__ = ["build_tiny_lm", "load_tiny_lm", "load_tokenizer", "default_texts", "TINY_CHAT_TEMPLATE"]

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..envs.checks import check_int, check_number
-from ..envs.errors import InvalidArgumentError, SearchGymError
+from ..checks import check_int, check_number
 from ..envs.protocols import Protocol, make_protocol
+from ..error import InvalidArgumentError, SearchGymError
 from .base import Policy
 from .chat import ChatFormatter, ContextTracker, resolve_stop_strings
 

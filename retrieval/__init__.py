@@ -5,7 +5,7 @@ keywords ``corpus_path``, ``docs`` and ``index_dir`` (each possibly None) plus i
 and returns a :class:`Retriever`. It may be given as a callable or, so that heavy imports
 (faiss, an HTTP client) wait until first use, as a ``"module:attribute"`` string::
 
-    register_retriever("dense", "searchgym.envs.retrieval.dense:make_dense_retriever")
+    register_retriever("dense", "searchgym.retrieval.dense:make_dense_retriever")
 
 :func:`make_retriever` keeps one retriever per backend, corpus and options for the whole
 process, so every env worker in a process shares one index, and (BM25 and dense) one cache of
@@ -21,12 +21,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import DataFileError, InvalidArgumentError, did_you_mean
-from ..records import Doc
+from ..error import DataFileError, InvalidArgumentError, did_you_mean
 from .base import Retriever
 from .bm25 import BM25Retriever, corpus_fingerprint, make_bm25_retriever
 from .cache import DEFAULT_CACHE_SIZE, CacheStats, ResultCache, search_with_cache
 from .dense import DenseRetriever
+from .records import Doc
 from .simulated import SimulatedRetriever
 
 __all__ = [
@@ -51,8 +51,8 @@ RetrieverFactory = Callable[..., Retriever]
 
 RETRIEVERS: dict[str, RetrieverFactory | str] = {
     "bm25": make_bm25_retriever,
-    "http": "searchgym.envs.retrieval.http_client:make_http_retriever",
-    "dense": "searchgym.envs.retrieval.dense:make_dense_retriever",
+    "http": "searchgym.retrieval.http_client:make_http_retriever",
+    "dense": "searchgym.retrieval.dense:make_dense_retriever",
 }
 """Backend name -> factory, or ``"module:attribute"`` naming one."""
 
@@ -171,7 +171,7 @@ def make_retriever(
             (``"http://host:port"``: an :class:`~.http_client.HTTPRetriever`, one per URL and
             options; ``corpus_path``, ``docs`` and ``index_dir`` are then ignored, as the
             server holds the index), or a ready :class:`Retriever`, which is returned unchanged.
-        corpus_path: A corpus JSON Lines file (see :func:`searchgym.envs.data.load_corpus`).
+        corpus_path: A corpus JSON Lines file (see :func:`searchgym.retrieval.corpus.load_corpus`).
         docs: An in-memory corpus, instead of ``corpus_path``.
         index_dir: Where the backend may cache its index on disk (BM25: loaded when it was built
             from the same corpus and options, otherwise built and saved there).
@@ -221,4 +221,4 @@ def make_retriever(
     return retriever
 
 
-register_retriever("simulated", "searchgym.envs.retrieval.simulated:make_simulated_retriever")
+register_retriever("simulated", "searchgym.retrieval.simulated:make_simulated_retriever")

@@ -6,7 +6,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ..records import Doc
+from .records import Doc
 
 if TYPE_CHECKING:
     from .cache import ResultCache

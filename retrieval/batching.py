@@ -15,8 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import SearchGymError
-from ..records import Doc
+from ..error import SearchGymError
+from .records import Doc
 
 __all__ = ["DynamicBatcher", "SearchFn", "ServerStats"]
 

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..data import load_corpus
-from ..errors import DataFileError, InvalidArgumentError, RetrievalError
-from ..records import Doc
+from ..error import DataFileError, InvalidArgumentError, RetrievalError
 from .base import Retriever
 from .checksums import file_checksums, verify_checksums
+from .corpus import load_corpus
 from .jax_guard import import_without_jax
+from .records import Doc
 
 if TYPE_CHECKING:
     import bm25s

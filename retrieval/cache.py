@@ -4,7 +4,7 @@ A GRPO group sends the same question to all its rollouts, and their first search
 the same string. :class:`ResultCache` keeps the last ``capacity`` results (least recently used
 out first) so that a repeated search costs a dictionary lookup, and :func:`cached_search`
 searches only what it does not hold, once per distinct query. Results of a cache hit are the
-same :class:`~searchgym.envs.records.Doc` records (frozen) in a new list.
+same :class:`~searchgym.retrieval.records.Doc` records (frozen) in a new list.
 
 Where it is used:
 
@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..checks import check_int
-from ..errors import RetrievalError
-from ..records import Doc
+from ..error import RetrievalError
 from .base import Retriever
 from .bm25 import check_search_args
+from .records import Doc
 
 __all__ = ["DEFAULT_CACHE_SIZE", "CacheStats", "ResultCache", "cached_search", "search_with_cache"]
 

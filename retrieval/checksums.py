@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..errors import DataFileError
+from ..error import DataFileError
 
 __all__ = ["VERIFY_AUTO_BYTES", "file_checksums", "verify_checksums"]
 

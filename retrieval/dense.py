@@ -13,13 +13,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import DataFileError, InvalidArgumentError
-from ..records import Doc
+from ..error import DataFileError, InvalidArgumentError
 from .base import Retriever
 from .bm25 import BM25Retriever, is_bm25_index_dir
 from .dense_build import META_FILE, build_dense_index, find_dense_meta, read_dense_meta, resolve_prefixes
 from .dense_retriever import SEARCH_OPTIONS, DenseRetriever
 from .passages import write_docs_jsonl
+from .records import Doc
 
 __all__ = ["DenseRetriever", "make_dense_retriever", "open_index"]
 
@@ -110,7 +110,7 @@ def make_dense_retriever(
                 "index on disk), index_dir= of a built index, or index_path= and corpus_path= of a FAISS file."
             )
         if corpus_path is not None:
-            from ..data import load_corpus
+            from .corpus import load_corpus
 
             docs = load_corpus(corpus_path)
         return DenseRetriever.from_docs(

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from ..checks import check_int
-from ..errors import DataFileError, InvalidArgumentError
+from ..error import DataFileError, InvalidArgumentError
 from .checksums import file_checksums
 from .encoders import (
     E5_PASSAGE_PREFIX,
@@ -322,7 +322,7 @@ def build_dense_index(
         progress: Show progress bars.
         max_chunks: Encode at most this many chunks in this call, then return an incomplete
             report (for tests and for spreading a long build over several jobs).
-        **index_options: :class:`~searchgym.envs.retrieval.faiss_index.IndexSpec` fields
+        **index_options: :class:`~searchgym.retrieval.faiss_index.IndexSpec` fields
             (``nlist``, ``pq_m``, ``nbits``, ``hnsw_m``, ...).
 
     Raises:

@@ -2,14 +2,14 @@
 
 Three ways to get a :class:`DenseRetriever`:
 
-- from an index directory built by :func:`~searchgym.envs.retrieval.dense_build.build_dense_index`
+- from an index directory built by :func:`~searchgym.retrieval.dense_build.build_dense_index`
   or ``searchgym index`` (:meth:`DenseRetriever.load`; the FAISS file and the passage offsets are
   memory-mapped, so loading takes about as long as loading the model);
 - from a FAISS file and its corpus as Search-R1 and FlashRAG lay them out, e.g.
   ``e5_Flat.index`` and ``wiki-18.jsonl`` (:meth:`DenseRetriever.from_faiss`);
 - from passages in memory, encoded on the spot (:meth:`DenseRetriever.from_docs`).
 
-:func:`~searchgym.envs.retrieval.dense.make_dense_retriever` (the ``"dense"`` backend) picks
+:func:`~searchgym.retrieval.dense.make_dense_retriever` (the ``"dense"`` backend) picks
 one of these from its keywords. faiss, torch and sentence-transformers are imported only when
 a retriever is built.
 """
@@ -25,8 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DataFileError, InvalidArgumentError, RetrievalError, SearchGymError
-from ..records import Doc
+from ..error import DataFileError, InvalidArgumentError, RetrievalError, SearchGymError
 from .base import Retriever
 from .bm25 import MAX_QUERY_CHARS, check_search_args
 from .checksums import verify_checksums
@@ -60,6 +59,7 @@ from .passages import (
     check_line_offsets,
     passage_text,
 )
+from .records import Doc
 
 __all__ = ["SEARCH_OPTIONS", "DenseRetriever"]
 

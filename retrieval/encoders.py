@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidArgumentError
+from ..error import InvalidArgumentError
 
 __all__ = [
     "DEFAULT_MODEL",

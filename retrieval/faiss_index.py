@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from ..checks import check_int
-from ..errors import DataFileError, InvalidArgumentError
+from ..error import DataFileError, InvalidArgumentError
 
 __all__ = [
     "INDEX_DEVICES",
@@ -90,7 +90,7 @@ class IndexSpec:
 
     def __post_init__(self) -> None:
         if self.kind not in INDEX_TYPES:
-            from ..errors import did_you_mean
+            from ..error import did_you_mean
 
             raise did_you_mean("index type", self.kind, INDEX_TYPES)
         for name in ("hnsw_m", "ef_construction", "ef_search", "nprobe"):

@@ -26,10 +26,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..checks import check_int, check_number
-from ..errors import InvalidArgumentError, RetrievalError
-from ..records import Doc
+from ..error import InvalidArgumentError, RetrievalError
 from .base import Retriever
 from .http_connection import HTTPConnection, ProtocolError, ServerClosed
+from .records import Doc
 from .server_protocol import host_port, parse_response
 
 __all__ = ["RETRYABLE_STATUSES", "HTTPRetriever", "make_http_retriever"]

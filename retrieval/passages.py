@@ -5,7 +5,7 @@ helpers here find where each of those lines starts (:func:`scan_line_offsets`, a
 the raw bytes), identify a corpus file cheaply (:func:`file_fingerprint`), and read passages back
 on demand (:class:`JsonlPassages`, one ``os.pread`` per passage, safe to share between threads).
 :class:`DocListPassages` is the in-memory counterpart for a corpus given as a list of
-:class:`~searchgym.envs.records.Doc`.
+:class:`~searchgym.retrieval.records.Doc`.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..data import record_to_doc
-from ..errors import DataFileError
-from ..records import Doc
+from ..error import DataFileError
+from .corpus import record_to_doc
+from .records import Doc
 
 __all__ = [
     "DocListPassages",
@@ -56,7 +56,7 @@ def scan_line_offsets(path: str | os.PathLike[str], *, progress: bool = False) -
     """Byte offsets of the non-blank lines of ``path``, plus the file size as a last entry.
 
     Entry ``i`` is where the ``i``-th non-blank line starts; line ``i`` ends before entry
-    ``i + 1``. Blank (whitespace-only) lines are skipped, as :func:`searchgym.envs.data.read_jsonl`
+    ``i + 1``. Blank (whitespace-only) lines are skipped, as :func:`searchgym.retrieval.corpus.read_jsonl`
     skips them, so row numbers agree with the loaders. Runs in blocks of 64 MiB, so memory stays
     flat for any file size (8 bytes per line for the result).
 

@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 
 from aiohttp import web
 
-from ..errors import InvalidArgumentError, SearchGymError
+from ..error import InvalidArgumentError, SearchGymError
 from .base import Retriever
 from .batching import ServerStats
 from .connections import ConnectionGuard, fit_connection_limit

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..checks import check_int
-from ..data import split_contents
-from ..records import Doc
+from .corpus import split_contents
+from .records import Doc
 
 __all__ = [
     "RequestError",

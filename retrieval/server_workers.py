@@ -37,7 +37,7 @@ from gunicorn.arbiter import Arbiter
 from gunicorn.errors import HaltServer
 from gunicorn.sock import TCP6Socket, TCPSocket
 
-from ..errors import InvalidArgumentError, SearchGymError
+from ..error import InvalidArgumentError, SearchGymError
 from .connections import BACKLOG
 from .server import RetrievalServer
 from .service import ServerConfig, load_index

@@ -33,11 +33,11 @@ from pathlib import Path
 from typing import Any
 
 from ..checks import check_int, check_number, check_string
-from ..errors import DataFileError, InvalidArgumentError
-from ..records import Doc
+from ..error import DataFileError, InvalidArgumentError
 from .base import Retriever
 from .batching import DynamicBatcher, SearchFn, ServerStats
 from .cache import DEFAULT_CACHE_SIZE, ResultCache, cached_search
+from .records import Doc
 from .server_protocol import (
     RequestError,
     RequestLimits,

@@ -8,20 +8,21 @@ until ``gym.make``. torch, ray and faiss are never imported here.
 __version__ = "0.1.0"
 
 from searchgym import error
-from searchgym.envs.errors import (
+from searchgym.envs.metrics import cover_exact_match, exact_match, f1_score, normalize_answer
+from searchgym.envs.protocols import PROTOCOLS, Protocol, make_protocol
+from searchgym.envs.records import Action, Question, Trajectory, Turn
+from searchgym.envs.registration import ENV_IDS, register_envs
+from searchgym.envs.rewards import REWARDS, RewardScheme, make_reward, tsas_advantages
+from searchgym.envs.search_env import SearchQAEnv
+from searchgym.error import (
     DataFileError,
     InvalidArgumentError,
     RetrievalError,
     SearchGymError,
     UnknownNameError,
 )
-from searchgym.envs.metrics import cover_exact_match, exact_match, f1_score, normalize_answer
-from searchgym.envs.protocols import PROTOCOLS, Protocol, make_protocol
-from searchgym.envs.records import Action, Doc, Question, Trajectory, Turn
-from searchgym.envs.registration import ENV_IDS, register_envs
-from searchgym.envs.retrieval import Retriever, make_retriever
-from searchgym.envs.rewards import REWARDS, RewardScheme, make_reward, tsas_advantages
-from searchgym.envs.search_env import SearchQAEnv
+from searchgym.retrieval import Retriever, make_retriever
+from searchgym.retrieval.records import Doc
 
 register_envs()
 

@@ -1,7 +1,7 @@
 """Argument checks for every folder (envs, memory, policies, trainers), in one place.
 
 Each check returns the value it accepted (ints as ``int``, numbers as ``float``) or raises
-:class:`ArgumentError`, an :class:`~searchgym.envs.errors.InvalidArgumentError` whose
+:class:`ArgumentError`, an :class:`~searchgym.error.InvalidArgumentError` whose
 message shows the argument, what it accepts and the value received::
 
     max_turns must be an int >= 1, got 0.
@@ -19,7 +19,7 @@ from typing import Any, Literal, overload
 
 import numpy as np
 
-from .errors import InvalidArgumentError
+from .error import InvalidArgumentError
 
 __all__ = [
     "ArgumentError",

@@ -26,7 +26,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict]:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``searchgym`` command; returns the exit code (2 on bad input or a
     missing extra, each reported in one line)."""
-    from searchgym.envs.errors import SearchGymError
+    from searchgym.error import SearchGymError
 
     parser, modules = _parser()
     args = parser.parse_args(argv)

@@ -20,7 +20,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import InvalidArgumentError, SearchGymError
+from .error import InvalidArgumentError, SearchGymError
 
 __all__ = [
     "OfflineModel",
@@ -106,7 +106,7 @@ def models_home() -> Path:
 def model_dir(name: str) -> Path:
     """The converted folder of the registered model ``name`` (whether pulled or not)."""
     if name not in MODELS:
-        from .errors import did_you_mean
+        from .error import did_you_mean
 
         raise did_you_mean("offline model", name, MODELS)
     return models_home() / name

@@ -1,16 +1,16 @@
 """The stores' storage: append-only logs of records in SQLite databases that many processes share.
 
-- :mod:`~searchgym.envs.storage.sqlite_log`: :class:`SqliteLog`, one log in one database
+- :mod:`~searchgym.storage.sqlite_log`: :class:`SqliteLog`, one log in one database
   file (WAL mode), with snapshots for resume, corrupt-record handling and repair.
-- :mod:`~searchgym.envs.storage.records`: records to JSON text and back, with a format version.
-- :mod:`~searchgym.envs.storage.legacy`: the one-time import of an old JSON-lines store.
-- :mod:`~searchgym.envs.storage.recovery`: rebuilding a damaged database from what is
+- :mod:`~searchgym.storage.records`: records to JSON text and back, with a format version.
+- :mod:`~searchgym.storage.legacy`: the one-time import of an old JSON-lines store.
+- :mod:`~searchgym.storage.recovery`: rebuilding a damaged database from what is
   readable, so that a crash leaves the old file or the new one.
-- :mod:`~searchgym.envs.storage.salvage`: the rows of a damaged database and its WAL, read
+- :mod:`~searchgym.storage.salvage`: the rows of a damaged database and its WAL, read
   page by page.
-- :mod:`~searchgym.envs.storage.acked`: the highest acknowledged id, kept outside the database.
-- :mod:`~searchgym.envs.storage.diagnose`: one-line errors that name the cause.
-- :mod:`~searchgym.envs.storage.atomic`: :func:`write_atomically`, for whole-file documents.
+- :mod:`~searchgym.storage.acked`: the highest acknowledged id, kept outside the database.
+- :mod:`~searchgym.storage.diagnose`: one-line errors that name the cause.
+- :mod:`~searchgym.storage.atomic`: :func:`write_atomically`, for whole-file documents.
 
 They live beside the envs because both the experience memory's store and LightSearcher's
 minimum tool-call store (a reward's state) keep their records in them.

@@ -13,7 +13,7 @@ the commit, so a writer killed in between leaves it lower than the database (not
 claimed that was not committed); it is not synced, so it survives a process crash, as the
 commits it follows do under ``synchronous=NORMAL``. The instance is a random id kept in the
 database's ``meta`` table and changed in every copy (:meth:`SqliteLog.backup
-<searchgym.envs.storage.sqlite_log.SqliteLog.backup>`), so a file put back from a
+<searchgym.storage.sqlite_log.SqliteLog.backup>`), so a file put back from a
 checkpoint is not compared with the ids of the file it replaced.
 """
 

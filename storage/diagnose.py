@@ -13,7 +13,7 @@ import contextlib
 import os
 import sqlite3
 
-from ..errors import DataFileError
+from ..error import DataFileError
 
 __all__ = ["describe_error", "write_problem", "stale_shm_users"]
 

@@ -1,6 +1,6 @@
 """Stores written by earlier searchgym versions as JSON-lines files, imported into SQLite once.
 
-An old store kept one JSON object per line. When a :class:`~searchgym.envs.storage.sqlite_log.SqliteLog`
+An old store kept one JSON object per line. When a :class:`~searchgym.storage.sqlite_log.SqliteLog`
 opens and finds such a file (at its own path, or at the ``.jsonl`` path an old store folder
 used), :func:`adopt` renames the file to ``<file>.imported``, where it stays, and the log
 imports its records in one transaction, at most once. :func:`read_lines` sorts the lines.
@@ -12,7 +12,7 @@ import fcntl
 import os
 from typing import Any
 
-from ..errors import DataFileError
+from ..error import DataFileError
 from .records import NewerSchemaError, Validator, decode_record
 
 __all__ = ["adopt", "read_lines"]

@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..errors import InvalidArgumentError
+from ..error import InvalidArgumentError
 
 __all__ = ["SCHEMA_VERSION", "Validator", "NewerSchemaError", "encode_record", "decode_record"]
 

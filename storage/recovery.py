@@ -1,7 +1,7 @@
 """Rebuild a damaged store database from what can still be read: :func:`rebuild`, :func:`finish_interrupted`.
 
 What is read: every row SQLite itself can still reach (the whole table, then id by id past
-a damaged page), and every row :func:`~searchgym.envs.storage.salvage.salvage` finds on
+a damaged page), and every row :func:`~searchgym.storage.salvage.salvage` finds on
 the pages of the file and in the intact frames of its WAL.
 
 How the file is replaced, so that a crash at any instant leaves either the damaged file
@@ -16,7 +16,7 @@ How the file is replaced, so that a crash at any instant leaves either the damag
    moved over the live path (``os.replace``), and the journal is removed.
 
 Every step of 3 can be done again, so :func:`finish_interrupted`, which every
-:class:`~searchgym.envs.storage.sqlite_log.SqliteLog` calls before it opens its file,
+:class:`~searchgym.storage.sqlite_log.SqliteLog` calls before it opens its file,
 finishes a repair that has a journal and removes the half-written file of one that has
 none (its live file was never touched).
 """

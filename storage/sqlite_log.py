@@ -26,7 +26,7 @@ page of the table again): readers never wait for writers, writers wait for each 
 Every append is one transaction (``BEGIN IMMEDIATE`` ... ``COMMIT``); once
 :meth:`SqliteLog.append` returns, the record survives the process being killed
 (``synchronous=NORMAL``), and with ``fsync=True`` a power cut too (``synchronous=FULL``).
-After the commit its id goes to ``<file>.acked`` (:mod:`~searchgym.envs.storage.acked`):
+After the commit its id goes to ``<file>.acked`` (:mod:`~searchgym.storage.acked`):
 a file that holds fewer ids than that (its WAL was deleted or damaged) is refused on open
 with the count of missing records, until a repair has read back what it can.
 :meth:`SqliteLog.writing` holds one write transaction over several reads and appends, so a
@@ -37,10 +37,10 @@ logged once with its file and id and listed in :attr:`SqliteLog.corrupt`; traini
 A file that is not a database, or a damaged one, is a one-line :class:`DataFileError`
 naming the file, as is a file that cannot be written (with the cause: a read-only disk, no
 permission) and one whose ``-shm`` was deleted under running processes
-(:mod:`~searchgym.envs.storage.diagnose`). :meth:`SqliteLog.repair` (``searchgym memory
+(:mod:`~searchgym.storage.diagnose`). :meth:`SqliteLog.repair` (``searchgym memory
 repair``) runs SQLite's integrity check, moves corrupt records to ``rejected``, rebuilds a
 damaged file from every row that can be read, keeping the original beside it, so that a
-crash at any instant leaves the old file or the new one (:mod:`~searchgym.envs.storage.recovery`),
+crash at any instant leaves the old file or the new one (:mod:`~searchgym.storage.recovery`),
 and reads back the records of a lost WAL that its intact frames hold.
 
 WAL needs shared memory between the processes, so keep the file on a local disk of one
@@ -61,7 +61,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import DataFileError, InvalidArgumentError
+from ..error import DataFileError, InvalidArgumentError
 from . import legacy, recovery
 from .acked import AckFile
 from .diagnose import describe_error, stale_shm_users, write_problem
@@ -661,7 +661,7 @@ class SqliteLog:
         """Copy the database, as one consistent state, to the new file ``target`` (SQLite's backup).
 
         The copy is a database of its own: it gets a new instance id, so its ids are not
-        compared with this file's acknowledged ones (see :mod:`~searchgym.envs.storage.acked`).
+        compared with this file's acknowledged ones (see :mod:`~searchgym.storage.acked`).
         """
         with self._lock, self._errors("copying it"):
             copy = sqlite3.connect(os.fspath(target), isolation_level=None)
@@ -681,7 +681,7 @@ class SqliteLog:
         """Check the file and keep every readable record (``searchgym memory repair``).
 
         Runs ``PRAGMA integrity_check``. A damaged file (or one that is not a database) is
-        rebuilt from every record that can still be read (:mod:`~searchgym.envs.storage.recovery`),
+        rebuilt from every record that can still be read (:mod:`~searchgym.storage.recovery`),
         and the original is kept as ``<file>.damaged-<time>``. A file that holds fewer ids
         than it acknowledged (its WAL was lost or damaged) gets back what the WAL's intact
         frames still hold, and the report says how many records are lost. Corrupt records

@@ -326,7 +326,7 @@ def check_searchgym(call: Call) -> Checked:
     ``parsed`` is the namespace, or for ``train`` ``(namespace, LaunchPlan)``.
     """
     from searchgym.cli import _parser
-    from searchgym.envs.errors import SearchGymError
+    from searchgym.error import SearchGymError
 
     parser, modules = _parser()
     args = _argparse(parser, call.args, call)
@@ -408,7 +408,7 @@ def check_curl(call: Call) -> Checked:
     """The recipes' curl calls: ``-s``, ``-f``, ``-X``, ``-H``, ``-d`` and one URL; the body of a
     POST goes through the retrieval server's own request parser. ``parsed`` is
     ``{"method", "url", "request"}``."""
-    from searchgym.envs.retrieval.server_protocol import RequestError, RequestLimits, parse_retrieve_request
+    from searchgym.retrieval.server_protocol import RequestError, RequestLimits, parse_retrieve_request
 
     method, body, urls = "GET", None, []
     args = list(call.args)

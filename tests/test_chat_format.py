@@ -15,8 +15,8 @@ pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
 import searchgym  # noqa: F401,E402  (registers the ids)
-from searchgym.envs.errors import InvalidArgumentError, SearchGymError  # noqa: E402
 from searchgym.envs.protocols import PROTOCOLS, SearchR1Protocol, make_protocol  # noqa: E402
+from searchgym.error import InvalidArgumentError, SearchGymError  # noqa: E402
 from searchgym.policies.chat import (  # noqa: E402
     ChatFormatter,
     ContextTracker,

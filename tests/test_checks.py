@@ -1,4 +1,4 @@
-"""The one validator module (``searchgym.envs.checks``): its messages, and that no other
+"""The one validator module (``searchgym.checks``): its messages, and that no other
 module keeps its own copy of a "positive int / finite number / non-empty string" check."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from searchgym.envs.checks import (
+from searchgym.checks import (
     ArgumentError,
     check_choice,
     check_int,
@@ -22,7 +22,7 @@ from searchgym.envs.checks import (
 from searchgym.envs.config_base import ConfigError
 from searchgym.envs.config_base import check_finite as config_check_finite
 from searchgym.envs.config_base import check_int as config_check_int
-from searchgym.envs.errors import InvalidArgumentError
+from searchgym.error import InvalidArgumentError
 
 ROOT = Path(__file__).resolve().parents[1]
 LIBRARY = ("envs", "memory", "policies", "trainers", "searchgym", "studies")
@@ -53,16 +53,16 @@ def _calls(path: str, function: str) -> set[str]:
 
 def test_no_module_keeps_its_own_copy_of_a_value_check():
     found = _check_helpers()
-    found.discard(("envs/checks.py", "check_int"))
-    found.discard(("envs/checks.py", "check_number"))
-    found.discard(("envs/checks.py", "check_string"))
-    found.discard(("envs/checks.py", "check_probability"))
-    found.discard(("envs/checks.py", "_is_int"))
+    found.discard(("searchgym/checks.py", "check_int"))
+    found.discard(("searchgym/checks.py", "check_number"))
+    found.discard(("searchgym/checks.py", "check_string"))
+    found.discard(("searchgym/checks.py", "check_probability"))
+    found.discard(("searchgym/checks.py", "_is_int"))
     # The configs' checks are adapters: the same check, a ConfigError with the dotted field.
     for name in ("check_int", "check_finite"):
         assert "_config_check" in _calls("envs/config_base.py", name)
         found.discard(("envs/config_base.py", name))
-    assert found == set(), "use searchgym.envs.checks instead of a private copy"
+    assert found == set(), "use searchgym.checks instead of a private copy"
 
 
 def test_the_finder_sees_a_copy(tmp_path):

@@ -117,7 +117,7 @@ def test_dry_run_takes_a_registered_model_name(tmp_path, capsys, monkeypatch):
     folder = tmp_path / "home" / "models" / "smollm2-135m-instruct"
     folder.mkdir(parents=True)
     (folder / "config.json").write_text("{}")
-    from searchgym.envs.models import CONVERSION, DONE_FILE
+    from searchgym.models import CONVERSION, DONE_FILE
 
     (folder / DONE_FILE).write_text(json.dumps({"conversion": CONVERSION}))
     assert main(["train", "--config", str(config), "--dry-run"]) == 0

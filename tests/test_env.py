@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 import searchgym
 from searchgym.envs import ENV_IDS
-from searchgym.envs.errors import DataFileError, InvalidArgumentError, SearchGymError, UnknownNameError
 from searchgym.envs.testing import INFO_KEYS, ConformanceError, check_search_env
+from searchgym.error import DataFileError, InvalidArgumentError, SearchGymError, UnknownNameError
 
 
 def make(env_id: str, shared_data=None, **kwargs) -> gym.Env:

@@ -12,9 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from searchgym.envs.errors import InvalidArgumentError
-from searchgym.envs.records import Action, Doc, Question, Trajectory, Turn
+from searchgym.envs.records import Action, Question, Trajectory, Turn
+from searchgym.error import InvalidArgumentError
 from searchgym.memory import ExperienceBank, ExperienceMemory, SummarizerError
+from searchgym.retrieval.records import Doc
 
 
 def make_trajectory(qid: str, reward: float, searches: int = 0, answer: str | None = "x") -> Trajectory:

@@ -14,8 +14,8 @@ import pytest
 from test_openrlhf_launch import BASE, write
 
 import searchgym  # noqa: F401  (registers the ids)
-from searchgym.envs.errors import SearchGymError, UnknownNameError
-from searchgym.envs.models import ModelNotPulledError, resolve_model
+from searchgym.error import SearchGymError, UnknownNameError
+from searchgym.models import ModelNotPulledError, resolve_model
 from searchgym.policies import make_policy
 from searchgym.trainers.openrlhf import launch
 from searchgym.trainers.openrlhf.flags import openrlhf_parser

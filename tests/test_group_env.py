@@ -16,11 +16,11 @@ pytest.importorskip("pettingzoo")
 from pettingzoo import ParallelEnv  # noqa: E402
 from pettingzoo.test import parallel_api_test  # noqa: E402
 
-from searchgym.envs.errors import InvalidArgumentError, SearchGymError, UnknownNameError  # noqa: E402
 from searchgym.envs.group_env import group_parallel_env  # noqa: E402
-from searchgym.envs.retrieval import Retriever  # noqa: E402
 from searchgym.envs.rewards import otc_grpo_tool_rewards, tsas_advantages  # noqa: E402
+from searchgym.error import InvalidArgumentError, SearchGymError, UnknownNameError  # noqa: E402
 from searchgym.policies import make_policy  # noqa: E402
+from searchgym.retrieval import Retriever  # noqa: E402
 
 ENV_ID = "searchgym/SyntheticFacts-v1"
 SCHEMES = ["tsas", "otc", "mean_baseline", None]

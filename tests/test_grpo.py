@@ -15,9 +15,9 @@ pytest.importorskip("transformers")
 
 import gymnasium as gym  # noqa: E402
 
-from searchgym.envs.errors import DataFileError  # noqa: E402
 from searchgym.envs.records import Trajectory  # noqa: E402
 from searchgym.envs.rewards import RewardScheme  # noqa: E402
+from searchgym.error import DataFileError  # noqa: E402
 from searchgym.memory import ExperienceMemory  # noqa: E402
 from searchgym.policies import good_and_bad_trajectories  # noqa: E402
 from searchgym.policies.tiny import build_tiny_lm  # noqa: E402

@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from searchgym.envs.errors import InvalidArgumentError  # noqa: E402
+from searchgym.error import InvalidArgumentError  # noqa: E402
 from searchgym.trainers.advantages import (  # noqa: E402
     GroupFigures,
     dr_grpo,

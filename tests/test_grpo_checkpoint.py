@@ -20,8 +20,8 @@ pytest.importorskip("transformers")
 
 import numpy as np  # noqa: E402
 
-from searchgym.envs.errors import DataFileError  # noqa: E402
 from searchgym.envs.rewards import LightSearcherReward, MinToolCallStore  # noqa: E402
+from searchgym.error import DataFileError  # noqa: E402
 from searchgym.policies.tiny import build_tiny_lm  # noqa: E402
 from searchgym.trainers.config import ConfigError, TrainConfig  # noqa: E402
 from searchgym.trainers.grpo import GRPOTrainer, list_checkpoints  # noqa: E402

@@ -12,10 +12,10 @@ import re
 import numpy as np
 import pytest
 
-from searchgym.envs.errors import DataFileError, InvalidArgumentError, UnknownNameError
 from searchgym.envs.records import Trajectory
 from searchgym.envs.synthetic import RELATIONS
 from searchgym.envs.synthetic_env import SyntheticFactsEnv
+from searchgym.error import DataFileError, InvalidArgumentError, UnknownNameError
 from searchgym.memory.hiexp.build import distill
 from searchgym.memory.hiexp.encode import DEFAULT_THRESHOLDS, MiniLMEncoder, cluster
 from searchgym.memory.hiexp.hierarchical import HierarchicalExperience

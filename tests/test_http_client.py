@@ -21,15 +21,15 @@ import gymnasium as gym
 import pytest
 
 import searchgym  # noqa: F401  (registers the env ids)
-from searchgym.envs.errors import InvalidArgumentError, RetrievalError
-from searchgym.envs.records import Doc
-from searchgym.envs.retrieval import BM25Retriever, clear_retriever_cache, make_retriever
-from searchgym.envs.retrieval.http_client import HTTPRetriever
 from searchgym.envs.synthetic import generate_world
+from searchgym.error import InvalidArgumentError, RetrievalError
+from searchgym.retrieval import BM25Retriever, clear_retriever_cache, make_retriever
+from searchgym.retrieval.http_client import HTTPRetriever
+from searchgym.retrieval.records import Doc
 
 try:
-    from searchgym.envs.retrieval.server import RetrievalServer
-    from searchgym.envs.retrieval.service import ServerConfig
+    from searchgym.retrieval.server import RetrievalServer
+    from searchgym.retrieval.service import ServerConfig
 except ImportError:  # no aiohttp: only the tests against tiny stdlib servers run
     RetrievalServer = ServerConfig = None  # type: ignore[assignment,misc]
 
@@ -386,7 +386,7 @@ def test_error_statuses_show_the_servers_message_and_only_overload_is_retried():
 
 @needs_server
 def test_a_4xx_from_our_server_names_the_cap(small):
-    from searchgym.envs.retrieval.server_protocol import RequestLimits
+    from searchgym.retrieval.server_protocol import RequestLimits
 
     with RetrievalServer(small, ServerConfig(port=0, limits=RequestLimits(max_topk=2))) as srv:
         client = HTTPRetriever(srv.url)

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from searchgym.envs.errors import DataFileError
-from searchgym.envs.records import Doc
-from searchgym.envs.retrieval import BM25Retriever
-from searchgym.envs.retrieval.checksums import file_checksums, verify_checksums
+from searchgym.error import DataFileError
+from searchgym.retrieval import BM25Retriever
+from searchgym.retrieval.checksums import file_checksums, verify_checksums
+from searchgym.retrieval.records import Doc
 
 DOCS = [
     Doc("d1", "Lima", "capital of peru"),
@@ -67,7 +67,7 @@ def test_a_truncated_file_is_reported_by_size_even_without_digests(saved):
 
 def test_a_corrupt_metadata_file_is_reported_as_itself_by_load_index(saved):
     pytest.importorskip("aiohttp")
-    from searchgym.envs.retrieval.service import load_index
+    from searchgym.retrieval.service import load_index
 
     (saved / "searchgym_bm25.json").write_text("{not json", encoding="utf-8")
     with pytest.raises(DataFileError, match=r"unreadable searchgym_bm25\.json") as info:
@@ -84,7 +84,7 @@ def test_an_index_saved_without_checksums_still_loads(saved):
 
 
 def test_verify_checksums_checks_sizes_always_and_digests_up_to_the_auto_limit(tmp_path, monkeypatch):
-    from searchgym.envs.retrieval import checksums
+    from searchgym.retrieval import checksums
 
     (tmp_path / "a.bin").write_bytes(b"x" * 100)
     recorded = file_checksums(tmp_path, ["a.bin"])

@@ -19,7 +19,7 @@ pytest.importorskip("jax", reason="JAX is in the test extra: pip install -e '.[t
 BM25_RUN = """
 import searchgym
 from searchgym.envs.records import Doc
-from searchgym.envs.retrieval import BM25Retriever
+from searchgym.retrieval import BM25Retriever
 docs = [Doc(id="1", title="Paris", text="the capital of France"),
         Doc(id="2", title="Berlin", text="the capital of Germany")]
 retriever = BM25Retriever(docs)
@@ -101,7 +101,7 @@ print(json.dumps({"hit": hits[0][0].id, "total": total, "again": float(jax.numpy
 
 
 def test_a_failed_guarded_import_puts_sys_modules_back():
-    from searchgym.envs.retrieval.jax_guard import HIDDEN, import_without_jax
+    from searchgym.retrieval.jax_guard import HIDDEN, import_without_jax
 
     before = {key: sys.modules.get(key, "absent") for key in HIDDEN}
     with pytest.raises(ModuleNotFoundError):

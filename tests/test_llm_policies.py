@@ -22,7 +22,7 @@ pytest.importorskip("transformers")
 
 import searchgym  # noqa: F401,E402  (registers the ids)
 from searchgym.cli import main  # noqa: E402
-from searchgym.envs.errors import InvalidArgumentError, SearchGymError, UnknownNameError  # noqa: E402
+from searchgym.error import InvalidArgumentError, SearchGymError, UnknownNameError  # noqa: E402
 from searchgym.policies import (  # noqa: E402
     ChatFormatter,
     EndpointError,

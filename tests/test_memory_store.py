@@ -12,11 +12,12 @@ import gymnasium as gym
 import pytest
 
 import searchgym  # noqa: F401  (registers the env ids)
-from searchgym.envs.errors import DataFileError, InvalidArgumentError, UnknownNameError
-from searchgym.envs.records import Action, Doc, Question, Trajectory, Turn
+from searchgym.envs.records import Action, Question, Trajectory, Turn
 from searchgym.envs.rewards.lightsearcher import LightSearcherReward
+from searchgym.error import DataFileError, InvalidArgumentError, UnknownNameError
 from searchgym.memory import MemoryStore, trajectory_from_dict, trajectory_to_dict
 from searchgym.policies import make_policy
+from searchgym.retrieval.records import Doc
 
 # -- the store folder ------------------------------------------------------------------------------
 

@@ -10,12 +10,13 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import searchgym  # noqa: F401  (registers the env ids)
-from searchgym.envs.errors import InvalidArgumentError
-from searchgym.envs.records import Action, Doc, Question, Trajectory, Turn
+from searchgym.envs.records import Action, Question, Trajectory, Turn
 from searchgym.envs.testing import HOSTILE_ACTIONS
+from searchgym.error import InvalidArgumentError
 from searchgym.memory import ExperienceBank, ExperienceMemory, ExperienceWrapper, MemorySpan
 from searchgym.policies import make_policy
 from searchgym.policies.base import split_context
+from searchgym.retrieval.records import Doc
 
 ENV_ID = "searchgym/SyntheticFacts-v1"
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from searchgym.cli import main
-from searchgym.envs.errors import SearchGymError, UnknownNameError
-from searchgym.envs.models import (
+from searchgym.error import SearchGymError, UnknownNameError
+from searchgym.models import (
     CONVERSION,
     DONE_FILE,
     MODELS,

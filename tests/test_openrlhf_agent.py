@@ -31,11 +31,11 @@ torch = pytest.importorskip("torch")
 from fake_vllm import FakeVLLMEngine, SamplingParams, vllm_modules  # noqa: E402
 
 import searchgym  # noqa: E402,F401
-from searchgym.envs.retrieval import make_retriever  # noqa: E402
-from searchgym.envs.retrieval.base import Retriever  # noqa: E402
 from searchgym.envs.synthetic import generate_world  # noqa: E402
 from searchgym.policies import OracleSyntheticPolicy  # noqa: E402
 from searchgym.policies.chat import ChatFormatter  # noqa: E402
+from searchgym.retrieval import make_retriever  # noqa: E402
+from searchgym.retrieval.base import Retriever  # noqa: E402
 from searchgym.trainers.openrlhf.agent import (  # noqa: E402
     EXTRA_LOG_KEYS,
     SearchGymAgentExecutor,

@@ -16,7 +16,7 @@ pytest.importorskip("openrlhf.utils.agent", reason="needs openrlhf==0.11.2 (--no
 
 from fake_vllm import SamplingParams  # noqa: E402
 
-from searchgym.envs.errors import InvalidArgumentError  # noqa: E402
+from searchgym.error import InvalidArgumentError  # noqa: E402
 from searchgym.trainers.openrlhf import load_run_config  # noqa: E402
 from searchgym.trainers.openrlhf.eval_split import EvalSign, vllm_temperature  # noqa: E402
 

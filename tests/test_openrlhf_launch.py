@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from searchgym.envs.config_base import ConfigError
-from searchgym.envs.errors import InvalidArgumentError, SearchGymError, UnknownNameError
 from searchgym.envs.protocols import make_protocol
+from searchgym.error import InvalidArgumentError, SearchGymError, UnknownNameError
 from searchgym.trainers.openrlhf import agent_file_path, compose, launch, load_run_config
 from searchgym.trainers.openrlhf.advantage_hook import HOOK
 from searchgym.trainers.openrlhf.flags import FlagError, check_flags, openrlhf_parser

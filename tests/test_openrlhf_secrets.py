@@ -11,7 +11,7 @@ from unittest import mock
 import pytest
 from test_openrlhf_launch import BASE, write
 
-from searchgym.envs.errors import InvalidArgumentError
+from searchgym.error import InvalidArgumentError
 from searchgym.trainers.openrlhf import compose, launch, load_run_config
 from searchgym.trainers.openrlhf.flags import check_flags, openrlhf_parser
 

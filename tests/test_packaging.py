@@ -66,7 +66,7 @@ def test_plain_wheel_holds_every_subpackage_and_imports(tmp_path):
         "envs",
         "envs/protocols",
         "envs/rewards",
-        "envs/retrieval",
+        "retrieval",
         "policies",
         "trainers",
         "memory",

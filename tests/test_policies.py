@@ -9,10 +9,9 @@ import gymnasium as gym
 import pytest
 
 import searchgym  # noqa: F401  (registers the ids)
-from searchgym.envs.errors import InvalidArgumentError, UnknownNameError
 from searchgym.envs.metrics import exact_match
 from searchgym.envs.protocols import make_protocol
-from searchgym.envs.records import Doc
+from searchgym.error import InvalidArgumentError, UnknownNameError
 from searchgym.policies import (
     DirectPolicy,
     NaiveRAGPolicy,
@@ -27,6 +26,7 @@ from searchgym.policies import (
     split_context,
 )
 from searchgym.policies.evaluation import EpisodeRecord, summarise
+from searchgym.retrieval.records import Doc
 
 ENV_ID = "searchgym/SyntheticFacts-v1"
 PROTOCOLS = ["search_r1", "research", "tool_call", "sem"]

@@ -11,8 +11,8 @@ pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
 from searchgym.commands.prepare import DatasetSpec, build_rows  # noqa: E402
-from searchgym.envs.errors import DataFileError  # noqa: E402
 from searchgym.envs.protocols import make_protocol  # noqa: E402
+from searchgym.error import DataFileError  # noqa: E402
 
 TEMPLATE = "Answer the given question. ... Question: {}\n"  # Search-R1's prompt wraps the question
 

@@ -12,11 +12,11 @@ import pytest
 
 pytest.importorskip("aiohttp", reason="the server needs aiohttp: pip install 'searchgym[serve]'")
 
-from searchgym.envs.errors import InvalidArgumentError, RetrievalError
-from searchgym.envs.records import Doc
-from searchgym.envs.retrieval import BM25Retriever
-from searchgym.envs.retrieval.http_client import HTTPRetriever
-from searchgym.envs.retrieval.server_protocol import RequestLimits
+from searchgym.error import InvalidArgumentError, RetrievalError
+from searchgym.retrieval import BM25Retriever
+from searchgym.retrieval.http_client import HTTPRetriever
+from searchgym.retrieval.records import Doc
+from searchgym.retrieval.server_protocol import RequestLimits
 from searchgym.trainers.ray_serve import RayServeConfig, RetrievalReplica, serve_with_ray
 
 DOCS = [

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from searchgym.envs.errors import InvalidArgumentError
+from searchgym.error import InvalidArgumentError
 from studies.real_lm.data import DataSettings, prepare_data
 from studies.real_lm.evaluation import figures, heuristic_answers, interval
 from studies.real_lm.report import blocks, render_page

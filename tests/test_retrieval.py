@@ -13,10 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from searchgym.envs.data import load_corpus, read_jsonl
-from searchgym.envs.errors import DataFileError, InvalidArgumentError, UnknownNameError
-from searchgym.envs.records import Doc
-from searchgym.envs.retrieval import (
+from searchgym.error import DataFileError, InvalidArgumentError, UnknownNameError
+from searchgym.retrieval import (
     RETRIEVERS,
     BM25Retriever,
     Retriever,
@@ -24,7 +22,9 @@ from searchgym.envs.retrieval import (
     make_retriever,
     register_retriever,
 )
-from searchgym.envs.retrieval.bm25 import MAX_QUERY_CHARS, read_index_meta
+from searchgym.retrieval.bm25 import MAX_QUERY_CHARS, read_index_meta
+from searchgym.retrieval.corpus import load_corpus, read_jsonl
+from searchgym.retrieval.records import Doc
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 needs_data = pytest.mark.skipif(
@@ -302,7 +302,7 @@ def test_bm25_needs_exactly_one_corpus(tmp_path: Path) -> None:
 
 
 def test_string_factory_is_imported_lazily() -> None:
-    register_retriever("lazy", "searchgym.envs.retrieval.bm25:make_bm25_retriever")
+    register_retriever("lazy", "searchgym.retrieval.bm25:make_bm25_retriever")
     assert isinstance(make_retriever("lazy", docs=DOCS), BM25Retriever)
     register_retriever("broken", "searchgym.no_such_module:factory")
     with pytest.raises(InvalidArgumentError, match="cannot be imported"):
@@ -365,7 +365,7 @@ def test_cache_tells_index_dirs_apart_when_there_is_no_corpus(tmp_path):
 def test_bm25_ranks_equal_scores_by_corpus_order_on_every_machine():
     # numpy's argpartition/argsort order equal scores differently on different CPUs (AVX-512
     # sorts or not); the ranking must not: equal scores come in corpus order.
-    from searchgym.envs.retrieval.bm25 import top_k
+    from searchgym.retrieval.bm25 import top_k
 
     scores = np.array([0.0, 2.0, 1.0, 2.0, 1.0, 2.0, 0.5, 1.0], dtype=np.float32)
     assert top_k(scores, 1) == [1]

@@ -10,7 +10,6 @@ import sqlite3
 
 import pytest
 
-from searchgym.envs.errors import DataFileError, InvalidArgumentError, UnknownNameError
 from searchgym.envs.records import Action, Question, Trajectory, Turn
 from searchgym.envs.rewards import (
     REWARDS,
@@ -29,6 +28,7 @@ from searchgym.envs.rewards import (
     tsas_advantages,
     tsas_stage,
 )
+from searchgym.error import DataFileError, InvalidArgumentError, UnknownNameError
 
 PARIS = Question(id="q1", question="Capital of France?", golden_answers=("Paris",))
 

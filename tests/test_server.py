@@ -19,19 +19,19 @@ import pytest
 
 pytest.importorskip("aiohttp", reason="the server needs aiohttp: pip install 'searchgym[serve]'")
 
-from searchgym.envs.errors import DataFileError, InvalidArgumentError
-from searchgym.envs.records import Doc
-from searchgym.envs.retrieval import BM25Retriever, Retriever
-from searchgym.envs.retrieval.batching import DynamicBatcher
-from searchgym.envs.retrieval.server import RetrievalServer
-from searchgym.envs.retrieval.server_protocol import (
+from searchgym.error import DataFileError, InvalidArgumentError
+from searchgym.retrieval import BM25Retriever, Retriever
+from searchgym.retrieval.batching import DynamicBatcher
+from searchgym.retrieval.records import Doc
+from searchgym.retrieval.server import RetrievalServer
+from searchgym.retrieval.server_protocol import (
     RequestLimits,
     doc_contents,
     doc_from_item,
     format_response,
     parse_response,
 )
-from searchgym.envs.retrieval.service import ServerConfig, load_index
+from searchgym.retrieval.service import ServerConfig, load_index
 
 # After stop-word removal: d1 "paris capital france", d2 "berlin capital germany",
 # d3 "rome ancient city italy". "paris" occurs only in d1, so a query "paris" ranks d1 alone
@@ -541,7 +541,7 @@ def test_cli_rejects_a_missing_index(tmp_path):
 
 
 def test_shared_corpus_round_trip(shared_data: Path, tmp_path_factory):
-    from searchgym.envs.retrieval import make_retriever
+    from searchgym.retrieval import make_retriever
 
     retriever = make_retriever(
         "bm25", corpus_path=shared_data / "corpus.jsonl", index_dir=tmp_path_factory.mktemp("bm25")

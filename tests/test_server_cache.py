@@ -18,18 +18,13 @@ import pytest
 pytest.importorskip("aiohttp", reason="the server needs aiohttp: pip install 'searchgym[serve]'")
 
 import searchgym  # noqa: E402
-from searchgym.envs.errors import InvalidArgumentError, RetrievalError  # noqa: E402
-from searchgym.envs.records import Doc, Question  # noqa: E402
-from searchgym.envs.retrieval import (  # noqa: E402
-    BM25Retriever,
-    ResultCache,
-    Retriever,
-    clear_retriever_cache,
-    make_retriever,
-)
-from searchgym.envs.retrieval.cache import cached_search  # noqa: E402
-from searchgym.envs.retrieval.server import RetrievalServer  # noqa: E402
-from searchgym.envs.retrieval.service import ServerConfig  # noqa: E402
+from searchgym.envs.records import Question  # noqa: E402
+from searchgym.error import InvalidArgumentError, RetrievalError  # noqa: E402
+from searchgym.retrieval import BM25Retriever, ResultCache, Retriever, clear_retriever_cache, make_retriever
+from searchgym.retrieval.cache import cached_search  # noqa: E402
+from searchgym.retrieval.records import Doc  # noqa: E402
+from searchgym.retrieval.server import RetrievalServer  # noqa: E402
+from searchgym.retrieval.service import ServerConfig  # noqa: E402
 
 DOCS = [
     Doc("d1", "Paris", "capital of France"),

@@ -20,11 +20,11 @@ import pytest
 
 pytest.importorskip("aiohttp", reason="the server needs aiohttp: pip install 'searchgym[serve]'")
 
-from searchgym.envs.records import Doc
-from searchgym.envs.retrieval import BM25Retriever, Retriever
-from searchgym.envs.retrieval.server import RetrievalServer
-from searchgym.envs.retrieval.server_protocol import RequestLimits
-from searchgym.envs.retrieval.service import ServerConfig
+from searchgym.retrieval import BM25Retriever, Retriever
+from searchgym.retrieval.records import Doc
+from searchgym.retrieval.server import RetrievalServer
+from searchgym.retrieval.server_protocol import RequestLimits
+from searchgym.retrieval.service import ServerConfig
 
 DOCS = [
     Doc("d1", "Paris", "capital of France"),

@@ -23,7 +23,7 @@ import pytest
 pytest.importorskip("aiohttp", reason="the server needs aiohttp: pip install 'searchgym[serve]'")
 pytest.importorskip("gunicorn", reason="--workers needs gunicorn: pip install 'searchgym[serve]'")
 
-from searchgym.envs.retrieval import BM25Retriever, make_retriever
+from searchgym.retrieval import BM25Retriever, make_retriever
 
 MAX_CONNECTIONS = 4  # per worker
 HEAD = b"POST /retrieve HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"

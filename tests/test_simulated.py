@@ -12,22 +12,22 @@ import gymnasium as gym
 import pytest
 
 import searchgym
-from searchgym.envs.errors import InvalidArgumentError, RetrievalError
-from searchgym.envs.records import Doc
-from searchgym.envs.retrieval import make_retriever
-from searchgym.envs.retrieval.simulated import (
+from searchgym.envs.synthetic import RELATIONS, generate_world
+from searchgym.envs.synthetic_docs import SyntheticDocGenerator
+from searchgym.error import InvalidArgumentError, RetrievalError
+from searchgym.policies import Policy, evaluate, make_policy
+from searchgym.retrieval import make_retriever
+from searchgym.retrieval.records import Doc
+from searchgym.retrieval.simulated import (
     MAX_DOC_CHARS,
     DocRequest,
     SimulatedRetriever,
-    SyntheticDocGenerator,
     openai_generator,
     parse_doc,
     read_doc_prompt,
     render_doc_prompt,
     transformers_generator,
 )
-from searchgym.envs.synthetic import RELATIONS, generate_world
-from searchgym.policies import Policy, evaluate, make_policy
 
 SYNTHETIC = "searchgym/SyntheticFacts-v1"
 
@@ -466,4 +466,4 @@ def test_import_searchgym_stays_light():
     code = "import searchgym, sys; print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
-    assert "simulated" in searchgym.envs.retrieval.RETRIEVERS
+    assert "simulated" in searchgym.retrieval.RETRIEVERS

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from searchgym.envs.errors import DataFileError, InvalidArgumentError
 from searchgym.envs.rewards import MinToolCallStore
-from searchgym.envs.storage import SqliteLog
+from searchgym.error import DataFileError, InvalidArgumentError
+from searchgym.storage import SqliteLog
 
 
 def raw(path: str | Path, sql: str, *params: object) -> list[tuple]:
@@ -168,7 +168,7 @@ def test_four_processes_append_500_each_without_loss_or_duplicates(tmp_path: Pat
 
 _WRITER = """
 import sys
-from searchgym.envs.storage import SqliteLog
+from searchgym.storage import SqliteLog
 log = SqliteLog(sys.argv[1])
 i = 0
 while True:

@@ -54,7 +54,7 @@ DRIVER = r"""
 import json, os, sys
 sys.path.insert(0, sys.argv[4])
 address, run_file, mode = sys.argv[1:4]
-from searchgym.envs.errors import SearchGymError
+from searchgym.error import SearchGymError
 from searchgym.trainers.openrlhf import advantage_hook
 from searchgym.trainers.openrlhf.cluster import store_client
 from searchgym.trainers.openrlhf.config import load_run_config

@@ -162,7 +162,7 @@ def plan_of(path: Path) -> Any:
 
 
 def test_launch_names_one_store_actor_per_store(tmp_path: Path) -> None:
-    from searchgym.envs.errors import InvalidArgumentError
+    from searchgym.error import InvalidArgumentError
 
     plan = plan_of(run_file(tmp_path))
     name = plan.runtime_env["env_vars"]["SEARCHGYM_STORE_ACTOR"]
@@ -333,7 +333,7 @@ def test_every_counter_of_the_actor_survives_its_restart(tmp_path: Path) -> None
 def test_clients_find_a_restarted_or_recreated_actor_and_name_an_ended_one(
     ray_session: Any, tmp_path: Path
 ) -> None:
-    from searchgym.envs.errors import SearchGymError
+    from searchgym.error import SearchGymError
 
     name = f"store-{uuid.uuid4().hex[:8]}"
     trainer = ray_store.StoreClient(name, _counting_spec(tmp_path))  # starts the actor from its spec

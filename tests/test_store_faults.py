@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from searchgym.envs.errors import DataFileError
 from searchgym.envs.rewards import MinToolCallStore
-from searchgym.envs.storage import SqliteLog
+from searchgym.error import DataFileError
 from searchgym.memory.store import log_file
+from searchgym.storage import SqliteLog
 
 _OLD_TABLES = (  # the layout of a store made by searchgym before this page size and index
     "CREATE TABLE records (id INTEGER PRIMARY KEY AUTOINCREMENT, body TEXT NOT NULL, key TEXT UNIQUE)",
@@ -154,7 +154,7 @@ def counted(name):
     return call
 for name in ("rename", "replace", "link", "unlink", "remove", "fsync"):
     setattr(os, name, counted(name))
-from searchgym.envs.storage import SqliteLog
+from searchgym.storage import SqliteLog
 report = SqliteLog(sys.argv[1], schema=None).repair()
 print(report.kept)
 """
@@ -325,14 +325,14 @@ def test_repair_and_show_on_a_read_only_disk_say_so_in_one_line(tmp_path: Path) 
     # Commits still in a WAL beside the file (a killed writer) are read too.
     path = store.path_of("min_tool_calls")
     script = (
-        "import os\nfrom searchgym.envs.storage import SqliteLog\n"
+        "import os\nfrom searchgym.storage import SqliteLog\n"
         f"SqliteLog({path!r}, schema=None).append({{'id': 'x', 'n': 1}})\n"
         "os._exit(0)\n"
     )
     subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
     assert os.path.getsize(f"{path}-wal") > 0
     read = (
-        "from searchgym.envs.storage import SqliteLog\n"
+        "from searchgym.storage import SqliteLog\n"
         f"print(len(SqliteLog({path!r}, schema=None, readonly=True).read()[0]))\n"
     )
     run = _read_only(tmp_path / "store", [sys.executable, "-c", read])
@@ -351,7 +351,7 @@ def _appended_then_killed(path: Path, first: int, then: int) -> None:
         log.append({"id": _question(i), "n": i % 7})
     log.close()
     script = (
-        "import os\nfrom searchgym.envs.storage import SqliteLog\n"
+        "import os\nfrom searchgym.storage import SqliteLog\n"
         f"log = SqliteLog({str(path)!r}, schema=None)\n"
         f"for i in range({first}, {first + then}):\n"
         "    log.append({'id': f'q{i:05d}-' + 'w' * (i % 23), 'n': i % 7})\nos._exit(0)\n"
@@ -418,7 +418,7 @@ def test_a_copy_put_back_in_place_of_the_live_file_is_not_taken_for_a_loss(tmp_p
 def test_a_writer_killed_at_any_time_is_never_taken_for_a_loss(tmp_path: Path) -> None:
     path = tmp_path / "a.sqlite"
     script = (
-        "import os, sys\nfrom searchgym.envs.storage import SqliteLog\n"
+        "import os, sys\nfrom searchgym.storage import SqliteLog\n"
         f"log = SqliteLog({str(path)!r})\n"
         "for i in range(100000):\n    log.append({'i': i})\n"
     )
@@ -451,7 +451,7 @@ def test_an_append_writes_one_small_page_to_the_wal(tmp_path: Path) -> None:
 
 _WRITER = """
 import sys
-from searchgym.envs.storage import SqliteLog
+from searchgym.storage import SqliteLog
 log = SqliteLog(sys.argv[1])
 for i in range(10**9):
     log.append({"w": int(sys.argv[2]), "i": i, "pad": "x" * 300})
@@ -459,8 +459,8 @@ for i in range(10**9):
 
 _NEWCOMER = """
 import sys
-from searchgym.envs.errors import DataFileError
-from searchgym.envs.storage import SqliteLog
+from searchgym.error import DataFileError
+from searchgym.storage import SqliteLog
 log = SqliteLog(sys.argv[1])
 try:
     for k in range(300):

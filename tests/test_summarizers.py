@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import searchgym  # noqa: F401  (registers the env ids)
-from searchgym.envs.errors import InvalidArgumentError, UnknownNameError
-from searchgym.envs.records import Action, Doc, Question, Trajectory, Turn
+from searchgym.envs.records import Action, Question, Trajectory, Turn
+from searchgym.error import InvalidArgumentError, UnknownNameError
 from searchgym.memory import (
     ExperienceBank,
     ExperienceMemory,
@@ -29,6 +29,7 @@ from searchgym.memory import (
 )
 from searchgym.memory.lightsearcher.lm_summarizers import parse_bank
 from searchgym.policies import make_policy
+from searchgym.retrieval.records import Doc
 
 # -- the bank --------------------------------------------------------------------------------------
 

@@ -12,8 +12,8 @@ import sys
 import pytest
 
 from searchgym.envs import synthetic
-from searchgym.envs.errors import InvalidArgumentError, UnknownNameError
 from searchgym.envs.synthetic import CHAINS, RELATIONS, Fact, generate_world
+from searchgym.error import InvalidArgumentError, UnknownNameError
 
 
 @pytest.fixture(scope="module")
@@ -235,7 +235,7 @@ def test_two_hop_question_wording():
 
 
 def _bm25(world):
-    from searchgym.envs.retrieval.bm25 import bm25s
+    from searchgym.retrieval.bm25 import bm25s
 
     retriever = bm25s.BM25()
     corpus = [f"{d.title} {d.text}" for d in world.docs]

@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 import searchgym  # noqa: F401  (registers the envs)
-from searchgym.envs.errors import InvalidArgumentError, SearchGymError
 from searchgym.envs.synthetic import RELATIONS, generate_world
 from searchgym.envs.synthetic_env import SyntheticFactsEnv, split_questions
+from searchgym.error import InvalidArgumentError, SearchGymError
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")

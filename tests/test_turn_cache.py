@@ -318,7 +318,7 @@ def test_hf_evaluation_gives_the_same_episodes_and_logits_and_encodes_fewer_toke
 
 
 def test_the_hf_spec_turns_reuse_off_and_a_non_boolean_is_named(tiny_dir):
-    from searchgym.envs.errors import InvalidArgumentError
+    from searchgym.error import InvalidArgumentError
     from searchgym.policies import make_policy
 
     assert make_policy(f"hf:{tiny_dir}?reuse_cache=false", protocol="search_r1").reuse_cache is False

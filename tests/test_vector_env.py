@@ -13,11 +13,11 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 import searchgym
-from searchgym.envs.errors import InvalidArgumentError, RetrievalError, SearchGymError
-from searchgym.envs.records import Doc
-from searchgym.envs.retrieval import Retriever
 from searchgym.envs.spaces import AnyText
 from searchgym.envs.vector_env import SearchQAVectorEnv, stack_infos
+from searchgym.error import InvalidArgumentError, RetrievalError, SearchGymError
+from searchgym.retrieval import Retriever
+from searchgym.retrieval.records import Doc
 
 SYNTHETIC = "searchgym/SyntheticFacts-v1"
 

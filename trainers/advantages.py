@@ -29,10 +29,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from ..envs.checks import check_number
+from ..checks import check_number
 from ..envs.config_base import check_choice, check_finite, check_int
-from ..envs.errors import InvalidArgumentError
 from ..envs.rewards import TSAS_VARIANTS, tsas_advantages, tsas_stage
+from ..error import InvalidArgumentError
 
 __all__ = [
     "ESTIMATORS",

@@ -5,7 +5,7 @@ itself: the training env (and the evaluation env) with the run's kwargs and shar
 scheme, so a misspelled reward, protocol or keyword fails here with "did you mean"; the
 question and corpus files they read; the model folder; the memory store; the replay file;
 the output folder. It returns lines for the plan (the work the run will do); anything that
-would stop the run raises :class:`~searchgym.envs.errors.SearchGymError` instead.
+would stop the run raises :class:`~searchgym.error.SearchGymError` instead.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from ..envs.config import env_keywords
-from ..envs.errors import DataFileError, InvalidArgumentError, SearchGymError, did_you_mean
-from ..envs.models import MODELS, ModelNotPulledError, resolve_model
+from ..error import DataFileError, InvalidArgumentError, SearchGymError, did_you_mean
+from ..models import MODELS, ModelNotPulledError, resolve_model
 from . import build
 from .config import EnvConfig, TrainConfig
 

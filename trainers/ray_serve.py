@@ -1,10 +1,10 @@
 """The retrieval server on Ray Serve: N replicas of one index, on one machine or a Ray cluster.
 
 ``searchgym serve --index DIR --replicas N`` runs this. It serves the same API as the plain
-server (:mod:`searchgym.envs.retrieval.server`): ``POST /retrieve`` in Search-R1's format,
+server (:mod:`searchgym.retrieval.server`): ``POST /retrieve`` in Search-R1's format,
 ``GET /health`` and ``GET /stats``, with the same request caps and error answers, because
 each replica answers through the plain server's
-:class:`~searchgym.envs.retrieval.service.RetrievalService` (and so its dynamic batcher). Ray
+:class:`~searchgym.retrieval.service.RetrievalService` (and so its dynamic batcher). Ray
 Serve's HTTP proxy spreads requests over the replicas; each replica batches what it gets.
 
 Ray Serve's HTTP proxy (uvicorn) owns the client connections, so of the plain server's
@@ -30,9 +30,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..envs.checks import check_int, check_number
-from ..envs.errors import InvalidArgumentError, SearchGymError
-from ..envs.retrieval.service import ROUTES, RetrievalService, ServerConfig, listening_message, load_index
+from ..checks import check_int, check_number
+from ..error import InvalidArgumentError, SearchGymError
+from ..retrieval.service import ROUTES, RetrievalService, ServerConfig, listening_message, load_index
 
 __all__ = ["RayServeConfig", "RayServeHandle", "RetrievalReplica", "serve_with_ray"]
 
@@ -41,7 +41,7 @@ __all__ = ["RayServeConfig", "RayServeHandle", "RetrievalReplica", "serve_with_r
 class RayServeConfig(ServerConfig):
     """Settings of the Ray Serve deployment: the plain server's settings, plus these.
 
-    The :class:`~searchgym.envs.retrieval.service.ServerConfig` fields apply per replica
+    The :class:`~searchgym.retrieval.service.ServerConfig` fields apply per replica
     (``max_batch_size``, ``max_wait_ms``, ``batching``, ``default_topk``, ``limits``), except
     ``host`` and ``port``, which are those of Ray Serve's HTTP proxy. The fields below are
     keyword-only.

@@ -18,7 +18,7 @@ The actor
       (``max_restarts=-1``); calls in flight when it died are retried
       (``max_task_retries=-1``);
     - is the **single writer**: Ray runs its calls one at a time, and it writes with the
-      file store's code (:class:`~searchgym.envs.storage.sqlite_log.SqliteLog`) on its node.
+      file store's code (:class:`~searchgym.storage.sqlite_log.SqliteLog`) on its node.
 
 **An acknowledged write** is a call (``add``, ``lookup_and_lower``, ``step_to``) that
 returned to its caller. By then the actor has committed the record to its SQLite log, so
@@ -45,9 +45,9 @@ from typing import Any
 
 import numpy as np
 
-from ..envs.errors import InvalidArgumentError, SearchGymError
 from ..envs.records import Trajectory
 from ..envs.rewards.min_tool_calls import MinToolCallStore
+from ..error import InvalidArgumentError, SearchGymError
 from ..memory.lightsearcher.bank import ExperienceBank
 from ..memory.lightsearcher.experience import ExperienceMemory, UpdateResult
 from ..memory.serialize import trajectory_from_dict, trajectory_to_dict

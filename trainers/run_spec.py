@@ -44,7 +44,7 @@ from typing import Any, Literal
 
 from ..envs.config import EnvConfig
 from ..envs.config_base import ConfigError, check, check_int, from_dict, plain, read_yaml, to_dict
-from ..envs.errors import DataFileError, InvalidArgumentError
+from ..error import DataFileError, InvalidArgumentError
 from ..memory.config import MemoryConfig
 from .advantages import AdvantageConfig
 from .config import (

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..envs.errors import SearchGymError, UnknownNameError, did_you_mean
+from ..error import SearchGymError, UnknownNameError, did_you_mean
 from .ray_store import NAMESPACE
 
 __all__ = [

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
-from ..envs.errors import SearchGymError
+from ..error import SearchGymError
 
 __all__ = ["WandbLogger", "EVAL_KEYS", "bank_rows"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 
-from ..errors import InvalidArgumentError, did_you_mean
+from ...error import InvalidArgumentError, did_you_mean
 from .base import Protocol, neutralise_tags
 from .research import ReSearchProtocol
 from .search_r1 import SearchR1Protocol

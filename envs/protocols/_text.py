@@ -12,7 +12,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..errors import InvalidArgumentError
+from ...error import InvalidArgumentError
 from ..records import Action
 
 

@@ -7,7 +7,8 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
-from ..records import Action, Doc
+from ...retrieval.records import Doc
+from ..records import Action
 
 __all__ = ["Protocol", "neutralise_tags"]
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..errors import InvalidArgumentError
-from ..records import Action, Doc
+from ...error import InvalidArgumentError
+from ...retrieval.records import Doc
+from ..records import Action
 from ._text import (
     Block,
     box,

@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from ..records import Action, Doc
+from ...retrieval.records import Doc
+from ..records import Action
 from ._text import (
     boxed_or_whole,
     check_action_args,

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import inspect
 
-from ..checks import check_number
-from ..errors import InvalidArgumentError, did_you_mean
+from ...checks import check_number
+from ...error import InvalidArgumentError, did_you_mean
 from .base import RewardScheme
 from .cost import CostReward
 from .lightsearcher import LightSearcherReward

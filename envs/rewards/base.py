@@ -5,7 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
-from ..errors import InvalidArgumentError
+from ...error import InvalidArgumentError
 from ..records import Trajectory
 
 __all__ = ["RewardScheme"]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from ..checks import check_number
-from ..errors import InvalidArgumentError, did_you_mean
+from ...checks import check_number
+from ...error import InvalidArgumentError, did_you_mean
 from ..records import Trajectory
 from .base import RewardScheme
 from .outcome import check_format_penalty, check_outcome, outcome_score

@@ -11,8 +11,8 @@ import math
 import os
 from typing import Any
 
-from ..checks import check_int, check_number
-from ..errors import InvalidArgumentError
+from ...checks import check_int, check_number
+from ...error import InvalidArgumentError
 from ..records import Trajectory
 from .base import RewardScheme
 from .min_tool_calls import MinToolCalls, MinToolCallStore

@@ -2,7 +2,7 @@
 
 The fewest searches that led to a good answer outlives one episode and is shared by every
 env worker, so it lives in a store: in this process by default, or in a SQLite log
-(:class:`~searchgym.envs.storage.sqlite_log.SqliteLog`, the same log as the experience
+(:class:`~searchgym.storage.sqlite_log.SqliteLog`, the same log as the experience
 memory's, with the same guarantees and the same ``searchgym memory repair``) that many
 processes share. On a cluster, a Ray actor owns it (:mod:`searchgym.trainers.ray_store`)
 and agents call it through an object with the same methods (:class:`MinToolCalls`).
@@ -21,8 +21,8 @@ import threading
 from collections.abc import Iterable
 from typing import Any, Protocol, runtime_checkable
 
-from ..errors import DataFileError, InvalidArgumentError
-from ..storage.sqlite_log import SqliteLog
+from ...error import DataFileError, InvalidArgumentError
+from ...storage.sqlite_log import SqliteLog
 
 __all__ = ["MinToolCalls", "MinToolCallStore", "check_min_record"]
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from ..checks import check_int, check_number
-from ..errors import InvalidArgumentError
+from ...checks import check_int, check_number
+from ...error import InvalidArgumentError
 from ..records import Trajectory
 from .base import RewardScheme
 from .outcome import check_format_penalty, check_outcome, outcome_score

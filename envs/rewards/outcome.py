@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ..checks import check_number
-from ..errors import InvalidArgumentError
+from ...checks import check_number
+from ...error import InvalidArgumentError
 from ..metrics import exact_match, f1_score
 from ..records import Trajectory
 from .base import RewardScheme

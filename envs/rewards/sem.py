@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..checks import check_number
+from ...checks import check_number
 from ..metrics import f1_score
 from ..records import Trajectory
 from .base import RewardScheme

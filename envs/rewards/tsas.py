@@ -10,8 +10,8 @@ import math
 from collections.abc import Sequence
 from typing import Literal
 
-from ..checks import check_int, check_number
-from ..errors import InvalidArgumentError
+from ...checks import check_int, check_number
+from ...error import InvalidArgumentError
 
 __all__ = ["TSAS_VARIANTS", "tsas_advantages", "tsas_stage"]
 

@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run the script; a searchgym error (no vLLM here, a bad flag) is one line and exit code 2."""
     args = build_parser().parse_args(argv)
-    from searchgym.envs.errors import SearchGymError
+    from searchgym.error import SearchGymError
 
     try:
         _evaluate(args)

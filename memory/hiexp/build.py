@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 import numpy as np
 from tqdm.auto import tqdm
 
-from ...envs.checks import check_int
-from ...envs.errors import InvalidArgumentError
+from ...checks import check_int
 from ...envs.records import Trajectory
+from ...error import InvalidArgumentError
 from .encode import DEFAULT_THRESHOLDS, Encoder, check_thresholds, cluster, embed
 from .record import CaseSummarizer, ExperienceRecord
 from .summary import RuleCaseSummarizer, make_case_summarizer

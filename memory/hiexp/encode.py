@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ...envs.errors import InvalidArgumentError
+from ...error import InvalidArgumentError
 
 __all__ = ["Encoder", "MiniLMEncoder", "embed", "cluster", "check_thresholds", "DEFAULT_THRESHOLDS"]
 

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ...envs.checks import check_int, check_number
-from ...envs.errors import InvalidArgumentError
+from ...checks import check_int, check_number
 from ...envs.records import Trajectory
+from ...error import InvalidArgumentError
 from .build import BuildReport, build_levels, distill
 from .encode import DEFAULT_THRESHOLDS, Encoder, MiniLMEncoder, embed
 from .levels_file import hiexp_file, load_records, save_records

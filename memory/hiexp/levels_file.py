@@ -17,9 +17,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ...envs.errors import DataFileError, InvalidArgumentError
-from ...envs.storage.atomic import write_atomically
-from ...envs.storage.records import SCHEMA_VERSION
+from ...error import DataFileError, InvalidArgumentError
+from ...storage.atomic import write_atomically
+from ...storage.records import SCHEMA_VERSION
 from .record import ExperienceRecord
 
 __all__ = [

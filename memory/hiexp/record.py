@@ -15,9 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Protocol, runtime_checkable
 
-from ...envs.checks import check_int
-from ...envs.errors import InvalidArgumentError
+from ...checks import check_int
 from ...envs.records import Question, Trajectory
+from ...error import InvalidArgumentError
 
 __all__ = ["ExperienceRecord", "CaseSummarizer", "MAX_TAGS", "MAX_WORDS"]
 
@@ -58,7 +58,7 @@ class ExperienceRecord:
     Over-long text never raises: more than :data:`MAX_TAGS` tags keep the first four and
     ``description`` or ``thinking`` over :data:`MAX_WORDS` words keep their first 100
     words, each with a warning in the log. Wrong types raise
-    :class:`~searchgym.envs.errors.InvalidArgumentError`.
+    :class:`~searchgym.error.InvalidArgumentError`.
 
     Attributes:
         level: 1 for a case record (one question), l > 1 for a record generalising a

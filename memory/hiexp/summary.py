@@ -16,9 +16,9 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ...envs.errors import InvalidArgumentError, did_you_mean
 from ...envs.metrics import normalize_answer
 from ...envs.records import Question, Trajectory
+from ...error import InvalidArgumentError, did_you_mean
 from .record import MAX_TAGS, MAX_WORDS, CaseSummarizer, ExperienceRecord
 
 __all__ = [

@@ -15,10 +15,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
-from ...envs.checks import check_int
-from ...envs.errors import InvalidArgumentError, SearchGymError
+from ...checks import check_int
 from ...envs.metrics import normalize_answer
 from ...envs.records import Trajectory
+from ...error import InvalidArgumentError, SearchGymError
 
 __all__ = [
     "ExperienceBank",

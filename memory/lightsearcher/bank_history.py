@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ...envs.errors import DataFileError, InvalidArgumentError
+from ...error import DataFileError, InvalidArgumentError
 from ..store import MemoryStore
 from .bank import ExperienceBank
 

@@ -26,9 +26,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ...envs.checks import check_int, check_number
-from ...envs.errors import InvalidArgumentError
+from ...checks import check_int, check_number
 from ...envs.records import Trajectory
+from ...error import InvalidArgumentError
 from ..store import MemoryStore
 from .bank import (
     ExperienceBank,

@@ -21,8 +21,8 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
-from ...envs.checks import check_int, check_number, check_string
-from ...envs.errors import InvalidArgumentError
+from ...checks import check_int, check_number, check_string
+from ...error import InvalidArgumentError
 from .bank import ExperienceBank, SummarizerError, TrajectorySummary
 
 __all__ = ["TransformersSummarizer", "OpenAISummarizer", "build_prompt", "parse_bank"]

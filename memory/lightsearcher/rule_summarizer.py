@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ...envs.checks import check_number
-from ...envs.errors import InvalidArgumentError
+from ...checks import check_number
+from ...error import InvalidArgumentError
 from .bank import ExperienceBank, TrajectorySummary
 
 __all__ = ["GroupStats", "group_stats", "RuleBasedSummarizer"]

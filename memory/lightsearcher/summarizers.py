@@ -13,7 +13,7 @@ Three backends write LightSearcher's experience bank through the
 
 from __future__ import annotations
 
-from ...envs.errors import InvalidArgumentError, UnknownNameError
+from ...error import InvalidArgumentError, UnknownNameError
 from .bank import Summarizer
 from .lm_summarizers import OpenAISummarizer, TransformersSummarizer
 from .rule_summarizer import RuleBasedSummarizer

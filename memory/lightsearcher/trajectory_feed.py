@@ -13,9 +13,9 @@ import os
 from collections import deque
 from typing import Any
 
-from ...envs.errors import DataFileError, InvalidArgumentError
 from ...envs.records import Trajectory
-from ...envs.storage.sqlite_log import SqliteLog
+from ...error import DataFileError, InvalidArgumentError
+from ...storage.sqlite_log import SqliteLog
 from ..serialize import trajectory_from_dict, trajectory_to_dict
 from ..store import MemoryStore
 

@@ -8,6 +8,7 @@ Nothing heavy is imported here: torch and transformers load on the first call of
 
 from __future__ import annotations
 
+from ...envs.synthetic_docs import SyntheticDocGenerator
 from .generators import OpenAIChatGenerator, TransformersGenerator, openai_generator, transformers_generator
 from .retriever import (
     MAX_DOC_CHARS,
@@ -20,7 +21,6 @@ from .retriever import (
     read_doc_prompt,
     render_doc_prompt,
 )
-from .synthetic import SyntheticDocGenerator
 
 __all__ = [
     # the retriever

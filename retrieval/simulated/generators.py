@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ...checks import check_int, check_number
-from ...errors import InvalidArgumentError, RetrievalError
+from ...error import InvalidArgumentError, RetrievalError
 
 __all__ = ["OpenAIChatGenerator", "TransformersGenerator", "openai_generator", "transformers_generator"]
 

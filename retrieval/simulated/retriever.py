@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...checks import check_probability
-from ...errors import InvalidArgumentError, RetrievalError
-from ...records import Doc
+from ...error import InvalidArgumentError, RetrievalError
 from ..base import Retriever
 from ..bm25 import MAX_QUERY_CHARS
+from ..records import Doc
 
 __all__ = [
     "MAX_DOC_CHARS",

@@ -69,7 +69,7 @@ def _check_data_flags(env_id: str, args: argparse.Namespace) -> None:
     import os
 
     from searchgym.envs.benchmarks import DATA_DIR_VARIABLE
-    from searchgym.envs.errors import DataFileError
+    from searchgym.error import DataFileError
 
     missing = [
         flag

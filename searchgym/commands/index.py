@@ -48,7 +48,7 @@ def _dense(args: argparse.Namespace) -> int:
     from searchgym.commands.extras import require
 
     require("torch", "sentence_transformers", "faiss")  # before hours of encoding, not after
-    from searchgym.envs.retrieval.dense_build import build_dense_index
+    from searchgym.retrieval.dense_build import build_dense_index
 
     options: dict[str, Any] = {
         key: getattr(args, key)
@@ -79,7 +79,7 @@ def _dense(args: argparse.Namespace) -> int:
 def _bm25(args: argparse.Namespace) -> int:
     import time
 
-    from searchgym.envs.retrieval.bm25 import make_bm25_retriever
+    from searchgym.retrieval.bm25 import make_bm25_retriever
 
     ignored = [
         flag

@@ -85,8 +85,8 @@ def _print_levels(hierarchy: Any) -> None:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from searchgym.envs.storage.diagnose import write_problem
     from searchgym.memory import HierarchicalExperience, MemoryStore, read_bank_history
+    from searchgym.storage.diagnose import write_problem
 
     # A store that cannot be written (a read-only disk) is read without setting anything up.
     store = MemoryStore(args.path, create=False, readonly=write_problem(f"{args.path}/x") is not None)
@@ -201,7 +201,7 @@ def _connect(address: str | None) -> None:
     import logging
     import os
 
-    from searchgym.envs.errors import SearchGymError
+    from searchgym.error import SearchGymError
 
     try:
         import ray

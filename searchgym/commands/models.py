@@ -22,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from searchgym.envs.models import MODELS, is_pulled, model_dir, models_home
+    from searchgym.models import MODELS, is_pulled, model_dir, models_home
 
     if args.action == "pull":
         from searchgym.policies.pull import pull_model

@@ -64,8 +64,8 @@ def parse_dataset(text: str) -> DatasetSpec:
         UnknownNameError: an unknown dataset (with close matches).
         InvalidArgumentError: a COUNT that is not a positive integer.
     """
-    from searchgym.envs.errors import InvalidArgumentError, did_you_mean
     from searchgym.envs.registration import BENCHMARKS
+    from searchgym.error import InvalidArgumentError, did_you_mean
 
     name, _, count_text = text.partition(":")
     names = {k.lower(): v for k, v in BENCHMARKS.items()} | {v: v for v in BENCHMARKS.values()}
@@ -91,7 +91,7 @@ def _questions(spec: DatasetSpec, data_path: Path | None, world_seed: int) -> li
         return [(q, spec.key) for q in generate_world(world_seed).questions]
     from searchgym.envs.benchmarks import DATA_DIR_VARIABLE
     from searchgym.envs.data import load_questions
-    from searchgym.envs.errors import InvalidArgumentError
+    from searchgym.error import InvalidArgumentError
 
     if data_path is None:
         data_dir = os.environ.get(DATA_DIR_VARIABLE)
@@ -121,7 +121,7 @@ def read_parquet_questions(path: Path, default_source: str) -> list[tuple[Any, s
         SearchGymError: pyarrow is not installed.
     """
     from searchgym.envs.data import _question
-    from searchgym.envs.errors import DataFileError, SearchGymError
+    from searchgym.error import DataFileError, SearchGymError
 
     try:
         import pyarrow.parquet as pq
@@ -175,8 +175,8 @@ def build_rows(
     Raises:
         SearchGymError: unknown names, a wrong number of data paths, unreadable files.
     """
-    from searchgym.envs.errors import InvalidArgumentError, did_you_mean
     from searchgym.envs.protocols import make_protocol
+    from searchgym.error import InvalidArgumentError, did_you_mean
 
     proto = make_protocol(protocol)
     if mix is not None:

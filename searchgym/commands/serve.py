@@ -195,10 +195,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from searchgym.envs.errors import SearchGymError
-    from searchgym.envs.retrieval.cache import DEFAULT_CACHE_SIZE
-    from searchgym.envs.retrieval.faiss_index import check_index_device
-    from searchgym.envs.retrieval.server_protocol import RequestLimits
+    from searchgym.error import SearchGymError
+    from searchgym.retrieval.cache import DEFAULT_CACHE_SIZE
+    from searchgym.retrieval.faiss_index import check_index_device
+    from searchgym.retrieval.server_protocol import RequestLimits
 
     options: dict[str, Any] = {"model": args.model} if args.model else {}
     if args.verify_index:
@@ -255,13 +255,13 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     try:
-        from searchgym.envs.retrieval.server import RetrievalServer
+        from searchgym.retrieval.server import RetrievalServer
     except ImportError as exc:
         raise SearchGymError(
             f"searchgym serve needs aiohttp, which cannot be imported ({exc}). "
             "Install it with pip install 'searchgym[serve]'."
         ) from exc
-    from searchgym.envs.retrieval.service import ServerConfig, listening_message, load_index
+    from searchgym.retrieval.service import ServerConfig, listening_message, load_index
 
     batching = "off" if args.no_batching else f"max {args.max_batch_size} queries / {args.max_wait_ms:g} ms"
     batching += f", cache {args.cache_size} results" if args.cache_size else ", cache off"
@@ -272,7 +272,7 @@ def run(args: argparse.Namespace) -> int:
         print(listening_message(url, f"{backend}, {passages}, batching {batching}{workers}"), flush=True)
 
     if args.workers > 1:
-        from searchgym.envs.retrieval.server_workers import serve_workers
+        from searchgym.retrieval.server_workers import serve_workers
 
         load_options = {**options, "corpus_path": args.corpus} if args.corpus else options
         serve_workers(

@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from searchgym.envs.errors import InvalidArgumentError, SearchGymError
+    from searchgym.error import InvalidArgumentError, SearchGymError
     from searchgym.trainers.run_spec import file_backend
 
     declared = file_backend(args.config)

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from searchgym.envs.errors import DataFileError, InvalidArgumentError
+from searchgym.error import DataFileError, InvalidArgumentError
 
 __all__ = ["DataSettings", "StudyData", "prepare_data", "overlap", "short_passage", "answer_prior"]
 

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from searchgym.envs.config_base import read_yaml
-from searchgym.envs.errors import DataFileError, InvalidArgumentError, did_you_mean
+from searchgym.error import DataFileError, InvalidArgumentError, did_you_mean
 
 from .data import DataSettings, StudyData, answer_prior, prepare_data
 from .evaluation import (
@@ -143,7 +143,7 @@ def _load(path: Path, key: str) -> dict[str, Any] | None:
 
 
 def _write(path: Path, data: Mapping[str, Any]) -> None:
-    from searchgym.envs.storage import write_atomically
+    from searchgym.storage import write_atomically
 
     path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(_no_nan(data), indent=1, allow_nan=False) + "\n"
@@ -216,7 +216,7 @@ def run_baselines(study: Mapping[str, Any], out: Path, data: StudyData, model_di
     import torch
     from transformers import AutoModelForCausalLM
 
-    from searchgym.envs.models import resolve_model
+    from searchgym.models import resolve_model
     from searchgym.policies.tiny import load_tokenizer
 
     key = _key(str(model_dir), study["model"], _eval_settings(study), study["instructions"], "v1")

@@ -169,7 +169,7 @@ def warm_start(
     import torch
     from transformers import AutoModelForCausalLM
 
-    from searchgym.envs.models import resolve_model
+    from searchgym.models import resolve_model
     from searchgym.policies.tiny import load_tokenizer
     from searchgym.trainers.grpo.ptx import load_ptx_examples, ptx_nll, write_ptx_examples
 

@@ -55,10 +55,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from ...envs.errors import DataFileError, InvalidArgumentError
 from ...envs.rewards import REWARDS, MinToolCallStore, RewardScheme
-from ...envs.storage.atomic import fsync_folder
+from ...error import DataFileError, InvalidArgumentError
 from ...memory.store import MemoryStore
+from ...storage.atomic import fsync_folder
 from .manifest import (
     DAMAGED_ADVICE,
     MANIFEST,

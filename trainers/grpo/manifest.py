@@ -27,8 +27,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...envs.errors import DataFileError
-from ...envs.storage.atomic import fsync_folder, write_atomically
+from ...error import DataFileError
+from ...storage.atomic import fsync_folder, write_atomically
 
 __all__ = [
     "MANIFEST",

@@ -27,8 +27,8 @@ import sqlite3
 import tempfile
 from pathlib import Path
 
-from ...envs.errors import DataFileError
-from ...envs.storage.atomic import fsync_folder
+from ...error import DataFileError
+from ...storage.atomic import fsync_folder
 from .manifest import DAMAGED_ADVICE, Manifest, checkpoint_files, file_mismatch, open_regular
 
 __all__ = ["stage_memory", "commit_memory", "discard_staged"]

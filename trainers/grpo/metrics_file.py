@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ...envs.errors import DataFileError
+from ...error import DataFileError
 
 __all__ = [
     "METRICS_FILE",

@@ -9,8 +9,8 @@ from typing import Any
 
 import torch
 
-from ...envs.errors import DataFileError, InvalidArgumentError, SearchGymError
-from ...envs.models import resolve_model
+from ...error import DataFileError, InvalidArgumentError, SearchGymError
+from ...models import resolve_model
 from ..config import ModelConfig
 
 __all__ = [

@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ...envs.errors import DataFileError
-from ...envs.storage.atomic import write_atomically
+from ...error import DataFileError
+from ...storage.atomic import write_atomically
 from .loss import pad_batch
 
 __all__ = ["PtxExample", "load_ptx_examples", "write_ptx_examples", "ptx_nll", "sample_ptx"]

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ...envs.errors import InvalidArgumentError, SearchGymError
+from ...error import InvalidArgumentError, SearchGymError
 from ..run_spec import spec_key
 
 if TYPE_CHECKING:

@@ -39,7 +39,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ...envs.config_base import dump_yaml, plain, save_yaml, to_dict
-from ...envs.errors import InvalidArgumentError
+from ...error import InvalidArgumentError
 from ...policies.chat import ChatFormatter
 from ..advantages import GroupFigures, group_advantages
 from ..config import ConfigError, TrainConfig

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ...envs.errors import SearchGymError
+from ...error import SearchGymError
 from .launch import agent_file_path, launch
 
 __all__ = ["main"]

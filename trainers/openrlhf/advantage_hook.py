@@ -46,7 +46,7 @@ from contextlib import contextmanager
 from types import ModuleType
 from typing import Any
 
-from ...envs.errors import SearchGymError
+from ...error import SearchGymError
 from ..advantages import GroupAdvantage, GroupFigures, build_advantage
 from .checkpoints import wrap_save_checkpoint
 from .config import AGENT_CONFIG_VARIABLE, AgentConfig, load_agent_config

@@ -67,9 +67,9 @@ from typing import Any
 import torch
 from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
 
-from ...envs.errors import InvalidArgumentError, SearchGymError
 from ...envs.records import Question
 from ...envs.search_env import question_from_options
+from ...error import InvalidArgumentError, SearchGymError
 from .config import AGENT_CONFIG_VARIABLE, AgentConfig, agent_config_from_env, load_agent_config
 from .env_pool import env_pool
 from .eval_split import EvalSign, keep_out_of_stores, put_back, stores_written

@@ -34,7 +34,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from ...envs.config_base import read_yaml
-from ...envs.errors import InvalidArgumentError
+from ...error import InvalidArgumentError
 from .config import AGENT_CONFIG_VARIABLE, AgentConfig, RunConfig
 
 __all__ = [

@@ -23,10 +23,10 @@ from typing import Any, Literal
 
 from ...envs.config import env_keywords
 from ...envs.config_base import ConfigError, check, check_int, from_dict
-from ...envs.errors import InvalidArgumentError, UnknownNameError
-from ...envs.models import resolve_model
 from ...envs.rewards import reward_class
+from ...error import InvalidArgumentError, UnknownNameError
 from ...memory.config import MemoryConfig
+from ...models import resolve_model
 from ..advantages import AdvantageConfig
 from ..run_spec import LaunchOptions, RunSpec, load_run
 from .eval_split import EvalSign, stores_written

@@ -3,7 +3,7 @@
 OpenRLHF builds one agent instance per sample, and a vLLM actor runs hundreds of samples
 at once. Building a benchmark env reads its question file, so instances borrow a built env
 from a per-process :class:`EnvPool` at ``reset`` and give it back when the episode ends.
-Retrievers are shared by every env of a process anyway (``searchgym.envs.retrieval``), and
+Retrievers are shared by every env of a process anyway (``searchgym.retrieval``), and
 so is the experience memory: one object per store folder, opened by :func:`open_memory`.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from ...envs.errors import InvalidArgumentError
+from ...error import InvalidArgumentError
 from .. import build
 from ..ray_store import RemoteMemory
 from .cluster import remote_env_kwargs, store_client

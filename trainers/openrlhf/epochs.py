@@ -27,7 +27,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from ...envs.errors import DataFileError
+from ...error import DataFileError
 from .flags import FlagError, parsed_value
 
 __all__ = ["EpochPlan", "check_data_files", "count_rows", "whole_batches"]

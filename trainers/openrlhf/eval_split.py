@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ...envs.config_base import read_yaml
-from ...envs.errors import InvalidArgumentError
+from ...error import InvalidArgumentError
 from .flags import flatten
 
 if TYPE_CHECKING:

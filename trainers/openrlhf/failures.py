@@ -27,8 +27,8 @@ import logging
 import threading
 from typing import Any
 
-from ...envs.errors import SearchGymError
 from ...envs.records import Action, Question, Trajectory, Turn
+from ...error import SearchGymError
 
 __all__ = [
     "MAX_FAILURES_IN_A_ROW",

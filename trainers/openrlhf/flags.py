@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ...envs.errors import InvalidArgumentError, UnknownNameError
+from ...error import InvalidArgumentError, UnknownNameError
 
 __all__ = [
     "FlagError",

@@ -31,8 +31,8 @@ import sys
 from dataclasses import dataclass, field, replace
 from typing import Any, TextIO
 
-from ...envs.errors import InvalidArgumentError, SearchGymError
-from ...envs.models import resolve_model
+from ...error import InvalidArgumentError, SearchGymError
+from ...models import resolve_model
 from .advantage_hook import HOOK, TSAS_ESTIMATORS, needs_hook
 from .batch_checks import check_batch_arithmetic, step_line
 from .checkpoints import disk_lines

@@ -32,8 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ...envs.checks import check_int
-from ...envs.storage.atomic import write_atomically
+from ...checks import check_int
+from ...storage.atomic import write_atomically
 
 __all__ = ["STEP_FILE", "MemoryStepper", "publish_step", "read_published_step"]
 

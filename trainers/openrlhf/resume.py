@@ -31,8 +31,8 @@ import os
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from ...envs.errors import DataFileError, SearchGymError
 from ...envs.rewards.min_tool_calls import MinToolCallStore
+from ...error import DataFileError, SearchGymError
 from ...memory.store import MemoryStore
 from .cluster import claim_store_actor, store_client
 from .config import AgentConfig

@@ -20,7 +20,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ...envs.errors import InvalidArgumentError
+from ...error import InvalidArgumentError
 
 __all__ = ["KEY_FLAG", "KEY_PLACEHOLDER", "KEY_VARIABLE", "redacted_shell", "take_wandb_key"]
 

@@ -17,7 +17,7 @@ import os
 import runpy
 import sys
 
-from ...envs.errors import InvalidArgumentError
+from ...error import InvalidArgumentError
 from .advantage_hook import HOOK, needs_hook
 from .cluster import FILE_STORES, STORE_ACTOR_VARIABLE, check_store_free
 from .config import AGENT_CONFIG_VARIABLE, BASEDIR_VARIABLE, agent_config_from_env, load_agent_config
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    from ...envs.errors import SearchGymError
+    from ...error import SearchGymError
 
     try:
         main()

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from searchgym.envs.storage import write_atomically
 from searchgym.policies.evaluation import EvalResult
+from searchgym.storage import write_atomically
 from searchgym.trainers.grpo.checkpoint import TrainerState
 from searchgym.trainers.grpo.ptx import write_ptx_examples
 from searchgym.trainers.grpo.trainer import GRPOTrainer
@@ -94,5 +94,5 @@ def _write_recall_replay(config: StudyRunConfig) -> Path:
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Write ``data`` as JSON with :func:`~searchgym.envs.storage.write_atomically`."""
+    """Write ``data`` as JSON with :func:`~searchgym.storage.write_atomically`."""
     write_atomically(path, (json.dumps(data, indent=2) + "\n").encode("utf-8"))

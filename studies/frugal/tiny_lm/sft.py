@@ -36,8 +36,8 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from searchgym.envs.errors import InvalidArgumentError
 from searchgym.envs.synthetic import Fact, generate_world
+from searchgym.error import InvalidArgumentError
 from searchgym.policies.cached_folder import build_once
 
 from .config import SFTConfig, StudyRunConfig

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from searchgym.envs.config_base import read_yaml, to_dict
-from searchgym.envs.errors import DataFileError, InvalidArgumentError, did_you_mean
+from searchgym.error import DataFileError, InvalidArgumentError, did_you_mean
 from searchgym.trainers.config import ConfigError
 
 from .config import StudyRunConfig
