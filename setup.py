@@ -6,7 +6,7 @@ from pathlib import Path
 from setuptools import find_packages, setup
 
 ROOT = Path(__file__).parent
-SUBPACKAGES = ["envs", "policies", "trainers", "memory", "configs"]
+SUBPACKAGES = ["envs", "retrieval", "storage", "policies", "trainers", "memory", "configs"]
 
 
 def _packages() -> tuple[list[str], dict[str, str]]:

@@ -1,4 +1,8 @@
-"""Environments, protocols, retrieval and reward schemes."""
+"""Environments, protocols, reward schemes and question data.
+
+The retrievers the envs search with live in :mod:`searchgym.retrieval`; the error family in
+:mod:`searchgym.error`.
+"""
 
 from ..error import DataFileError, InvalidArgumentError, RetrievalError, SearchGymError, UnknownNameError
 from ..retrieval.records import Doc

@@ -1,25 +1,19 @@
-"""Typed records passed between modules: documents, parsed actions, turns, trajectories."""
+"""Typed records of an episode: questions, parsed actions, turns, trajectories.
+
+A turn's retrieved passages are :class:`~searchgym.retrieval.records.Doc` records.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Literal
 
+from ..retrieval.records import Doc
 from .metrics import cover_exact_match, exact_match, f1_score
 
-__all__ = ["Doc", "Question", "Action", "Turn", "Trajectory"]
+__all__ = ["Question", "Action", "Turn", "Trajectory"]
 
 ActionKind = Literal["search", "answer", "invalid"]
-
-
-@dataclass(frozen=True)
-class Doc:
-    """One retrieved passage."""
-
-    id: str
-    title: str
-    text: str
-    score: float = 0.0
 
 
 @dataclass(frozen=True)

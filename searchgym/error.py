@@ -2,6 +2,9 @@
 
 Every error raised on bad user input derives from :class:`SearchGymError`, so callers can
 catch one type. Messages say what was wrong, the value received, and how to fix it.
+
+This module imports nothing of searchgym: retrieval, storage, envs, memory, policies and
+trainers all raise these errors, so the family sits below them all.
 """
 
 from __future__ import annotations

@@ -8,7 +8,6 @@ Nothing heavy is imported here: torch and transformers load on the first call of
 
 from __future__ import annotations
 
-from ...envs.synthetic_docs import SyntheticDocGenerator
 from .generators import OpenAIChatGenerator, TransformersGenerator, openai_generator, transformers_generator
 from .retriever import (
     MAX_DOC_CHARS,
@@ -28,7 +27,6 @@ __all__ = [
     "make_simulated_retriever",
     "TextGenerator",
     # generators
-    "SyntheticDocGenerator",
     "TransformersGenerator",
     "OpenAIChatGenerator",
     "transformers_generator",
