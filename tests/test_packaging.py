@@ -37,7 +37,8 @@ def test_import_searchgym_pulls_in_no_torch_ray_or_faiss(tmp_path):
 def test_bare_folder_names_are_not_importable(tmp_path):
     out = run_python(
         "import importlib.util, searchgym;"
-        "print([n for n in ('envs', 'policies', 'trainers', 'memory', 'configs') if importlib.util.find_spec(n)])",
+        "print([n for n in ('envs', 'retrieval', 'storage', 'policies', 'trainers', 'memory', 'configs')"
+        " if importlib.util.find_spec(n)])",
         tmp_path,
     )
     assert out == "[]"
@@ -47,8 +48,21 @@ def test_no_module_is_loaded_twice_under_two_names():
     import searchgym  # noqa: F401
 
     assert not [
-        name for name in sys.modules if name.split(".")[0] in ("envs", "policies", "trainers", "memory")
+        name
+        for name in sys.modules
+        if name.split(".")[0] in ("envs", "retrieval", "storage", "policies", "trainers", "memory")
     ]
+
+
+@pytest.mark.parametrize("folder", ["envs", "retrieval", "retrieval/simulated", "storage", "memory"])
+def test_each_top_level_folder_is_installed_under_searchgym(folder):
+    """The checkout's folders are the installed subpackages (setup.py's package_dir)."""
+    import importlib.util
+
+    name = "searchgym." + folder.replace("/", ".")
+    spec = importlib.util.find_spec(name)
+    assert spec is not None, f"{name} is not installed; run pip install -e . again"
+    assert Path(spec.origin).resolve() == ROOT / folder / "__init__.py"
 
 
 @pytest.mark.slow
@@ -67,6 +81,8 @@ def test_plain_wheel_holds_every_subpackage_and_imports(tmp_path):
         "envs/protocols",
         "envs/rewards",
         "retrieval",
+        "retrieval/simulated",
+        "storage",
         "policies",
         "trainers",
         "memory",
@@ -81,6 +97,9 @@ def test_plain_wheel_holds_every_subpackage_and_imports(tmp_path):
         timeout=300,
     )
     out = run_python(
-        "import searchgym, searchgym.policies; print(searchgym.__file__)", tmp_path, PYTHONPATH=str(target)
+        "import searchgym, searchgym.policies, searchgym.retrieval.bm25, searchgym.storage.sqlite_log;"
+        "print(searchgym.__file__)",
+        tmp_path,
+        PYTHONPATH=str(target),
     )
     assert out.startswith(str(target))
