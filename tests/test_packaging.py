@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 import zipfile
@@ -103,3 +104,30 @@ def test_plain_wheel_holds_every_subpackage_and_imports(tmp_path):
         PYTHONPATH=str(target),
     )
     assert out.startswith(str(target))
+
+
+def _setup_subpackages() -> list[str]:
+    """setup.py's SUBPACKAGES: the top-level folders installed under ``searchgym``."""
+    for node in ast.walk(ast.parse((ROOT / "setup.py").read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "SUBPACKAGES" for t in node.targets):
+            return list(ast.literal_eval(node.value))
+    raise AssertionError("setup.py has no SUBPACKAGES list")
+
+
+def test_a_cluster_run_stages_every_installed_folder(tmp_path):
+    """The package copy a Ray cluster run ships to its workers (``py_modules``) holds every folder
+    setup.py installs, and imports from the copy alone."""
+    from searchgym.trainers.openrlhf.cluster import stage_package
+
+    package = Path(stage_package(str(tmp_path / "stage")))
+    folders = _setup_subpackages()
+    assert {"envs", "retrieval", "storage"} <= set(folders)
+    missing = [f for f in folders if not (package / f / "__init__.py").is_file()]
+    assert not missing, f"stage_package leaves out {missing}"
+    out = run_python(
+        "import searchgym.retrieval.bm25, searchgym.storage.sqlite_log, searchgym.envs.search_env;"
+        "print(searchgym.retrieval.bm25.__file__, searchgym.storage.sqlite_log.__file__)",
+        tmp_path,
+        PYTHONPATH=str(package.parent),
+    )
+    assert all(path.startswith(str(package)) for path in out.split()), out

@@ -184,7 +184,8 @@ def test_a_cluster_run_ships_package_and_run_file_to_workers(ray_session: Any, t
     plan = plan_of(run_file(tmp_path, "http://10.0.0.7:8000", nodes=2))
     runtime = plan.runtime_env
     (package,) = runtime["py_modules"]
-    assert (Path(package) / "envs" / "storage" / "sqlite_log.py").is_file()  # every installed folder
+    assert (Path(package) / "storage" / "sqlite_log.py").is_file()  # every installed folder
+    assert (Path(package) / "retrieval" / "http_client.py").is_file()
     assert (Path(runtime["working_dir"]) / "run.yaml").is_file()
     agent_flag = plan.flags[plan.flags.index("--train.agent_func_path") + 1]
     assert agent_flag == "searchgym_agent.py" and (Path(runtime["working_dir"]) / agent_flag).is_file()

@@ -62,7 +62,7 @@ RUN_FILE = "run.yaml"
 AGENT_FILE = "searchgym_agent.py"
 """The run file and agent file of a cluster run, in its ``working_dir``."""
 
-_PACKAGES = ("envs", "memory", "policies", "trainers", "configs")
+_PACKAGES = ("envs", "retrieval", "storage", "memory", "policies", "trainers", "configs")
 _LOOPBACK = ("127.0.0.1", "localhost", "::1", "0.0.0.0")
 
 
