@@ -67,7 +67,7 @@ def measure(env, retriever, queries: list[str], length: int, rounds: int) -> dic
 
 
 def git_code() -> dict[str, object]:
-    """The commit measured, and the files under envs/ that differ from it."""
+    """The commit measured, and the files under envs/ and retrieval/ that differ from it."""
 
     def git(*argv: str) -> str:
         try:
@@ -77,7 +77,7 @@ def git_code() -> dict[str, object]:
         except OSError:
             return ""
 
-    changed = [line[3:] for line in git("status", "--porcelain", "--", "envs").splitlines()]
+    changed = [line[3:] for line in git("status", "--porcelain", "--", "envs", "retrieval").splitlines()]
     return {"commit": git("rev-parse", "--short", "HEAD"), "envs_changed_from_commit": changed}
 
 

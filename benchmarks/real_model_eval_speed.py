@@ -27,7 +27,7 @@ from typing import Any
 
 from benchmarks._common import REPO, SHARED_DATA, write_report
 
-PACKAGES = ("envs", "policies", "trainers", "memory", "configs")
+PACKAGES = ("envs", "retrieval", "storage", "policies", "trainers", "memory", "configs")
 
 
 def checkout(base: str, folder: Path) -> Path:
@@ -40,7 +40,8 @@ def checkout(base: str, folder: Path) -> Path:
     for item in (tree / "searchgym").iterdir():
         (path / item.name).symlink_to(item)
     for name in PACKAGES:
-        (path / name).symlink_to(tree / name)
+        if (tree / name).is_dir():  # a base commit may predate a folder
+            (path / name).symlink_to(tree / name)
     return tree
 
 

@@ -25,7 +25,7 @@ from searchgym.envs.config_base import check_int as config_check_int
 from searchgym.error import InvalidArgumentError
 
 ROOT = Path(__file__).resolve().parents[1]
-LIBRARY = ("envs", "memory", "policies", "trainers", "searchgym", "studies")
+LIBRARY = ("envs", "retrieval", "storage", "memory", "policies", "trainers", "searchgym", "studies")
 
 # A private helper whose name says it checks an int, a number or a string.
 COPY_NAME = re.compile(
