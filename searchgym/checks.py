@@ -1,4 +1,4 @@
-"""Argument checks for every folder (envs, memory, policies, trainers), in one place.
+"""Argument checks for every folder (retrieval, envs, memory, policies, trainers), in one place.
 
 Each check returns the value it accepted (ints as ``int``, numbers as ``float``) or raises
 :class:`ArgumentError`, an :class:`~searchgym.error.InvalidArgumentError` whose

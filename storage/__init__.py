@@ -12,8 +12,9 @@
 - :mod:`~searchgym.storage.diagnose`: one-line errors that name the cause.
 - :mod:`~searchgym.storage.atomic`: :func:`write_atomically`, for whole-file documents.
 
-They live beside the envs because both the experience memory's store and LightSearcher's
-minimum tool-call store (a reward's state) keep their records in them.
+A package of its own below the envs and the memory, because both use it: the experience
+memory's store and LightSearcher's minimum tool-call store (a reward's state, in the envs)
+keep their records in it. It imports nothing of searchgym but :mod:`searchgym.error`.
 """
 
 from .atomic import write_atomically

@@ -5,8 +5,9 @@ document, all prompts of a batch of queries in one generator call. With probabil
 ``noise_prob`` a document is requested as a deliberately unhelpful one, so a policy learns
 to cope with poor results. The generator is any ``list[str] -> list[str]`` callable: a
 local transformers model, an OpenAI-compatible endpoint (a vLLM server), a searchgym
-policy, or, on SyntheticFacts, :class:`~searchgym.envs.synthetic_docs.SyntheticDocGenerator`, which writes documents from
-the world itself.
+policy, or, on SyntheticFacts,
+:class:`~searchgym.envs.synthetic_docs.SyntheticDocGenerator`, which writes documents from the
+world itself.
 
 The noise draw of document ``j`` for query ``q`` is a hash of ``(seed, j, q)`` mapped to
 [0, 1): reproducible across processes, batch sizes and call orders (a vector env and N
@@ -271,10 +272,10 @@ def make_simulated_retriever(
     The generator is, in order: ``generator`` if given; an OpenAI-compatible endpoint when
     ``base_url`` is given (``model`` names the served model); a local transformers model
     when only ``model`` is given (a path, a pulled offline model's name such as
-    ``smollm2-135m-instruct``, or a hub name with network). SyntheticFacts envs
-    pass the world's :class:`~searchgym.envs.synthetic_docs.SyntheticDocGenerator` when none of the three is set. A
-    simulated engine has no corpus: ``corpus_path``, ``docs`` and ``index_dir`` are accepted
-    (envs pass them) and ignored.
+    ``smollm2-135m-instruct``, or a hub name with network). SyntheticFacts envs pass the
+    world's :class:`~searchgym.envs.synthetic_docs.SyntheticDocGenerator` when none of the
+    three is set. A simulated engine has no corpus: ``corpus_path``, ``docs`` and
+    ``index_dir`` are accepted (envs pass them) and ignored.
 
     Raises:
         InvalidArgumentError: No generator can be made from the arguments, or a bad argument.
