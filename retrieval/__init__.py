@@ -25,6 +25,7 @@ from ..error import DataFileError, InvalidArgumentError, did_you_mean
 from .base import Retriever
 from .bm25 import BM25Retriever, corpus_fingerprint, make_bm25_retriever
 from .cache import DEFAULT_CACHE_SIZE, CacheStats, ResultCache, search_with_cache
+from .corpus import load_corpus
 from .dense import DenseRetriever
 from .records import Doc
 from .simulated import SimulatedRetriever
@@ -44,6 +45,9 @@ __all__ = [
     "make_retriever",
     "register_retriever",
     "search_with_cache",
+    # the passage record and the corpus loader
+    "Doc",
+    "load_corpus",
 ]
 
 RetrieverFactory = Callable[..., Retriever]
