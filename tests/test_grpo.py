@@ -25,6 +25,7 @@ from searchgym.trainers.config import ConfigError, TrainConfig  # noqa: E402
 from searchgym.trainers.grpo import GRPOTrainer, Sampled, list_checkpoints, sample_actions  # noqa: E402
 from searchgym.trainers.grpo.envs import question_schedule  # noqa: E402
 from searchgym.trainers.grpo.generation import SamplingSettings, eos_token_ids  # noqa: E402
+from searchgym.trainers.grpo.model import transformer_blocks  # noqa: E402
 
 ENV_ID = "searchgym/SyntheticFacts-v1"
 REPO = Path(__file__).resolve().parents[1]
@@ -97,6 +98,36 @@ def test_a_few_grpo_steps_change_the_parameters_and_keep_the_loss_finite(tiny_ro
     assert all(torch.equal(p, before[n]) for n, p in trainer.ref_model.named_parameters())
     # The rewards vary within groups, so the advantages are not all zero.
     assert any(record["rollout"]["reward"] > 0 for record in state.history)
+
+
+def test_train_layers_updates_the_top_blocks_only(tiny_root, tmp_path):
+    trainer = GRPOTrainer(make_config(tiny_root, tmp_path / "run", model={"train_layers": 1}), progress=False)
+    trainer.setup()
+    blocks = transformer_blocks(trainer.model)
+    assert len(blocks) == 2
+    names = {id(p): n for n, p in trainer.model.named_parameters()}
+    frozen = {
+        names[id(p)] for p in [*blocks[0].parameters(), *trainer.model.get_input_embeddings().parameters()]
+    }
+    top = {names[id(p)] for p in blocks[1].parameters()}
+    before = params(trainer.model)
+    trainer.train()
+    trainer.close()
+    after = params(trainer.model)
+    changed = {n for n in before if not torch.equal(before[n], after[n])}
+    assert top <= changed and not (frozen & changed)
+    trained = [p for group in trainer.optimizer.param_groups for p in group["params"]]
+    assert {names[id(p)] for p in trained} == {
+        n for n, p in trainer.model.named_parameters() if p.requires_grad
+    }
+    assert not frozen & {names[id(p)] for p in trained}
+
+
+def test_train_layers_beyond_the_models_blocks_is_refused(tiny_root, tmp_path):
+    trainer = GRPOTrainer(make_config(tiny_root, tmp_path / "run", model={"train_layers": 3}), progress=False)
+    with pytest.raises(ConfigError, match=r"model\.train_layers.*2 transformer blocks"):
+        trainer.setup()
+    trainer.close()
 
 
 def test_bfloat16_autocast_computes_in_bfloat16_and_keeps_float32_weights(tiny_root, tmp_path):

@@ -247,6 +247,7 @@ def test_one_cell_end_to_end_with_a_tiny_model(tmp_path, monkeypatch):
     )
     study["warm_start"].update(epochs=1, fact_repeats=1, batch_size=8)
     study["base"]["steps"] = 1
+    study["base"]["model"]["train_layers"] = 1  # the tiny model's one block
     study["base"]["rollout"].update(group_size=2, questions_per_step=2, max_new_tokens=8)
     config = tmp_path / "study.yaml"
     config.write_text(yaml.safe_dump(study), encoding="utf-8")

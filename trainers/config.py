@@ -138,6 +138,12 @@ class ModelConfig:
             ``bfloat16`` makes the update about twice as fast (docs/train-cli.md).
         device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"auto"`` (CUDA when available).
         gradient_checkpointing: Trade compute for memory on long contexts.
+        train_layers: Train only the top ``train_layers`` transformer blocks and what follows
+            them (the final norm, an output layer not tied to the input embeddings); the
+            embeddings and the blocks below stay frozen, so the backward pass stops at the
+            lowest trained block. 0 (the default) trains every parameter. On SmolLM2-135M the
+            update of the top 10 of 30 blocks takes about half the CPU time of a full update
+            (``benchmarks/results/train_layers_cpu.json``).
         cpu_threads: Torch threads of a CPU run (ignored on CUDA). 0 (auto): ``OMP_NUM_THREADS``
             when it is set, else 1 for the tiny model (its small matrices gain nothing from more
             threads and lose much to a loaded machine; docs/train-cli.md) and torch's own
@@ -151,10 +157,12 @@ class ModelConfig:
     autocast: Literal["off", "bfloat16"] = "off"
     device: str = "cpu"
     gradient_checkpointing: bool = False
+    train_layers: int = 0
     cpu_threads: int = 0
 
     def __post_init__(self) -> None:
         check_int("cpu_threads", self.cpu_threads, 0, "(0: auto)")
+        check_int("train_layers", self.train_layers, 0, "(0: every layer)")
         if isinstance(self.tiny, Mapping):
             self.tiny = from_dict(TinyModelConfig, self.tiny)
         check(

@@ -11,7 +11,7 @@ import torch
 
 from ...error import DataFileError, InvalidArgumentError, SearchGymError
 from ...models import resolve_model
-from ..config import ModelConfig
+from ..config import ConfigError, ModelConfig
 
 __all__ = [
     "model_source",
@@ -21,6 +21,8 @@ __all__ = [
     "resolve_device",
     "cpu_threads",
     "set_cpu_threads",
+    "freeze_lower_layers",
+    "transformer_blocks",
 ]
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -120,6 +122,35 @@ def load_model(config: ModelConfig, folder: str | os.PathLike[str], device: torc
     if config.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     return model.eval()
+
+
+def freeze_lower_layers(model: Any, train_layers: int) -> None:
+    """Freeze ``model``'s input embeddings and every transformer block below its top
+    ``train_layers`` (``model.train_layers``); 0 leaves every parameter trainable.
+
+    Raises:
+        ConfigError: the model has fewer blocks, or no list of blocks to find.
+    """
+    if not train_layers:
+        return
+    blocks = transformer_blocks(model)
+    if not blocks or train_layers > len(blocks):
+        found = f"{len(blocks)} transformer blocks" if blocks else "no list of transformer blocks"
+        raise ConfigError("model.train_layers", train_layers, f"at most the model's block count ({found})")
+    model.get_input_embeddings().requires_grad_(False)
+    for block in blocks[: len(blocks) - train_layers]:
+        block.requires_grad_(False)
+
+
+def transformer_blocks(model: Any) -> list[Any]:
+    """The stack of transformer blocks of a transformers causal LM (``model.model.layers`` in
+    Llama, Qwen and SmolLM2, ``transformer.h`` in GPT-2): the module list under its base model
+    with one entry per hidden layer. Empty when there is none."""
+    count = getattr(model.config, "num_hidden_layers", None) or getattr(model.config, "n_layer", None)
+    for module in model.base_model.modules():
+        if isinstance(module, torch.nn.ModuleList) and len(module) == count:
+            return list(module)
+    return []
 
 
 _SHAPE_KEYS = (

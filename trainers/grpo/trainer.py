@@ -78,6 +78,7 @@ from .metrics_file import append_metrics, start_metrics
 from .model import (
     autocast,
     check_same_architecture,
+    freeze_lower_layers,
     load_model,
     load_tokenizer_for,
     model_source,
@@ -205,6 +206,7 @@ class GRPOTrainer:
                 raise damaged_file(
                     checkpoint / "model", f"cannot be loaded ({type(exc).__name__}: {exc})"
                 ) from exc
+        freeze_lower_layers(self.model, cfg.model.train_layers)
         self.ptx = None
         if cfg.algo.ptx_coef > 0:
             if cfg.algo.ptx_data is None:
