@@ -63,7 +63,7 @@ setup(
         "group": ["pettingzoo>=1.24"],
         "ray": ["ray[serve]>=2.9"],
         "wandb": ["wandb>=0.16"],
-        # jax (CPU) lets the tests check that bm25s's import never starts JAX (tests/test_jax_guard.py).
+        # jax (CPU) lets the tests check that bm25s's import never starts JAX (tests/retrieval/test_jax_guard.py).
         "test": ["pytest>=7", "hypothesis>=6", "ruff>=0.5", "mypy>=1.8", "jax>=0.4", "gunicorn>=27"],
     },
     entry_points={"console_scripts": ["searchgym=searchgym.cli:main"]},

@@ -7,7 +7,7 @@ key/value cache to the group's rows (``SamplingSettings.share_prefix``, on by de
 script runs the same steps both ways, interleaved, on one torch thread: the tiny model (128x4, as the
 tiny-LM study), SyntheticFacts, Search-R1's protocol, an experience memory whose bank
 was written from scripted episodes, 8 questions x G = 8, up to 3 turns of 48 tokens. Both
-ways give the same episodes token for token (``tests/test_grpo.py``); it checks that here
+ways give the same episodes token for token (``tests/trainers/test_grpo.py``); it checks that here
 too. It reports the median seconds of the rollouts, the update and the whole step, and
 their ratios::
 

@@ -4,7 +4,7 @@
         --page docs/real_lm_study.md --png docs/real_lm_study.png
 
 rewrites every block of the page between ``<!-- real-lm:NAME -->`` and ``<!-- end -->``
-from the JSON; ``tests/test_real_lm_study.py`` checks that the page equals what this writes.
+from the JSON; ``tests/studies/test_real_lm_study.py`` checks that the page equals what this writes.
 """
 
 from __future__ import annotations

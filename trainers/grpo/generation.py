@@ -32,7 +32,7 @@ previous turn encoded (its context and the tokens it generated), encodes only th
 keys and values back for the next turn. The reused prefix is the common prefix of ids, so
 a context that differs from the cached tokens is encoded from the first differing token on,
 never read from a stale cache. Same tokens, same log-probabilities to float rounding
-(``tests/test_turn_cache.py``). The caches of all running episodes stay on the model's
+(``tests/policies/test_turn_cache.py``). The caches of all running episodes stay on the model's
 device between turns (the rollout collector clears each when its episode ends).
 """
 

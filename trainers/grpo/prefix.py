@@ -5,7 +5,7 @@ tokens). Sampling (:mod:`.generation`) and the update's log-probabilities (:mod:
 encode each distinct prompt of a batch once and copy its cache to the rows that share it,
 then encode only the rest of each row, at the positions it has in the whole row and
 under the same masks. The result equals encoding every row whole up to floating-point
-rounding (``tests/test_grpo.py``: the same tokens, log-probabilities and gradients).
+rounding (``tests/trainers/test_grpo.py``: the same tokens, log-probabilities and gradients).
 
 This module imports torch and transformers.
 """

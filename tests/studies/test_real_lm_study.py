@@ -1,0 +1,304 @@
+"""The real-LM study (studies/real_lm): its split, figures, page, and one cell end to end."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from searchgym.error import InvalidArgumentError
+from studies.real_lm.data import DataSettings, prepare_data
+from studies.real_lm.evaluation import figures, heuristic_answers, interval
+from studies.real_lm.report import blocks, render_page
+from studies.real_lm.study import aggregate
+
+REPO = Path(__file__).resolve().parents[2]
+
+SHARED = REPO.parent / "shared" / "data"
+needs_data = pytest.mark.skipif(
+    not (SHARED / "questions" / "popqa.jsonl").exists(), reason="needs ../shared/data"
+)
+
+
+@needs_data
+def test_split_is_disjoint_and_teaches_facts_on_both_sides(tmp_path):
+    settings = DataSettings(
+        questions=str(SHARED / "questions" / "popqa.jsonl"),
+        corpus=str(SHARED / "corpus.jsonl"),
+        train=40,
+        heldout=20,
+        passage_words=5,
+    )
+    data = prepare_data(settings, tmp_path)
+    train_q = {q["question"] for q in data.train}
+    held_q = {q["question"] for q in data.heldout}
+    assert len(data.train) == 40 and len(data.heldout) == 20
+    assert not train_q & held_q
+    assert sum(q["id"] in data.taught for q in data.heldout) == 10
+    assert sum(q["id"] in data.taught for q in data.train) == 20
+    first = json.loads((tmp_path / "corpus.jsonl").read_text(encoding="utf-8").splitlines()[0])
+    assert len(first["text"].split()) <= 5
+    # read back, not rebuilt: the same split
+    again = prepare_data(settings, tmp_path)
+    assert again.taught == data.taught and [q["id"] for q in again.heldout] == [q["id"] for q in data.heldout]
+    summary = data.summary()["overlap"]
+    assert summary["question_pct"] == 0.0
+
+
+def test_taught_share_must_leave_both_kinds():
+    with pytest.raises(InvalidArgumentError, match="taught_share"):
+        DataSettings(taught_share=1.0)
+
+
+def test_figures_split_by_measured_known_flags():
+    records = [
+        {"qid": "a", "searches": 1, "em": 1.0, "f1": 1.0, "format_ok": True},
+        {"qid": "b", "searches": 0, "em": 1.0, "f1": 1.0, "format_ok": True},
+        {"qid": "c", "searches": 2, "em": 0.0, "f1": 0.5, "format_ok": False},
+        {"qid": "d", "searches": 0, "em": 0.0, "f1": 0.0, "format_ok": True},
+    ]
+    known = {"a": True, "b": True, "c": False, "d": False}
+    got = figures(records, known)
+    # worked by hand: known a (searched), b (not) -> 50%; unknown c (searched), d (not) -> 50%
+    assert got["sr_known"] == 50.0 and got["sr_unknown"] == 50.0
+    assert got["st"] == 0.75 and got["em"] == 50.0 and got["f1"] == 62.5
+    assert got["em_known"] == 100.0 and got["em_unknown"] == 0.0 and got["format_ok"] == 75.0
+
+
+def test_interval_is_the_t_interval():
+    # values 1, 2, 3: sd 1, n 3, t(2) = 4.303 -> 4.303 / sqrt(3)
+    assert interval([1.0, 2.0, 3.0]) == pytest.approx(4.303 / 3**0.5)
+    assert interval([5.0]) == 0.0
+
+
+def test_aggregate_pairs_each_seed_with_f1():
+    def cell(arm, seed, searched):
+        rows = [
+            {
+                "qid": "k",
+                "searches": searched,
+                "answer": "x",
+                "em": 1.0,
+                "f1": 1.0,
+                "format_ok": True,
+                "reward": 1,
+            },
+            {"qid": "u", "searches": 1, "answer": "y", "em": 0.0, "f1": 0.0, "format_ok": True, "reward": 0},
+        ]
+        return {
+            "arm": arm,
+            "seed": seed,
+            "greedy": rows,
+            "sampled": rows,
+            "steps": 1,
+            "train_s": 1.0,
+            "wall_s": 2.0,
+            "median_step_s": 1.0,
+        }
+
+    cells = [cell("f1", 0, 1), cell("f1", 1, 1), cell("otc", 0, 0), cell("otc", 1, 1)]
+    out = aggregate(cells, {"k": True, "u": False})
+    # otc searched the known question on seed 1 only: sr_known 0 and 100 -> differences -100, 0
+    assert out["otc"]["mean"]["sr_known"] == 50.0
+    assert out["otc"]["vs_f1"]["sr_known"]["mean"] == -50.0
+    assert out["otc"]["vs_f1"]["sr_known"]["n"] == 2
+    assert out["otc"]["seeds"][0]["questions"][0] == {
+        "qid": "k",
+        "searches": 0,
+        "answer": "x",
+        "em": 1.0,
+        "f1": 1.0,
+        "format_ok": True,
+        "reward": 1,
+        "known": True,
+        "sampled": {"searches": 0, "answer": "x", "em": 1.0, "f1": 1.0, "format_ok": True},
+    }
+
+
+def test_heuristic_reads_birthplace_and_occupation(tmp_path):
+    from studies.real_lm.data import StudyData
+
+    train = [
+        {"id": "t1", "question": "q", "golden_answers": ["politician"], "metadata": {"prop": "occupation"}},
+        {"id": "t2", "question": "q", "golden_answers": ["actor"], "metadata": {"prop": "occupation"}},
+        {"id": "t3", "question": "q", "golden_answers": ["actor"], "metadata": {"prop": "occupation"}},
+        {"id": "t4", "question": "q", "golden_answers": ["Paris"], "metadata": {"prop": "place of birth"}},
+    ]
+    data = StudyData(tmp_path, tmp_path, tmp_path, tmp_path, train, [], frozenset())
+    questions = [
+        {"id": "h1", "question": "q", "golden_answers": ["x"], "metadata": {"prop": "place of birth"}},
+        {"id": "h2", "question": "q", "golden_answers": ["x"], "metadata": {"prop": "occupation"}},
+        {"id": "h3", "question": "q", "golden_answers": ["x"], "metadata": {"prop": "occupation"}},
+    ]
+    passages = [
+        "Jo Bloggs (born 3 May 1900 in Bad Ischl) was a singer.",
+        "Ann Smith was an Australian soldier and politician.",
+        "Nothing here.",
+    ]
+    assert heuristic_answers(data, questions, passages) == ["Bad Ischl", "politician", "actor"]
+
+
+def _results(em_f1, em_otc):
+    def arm(em, seeds):
+        block = {
+            k: 50.0 for k in ("f1", "sr", "sr_known", "sr_unknown", "em_known", "em_unknown", "format_ok")
+        }
+        block.update(em=em, st=0.5, ci95={k: 1.0 for k in ("em", "f1", "st", "sr_known", "sr_unknown")})
+        block["sampled"] = dict(block)
+        return {
+            "mean": block,
+            "seeds": [
+                {
+                    "seed": s,
+                    "steps": 24,
+                    "train_s": 60.0,
+                    "median_step_s": 2.5,
+                    "wall_s": 90.0,
+                    "cpu_s": 80.0,
+                    "train_cpu_s": 55.0,
+                }
+                for s in seeds
+            ],
+        }
+
+    return {
+        "arms": {
+            "f1": arm(em_f1, [0, 1]),
+            "otc": {
+                **arm(em_otc, [0, 1]),
+                "vs_f1": {
+                    k: {"mean": -20.0, "ci95": 4.0, "n": 2} for k in ("em", "st", "sr_known", "sr_unknown")
+                },
+            },
+        },
+        "baselines": {
+            "heuristic": {
+                "em": 55.0,
+                "f1": 56.0,
+                "st": 1.0,
+                "sr_known": 100.0,
+                "sr_unknown": 100.0,
+                "em_known": 60.0,
+                "em_unknown": 50.0,
+                "format_ok": 100.0,
+            }
+        },
+        "known": {"pct": 45.0, "taught_pct": 80.0, "untaught_pct": 10.0},
+        "split": {
+            "train": 160,
+            "heldout": 100,
+            "taught_train": 80,
+            "taught_heldout": 50,
+            "overlap": {"question_pct": 0.0, "subject_pct": 1.0, "answer_pct": 60.0},
+        },
+        "warm_start": {
+            "steps": 72,
+            "lessons": 520,
+            "episode_actions": 628,
+            "wall_s": 300.0,
+            "torch_threads": 1,
+            "loss_first": 2.5,
+            "loss_last10": 0.4,
+        },
+    }
+
+
+def test_page_blocks_are_written_from_the_json_and_kept():
+    page = "intro\n<!-- real-lm:arms-greedy -->\nstale\n<!-- end -->\nmiddle\n<!-- real-lm:paired -->\n<!-- end -->\n"
+    first = render_page(page, _results(40.0, 38.5))
+    # the numbers of the JSON, formatted by hand: EM 38.5 ± 1.0 for otc; its paired ΔEM -20.0 ± 4.0
+    assert "| otc | 2 | 38.5 ± 1.0 |" in first and "| otc | 2 | -20.0 ± 4.0 |" in first
+    assert "stale" not in first and first.startswith("intro\n") and "\nmiddle\n" in first
+    assert render_page(first, _results(40.0, 38.5)) == first  # a rendered page is a fixed point
+    assert render_page(first, _results(40.0, 12.0)) != first  # and changes with its JSON
+    with pytest.raises(KeyError, match="unknown block"):
+        render_page("<!-- real-lm:nope -->\n<!-- end -->", _results(1.0, 1.0))
+
+
+RESULTS = REPO / "studies" / "real_lm" / "results" / "calibration.json"
+
+
+@pytest.mark.skipif(not RESULTS.exists(), reason="the calibration run is not committed yet")
+def test_page_equals_its_json():
+    results = json.loads(RESULTS.read_text(encoding="utf-8"))
+    page = (REPO / "docs" / "real_lm_study.md").read_text(encoding="utf-8")
+    assert render_page(page, results) == page, "run: python -m studies.real_lm.report (see the page)"
+    for name in blocks(results):
+        assert f"<!-- real-lm:{name} -->" in page
+
+
+@needs_data
+def test_one_cell_end_to_end_with_a_tiny_model(tmp_path, monkeypatch):
+    """1 arm x 1 seed x 1 step through ``searchgym study``'s runner; then a rerun keeps the cell."""
+    from searchgym.policies.tiny import build_tiny_lm
+
+    tiny = build_tiny_lm(tmp_path / "tiny", vocab_size=400, hidden_size=32, num_layers=1)
+    study = yaml.safe_load((REPO / "studies" / "real_lm" / "study.yaml").read_text(encoding="utf-8"))
+    study["model"] = str(tiny)
+    study["workers"] = 1
+    study["data"].update(
+        questions=str(SHARED / "questions" / "popqa.jsonl"),
+        corpus=str(SHARED / "corpus.jsonl"),
+        train=8,
+        heldout=6,
+        passage_words=8,
+    )
+    study["warm_start"].update(epochs=1, fact_repeats=1, batch_size=8)
+    study["base"]["steps"] = 1
+    study["base"]["model"]["train_layers"] = 1  # the tiny model's one block
+    study["base"]["rollout"].update(group_size=2, questions_per_step=2, max_new_tokens=8)
+    config = tmp_path / "study.yaml"
+    config.write_text(yaml.safe_dump(study), encoding="utf-8")
+    (tmp_path / "runner.py").write_text((REPO / "studies" / "real_lm" / "runner.py").read_text())
+    # a runner outside the study's package is loaded from its file; it imports
+    # studies.real_lm from the repository root, which pytest puts on the path (pytest.ini)
+    from searchgym.cli import main
+
+    out = tmp_path / "out"
+    assert (
+        main(["study", "--config", str(config), "--output-dir", str(out), "--arms", "f1", "--seeds", "0"])
+        == 0
+    )
+    results = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    f1 = results["arms"]["f1"]
+    assert set(f1["mean"]) >= {"em", "sr_known", "sr_unknown", "ci95", "sampled"}
+    (seed,) = f1["seeds"]
+    assert seed["seed"] == 0 and seed["steps"] == 1
+    assert [q["qid"] for q in seed["questions"]] == [q["qid"] for q in results["known"]["probe"]]
+    assert {"qid", "known", "searches", "answer", "em", "f1"} <= set(seed["questions"][0])
+    assert results["split"]["heldout"] == 6 and len(results["known"]["probe"]) == 6
+    assert set(results["baselines"]) >= {
+        "no_retrieval",
+        "naive_rag",
+        "untrained",
+        "warm_started",
+        "answer_prior",
+        "heuristic",
+    }
+    cell = out / "cells" / "f1" / "seed0" / "cell.json"
+    stamp = cell.stat().st_mtime_ns
+    assert (
+        main(["study", "--config", str(config), "--output-dir", str(out), "--arms", "f1", "--seeds", "0"])
+        == 0
+    )
+    assert cell.stat().st_mtime_ns == stamp  # finished cells are kept
+    (out / "results.json").unlink()
+    assert main(["study", "--config", str(config), "--output-dir", str(out), "--collect"]) == 0
+    collected = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert list(collected["arms"]) == ["f1"] and collected["arms"]["f1"]["seeds"][0]["seed"] == 0
+
+
+def test_warm_start_batches_cover_every_example_once_and_pad_little():
+    import numpy as np
+
+    from studies.real_lm.warm_start import _batches
+
+    lengths = [10, 100] * 32  # fact lessons and episodes, interleaved
+    batches = _batches(lengths, 4, np.random.default_rng(0))
+    assert sorted(i for b in batches for i in b) == list(range(64))
+    assert all(1 <= len(b) <= 4 for b in batches)
+    # pools of 8 batches are sorted by length: at most one batch per pool of 32 mixes the kinds
+    mixed = [b for b in batches if len({lengths[i] for i in b}) > 1]
+    assert len(mixed) <= 2
