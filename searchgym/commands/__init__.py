@@ -4,7 +4,7 @@ Each module defines ``NAME``, ``HELP``, ``add_arguments(parser)`` and ``run(args
 and is listed in :data:`COMMANDS`. Modules import heavy packages inside ``run`` only.
 """
 
-__all__ = ["COMMANDS"]
+__all__ = ["COMMANDS", "log_to_stderr"]
 
 COMMANDS = (
     "envs",

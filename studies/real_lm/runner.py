@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from searchgym.commands import log_to_stderr
 from studies.real_lm.report import format_summary
 from studies.real_lm.study import configure_threads, load_study, run_study
 
@@ -26,12 +26,8 @@ def run(
     """
     study = load_study(config)
     configure_threads(int(study.get("threads", 1)))
-    logger = logging.getLogger("searchgym.trainers")
-    if progress and not logger.handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(message)s"))
-        logger.addHandler(handler)
-        logger.setLevel(logging.INFO)
+    if progress:
+        log_to_stderr("searchgym.trainers")  # to sys.stderr as it is at each line, as the CLI does
     results = run_study(
         study,
         output_dir,

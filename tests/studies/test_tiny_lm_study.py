@@ -1286,3 +1286,22 @@ def test_integration_report_writes_only_between_its_markers(tmp_path):
     page.write_text("no markers\n")
     with pytest.raises(SystemExit, match="markers"):
         integration_report.write_page(page, "new table")
+
+
+def test_the_runners_progress_lines_reach_stderr_as_it_is_when_each_line_is_written(monkeypatch):
+    """A handler bound to the stream of setup time would keep writing to a replaced stream, and
+    the CLI, finding a handler there, would add none of its own: its lines would vanish."""
+    import io
+    import logging
+    import sys
+
+    from studies.frugal.tiny_lm.runner import _log_progress
+
+    logger = logging.getLogger("searchgym.trainers")
+    monkeypatch.setattr(logger, "handlers", [])
+    monkeypatch.setattr(logger, "level", logger.level)
+    _log_progress()
+    later = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", later)
+    logger.info("step 1 of 2")
+    assert "step 1 of 2" in later.getvalue()

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from searchgym.commands import log_to_stderr
 from studies.frugal.tiny_lm.study import format_results, load_study, run_study
 
 
@@ -32,9 +32,4 @@ def run(
 
 def _log_progress() -> None:
     """One line per training step on stderr, without other libraries' logs."""
-    progress = logging.getLogger("searchgym.trainers")
-    if not progress.handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(message)s"))
-        progress.addHandler(handler)
-    progress.setLevel(logging.INFO)
+    log_to_stderr("searchgym.trainers")  # to sys.stderr as it is at each line, as the CLI does
