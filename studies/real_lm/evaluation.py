@@ -53,6 +53,25 @@ def _answer_text(text: str) -> str:
     return re.split(r"</answer>|<\|im_end\|>|\n", text)[0].strip()
 
 
+def answer_prompts(tokenizer: Any, env_kwargs: dict[str, Any], data_path: str, count: int) -> list[str]:
+    """The agent's prompt for each of the first ``count`` questions of ``data_path`` with its
+    answer turn opened: the search_r1 env's first observation in the chat template, then
+    ``<answer>`` (the probe's input, and the warm start's agent-prompt lessons)."""
+    import gymnasium as gym
+
+    import searchgym  # noqa: F401
+    from searchgym.policies.chat import ChatFormatter
+
+    env = gym.make("searchgym/PopQA-v1", **{**env_kwargs, "data_path": data_path, "protocol": "search_r1"})
+    formatter = ChatFormatter(tokenizer)
+    texts = []
+    for index in range(count):
+        obs, _ = env.reset(seed=0, options={"index": index})
+        texts.append(formatter.prompt(obs) + "<answer>")
+    env.close()
+    return texts
+
+
 def probe_known(
     model: Any,
     tokenizer: Any,
@@ -65,18 +84,7 @@ def probe_known(
     The prompt is the search_r1 env's first observation for the question, rendered with the
     chat template, followed by ``<answer>``; the model writes up to 16 tokens.
     """
-    import gymnasium as gym
-
-    import searchgym  # noqa: F401
-    from searchgym.policies.chat import ChatFormatter
-
-    env = gym.make("searchgym/PopQA-v1", **{**env_kwargs, "data_path": data_path, "protocol": "search_r1"})
-    formatter = ChatFormatter(tokenizer)
-    texts = []
-    for index in range(len(questions)):
-        obs, _ = env.reset(seed=0, options={"index": index})
-        texts.append(formatter.prompt(obs) + "<answer>")
-    env.close()
+    texts = answer_prompts(tokenizer, env_kwargs, data_path, len(questions))
     completions = _hf_policy(model, tokenizer, 16, ["</answer>"]).complete(texts)
     out = []
     for q, completion in zip(questions, completions, strict=True):

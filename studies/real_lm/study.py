@@ -94,8 +94,9 @@ def load_study(path: str | Path) -> dict[str, Any]:
     study.setdefault("seeds", [0, 1, 2])
     study["data"] = DataSettings(**(study.get("data") or {}))
     ws = dict(study.get("warm_start") or {})
-    if "protocols" in ws:
-        ws["protocols"] = tuple(ws["protocols"])
+    for name in ("protocols", "lesson_prompts"):
+        if name in ws:
+            ws[name] = tuple(ws[name])
     study["warm_start"] = WarmStartSettings(**ws)
     for name in study["arms"]:
         cell_config(study, name, 0, Path("."), None)  # fails now on a bad arm
@@ -352,7 +353,7 @@ def run_study(
         data,
         study["warm_start"],
         model=study["model"],
-        env_kwargs={p: _env_kwargs(study, data, p) for p in study["warm_start"].protocols},
+        env_kwargs={p: _env_kwargs(study, data, p) for p in (*study["warm_start"].protocols, "search_r1")},
         folder=out,
         threads=int(study.get("threads", 1)),
         log=log,

@@ -4,8 +4,11 @@ One warm start serves every arm and seed (it is cached under the study's output 
 keyed by its settings). It trains the actions' tokens only (masked cross-entropy,
 :func:`searchgym.trainers.grpo.ptx.ptx_nll`) on three kinds of example:
 
-- **fact lessons**, ``question -> answer`` in a plain chat (``QA_SYSTEM``), for the taught
-  facts of both sides (training and held-out). They let the model answer without searching.
+- **fact lessons** for the taught facts of both sides (training and held-out), in the
+  prompts of ``lesson_prompts``: ``chat``, ``question -> answer`` in a plain chat
+  (``QA_SYSTEM``); ``agent``, the agent's own prompt with its answer turn opened (the known
+  probe's input, :func:`real_lm.evaluation.answer_prompts`), so the fact is recalled where the
+  agent answers; the decision to answer is not taught there (``<answer>`` is in the prompt).
 - **search_r1 episodes** on the RL-training questions, played through the env with BM25:
   ``<search> question </search>`` then ``<answer> gold </answer>``. A share
   ``direct_share`` of the *taught* training questions answer at once instead, so that
@@ -28,9 +31,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from searchgym.error import InvalidArgumentError
+
 from .data import StudyData
 
-__all__ = ["WarmStartSettings", "QA_SYSTEM", "warm_start", "fact_prompt", "episode_pairs"]
+__all__ = ["WarmStartSettings", "QA_SYSTEM", "warm_start", "fact_prompt", "agent_lessons", "episode_pairs"]
 
 QA_SYSTEM = "Answer the question in a few words."
 """The system message of fact lessons and of the no-retrieval baseline."""
@@ -44,7 +49,8 @@ class WarmStartSettings:
     """The warm start's data and optimiser.
 
     Attributes:
-        fact_repeats: Times each taught fact is shown as a lesson.
+        fact_repeats: Times each taught fact is shown as a lesson, in each lesson prompt.
+        lesson_prompts: The prompts of the fact lessons: ``chat`` and/or ``agent``.
         direct_share: Share of taught training questions demonstrated answering at once.
         protocols: Protocols whose episodes are demonstrated (``search_r1``, ``sem``).
         epochs: Passes over the examples.
@@ -64,6 +70,14 @@ class WarmStartSettings:
     lr: float = 1.0e-4
     seed: int = 0
     autocast: str | None = None
+    lesson_prompts: tuple[str, ...] = ("chat", "agent")
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.lesson_prompts) - {"chat", "agent"})
+        if unknown or not self.lesson_prompts:
+            raise InvalidArgumentError(
+                f"warm_start.lesson_prompts: got {list(self.lesson_prompts)}; allowed: chat and/or agent."
+            )
 
 
 def fact_prompt(formatter_tokenizer: Any, question: str) -> str:
@@ -71,6 +85,21 @@ def fact_prompt(formatter_tokenizer: Any, question: str) -> str:
     from searchgym.policies.chat import ChatFormatter
 
     return ChatFormatter(formatter_tokenizer, system=QA_SYSTEM).prompt(question)
+
+
+def agent_lessons(data: StudyData, env_kwargs: dict[str, Any], tokenizer: Any) -> list[tuple[str, str]]:
+    """``(agent prompt with <answer> opened, " gold </answer>")`` for every taught fact."""
+    from .evaluation import answer_prompts
+
+    lessons = []
+    for path, side in ((data.train_path, data.train), (data.heldout_path, data.heldout)):
+        prompts = answer_prompts(tokenizer, env_kwargs, str(path), len(side))
+        lessons += [
+            (prompt, f" {q['golden_answers'][0]} </answer>")
+            for prompt, q in zip(prompts, side, strict=True)
+            if q["id"] in data.taught
+        ]
+    return lessons
 
 
 def _direct(qid: str, taught: frozenset[str], share: float, seed: int) -> bool:
@@ -143,7 +172,7 @@ def _batches(lengths: list[int], size: int, rng: Any) -> list[list[int]]:
 
 def _key(settings: WarmStartSettings, model: str, env_kwargs: dict[str, Any], data: StudyData) -> str:
     blob = json.dumps(
-        {"settings": asdict(settings), "model": model, "env": env_kwargs, "data": data.summary(), "v": 2},
+        {"settings": asdict(settings), "model": model, "env": env_kwargs, "data": data.summary(), "v": 3},
         sort_keys=True,
         default=str,
     )
@@ -184,19 +213,29 @@ def warm_start(
     policy = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
     out.mkdir(parents=True, exist_ok=True)
     questions = {q["id"]: q for q in [*data.train, *data.heldout]}
-    lessons = [
-        (fact_prompt(tokenizer, questions[qid]["question"]), questions[qid]["golden_answers"][0])
-        for qid in sorted(data.taught)
-    ]
-    write_ptx_examples(out / "lessons.jsonl", lessons * settings.fact_repeats, eos=True)
+    chat_lessons: list[tuple[str, str]] = []
+    if "chat" in settings.lesson_prompts:
+        chat_lessons = [
+            (fact_prompt(tokenizer, questions[qid]["question"]), questions[qid]["golden_answers"][0])
+            for qid in sorted(data.taught)
+        ]
+    # the agent's answer turn stops at its closing tag, without an end token, as episodes do
+    agent = (
+        agent_lessons(data, env_kwargs["search_r1"], tokenizer) if "agent" in settings.lesson_prompts else []
+    )
+    lessons = chat_lessons + agent
+    write_ptx_examples(out / "lessons.jsonl", chat_lessons * settings.fact_repeats, eos=True)
+    write_ptx_examples(out / "agent_lessons.jsonl", agent * settings.fact_repeats, eos=False)
     episodes: list[tuple[str, str]] = []
     for protocol in settings.protocols:
         episodes += episode_pairs(data, env_kwargs[protocol], protocol, tokenizer, settings)
     # the rollouts stop at a closing tag: episode actions end there, without an end token
     write_ptx_examples(out / "episodes.jsonl", episodes, eos=False)
-    examples = load_ptx_examples(out / "lessons.jsonl", tokenizer) + load_ptx_examples(
-        out / "episodes.jsonl", tokenizer
-    )
+    examples = [
+        *load_ptx_examples(out / "lessons.jsonl", tokenizer),
+        *load_ptx_examples(out / "agent_lessons.jsonl", tokenizer),
+        *load_ptx_examples(out / "episodes.jsonl", tokenizer),
+    ]
     optimizer = torch.optim.AdamW(policy.parameters(), lr=settings.lr)
     rng = np.random.default_rng(settings.seed)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id

@@ -47,6 +47,39 @@ def test_split_is_disjoint_and_teaches_facts_on_both_sides(tmp_path):
     assert summary["question_pct"] == 0.0
 
 
+@needs_data
+def test_agent_lessons_teach_each_taught_fact_in_the_probes_own_prompt(tmp_path):
+    import yaml
+
+    from searchgym.policies.tiny import build_tiny_lm, load_tokenizer
+    from studies.real_lm.evaluation import answer_prompts
+    from studies.real_lm.study import _env_kwargs
+    from studies.real_lm.warm_start import agent_lessons
+
+    settings = DataSettings(
+        questions=str(SHARED / "questions" / "popqa.jsonl"),
+        corpus=str(SHARED / "corpus.jsonl"),
+        train=6,
+        heldout=4,
+        passage_words=5,
+    )
+    data = prepare_data(settings, tmp_path)
+    study = yaml.safe_load((REPO / "studies" / "real_lm" / "study.yaml").read_text(encoding="utf-8"))
+    kwargs = _env_kwargs(study, data, "search_r1")
+    tokenizer = load_tokenizer(build_tiny_lm(tmp_path / "tiny", vocab_size=400, hidden_size=32, num_layers=1))
+    lessons = agent_lessons(data, kwargs, tokenizer)
+    probe = dict(zip(answer_prompts(tokenizer, kwargs, str(data.heldout_path), 4), data.heldout, strict=True))
+    taught = [q for q in [*data.train, *data.heldout] if q["id"] in data.taught]
+    assert len(lessons) == len(taught) == 5
+    for prompt, completion in lessons:
+        assert prompt.endswith("<answer>") and completion.endswith(" </answer>")
+    # a taught held-out fact is taught on exactly the input the probe gives the model
+    for prompt, question in probe.items():
+        taught_here = [c for p, c in lessons if p == prompt]
+        expected = [f" {question['golden_answers'][0]} </answer>"] if question["id"] in data.taught else []
+        assert taught_here == expected
+
+
 def test_taught_share_must_leave_both_kinds():
     with pytest.raises(InvalidArgumentError, match="taught_share"):
         DataSettings(taught_share=1.0)
