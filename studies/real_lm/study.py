@@ -18,7 +18,6 @@ differences against ``f1``, the baselines, the split and the settings).
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import logging
@@ -32,7 +31,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from searchgym.envs.config_base import read_yaml
+from searchgym.envs.config_base import merge, read_yaml
 from searchgym.error import DataFileError, InvalidArgumentError, did_you_mean
 
 from .data import DataSettings, StudyData, answer_prior, prepare_data
@@ -66,17 +65,6 @@ KEYS = {
     "base",
     "arms",
 }
-
-
-def merge(base: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
-    """``base`` with ``changes`` merged in: nested mappings key by key, other values replaced."""
-    out = copy.deepcopy(dict(base))
-    for key, value in changes.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-            out[key] = merge(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
 
 
 def load_study(path: str | Path) -> dict[str, Any]:

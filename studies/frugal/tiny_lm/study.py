@@ -17,7 +17,6 @@ searches per question, per arm, with std error bars: the papers' trade-off plot)
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import hashlib
 import json
@@ -30,7 +29,7 @@ from typing import Any
 
 import torch
 
-from searchgym.envs.config_base import read_yaml, to_dict
+from searchgym.envs.config_base import merge, read_yaml, to_dict
 from searchgym.error import DataFileError, InvalidArgumentError, did_you_mean
 from searchgym.trainers.config import ConfigError
 
@@ -61,17 +60,6 @@ COLUMNS = (
     ("Eval s", ("wall_time_s",), 1),
 )
 """``(heading, path into an eval result, scale)`` of each table column."""
-
-
-def merge(base: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
-    """``base`` with ``changes`` merged in: nested mappings key by key, other values replaced."""
-    out = copy.deepcopy(dict(base))
-    for key, value in changes.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-            out[key] = merge(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
 
 
 def load_study(path: str | Path) -> dict[str, Any]:
