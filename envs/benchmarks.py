@@ -5,15 +5,16 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..error import DataFileError, InvalidArgumentError, did_you_mean, keyword_checked
 from ..retrieval import Retriever, make_retriever
 from .data import load_questions
-from .protocols import Protocol
 from .registration import BENCHMARKS
-from .rewards import RewardScheme
-from .search_env import SearchQAEnv, check_retriever_kwargs
+from .search_env import EpisodeOptions, SearchQAEnv, check_retriever_kwargs, takes_episode_options
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack from Python 3.11
 
 __all__ = ["BenchmarkQAEnv", "DATA_DIR_VARIABLE"]
 
@@ -67,6 +68,7 @@ class BenchmarkQAEnv(SearchQAEnv):
     """
 
     @keyword_checked
+    @takes_episode_options
     def __init__(
         self,
         dataset: str,
@@ -76,14 +78,7 @@ class BenchmarkQAEnv(SearchQAEnv):
         retriever: str | Retriever = "bm25",
         retriever_kwargs: Mapping[str, Any] | None = None,
         index_dir: str | os.PathLike | None = None,
-        protocol: str | Protocol = "search_r1",
-        reward: str | RewardScheme = "f1",
-        reward_kwargs: Mapping[str, Any] | None = None,
-        topk: int = 3,
-        max_turns: int = 4,
-        max_searches: int | None = None,
-        render_mode: str | None = None,
-        instructions: str | None = None,
+        **episode: Unpack[EpisodeOptions],
     ):
         if dataset not in BENCHMARKS.values():
             raise did_you_mean("dataset", dataset, BENCHMARKS.values())
@@ -106,15 +101,4 @@ class BenchmarkQAEnv(SearchQAEnv):
                     "a JSONL passage corpus with id/title/text (or FlashRAG's id/contents) per line",
                 )
             retriever = make_retriever(retriever, corpus_path=corpus_file, index_dir=index_dir, **options)
-        super().__init__(
-            questions,
-            retriever,
-            protocol=protocol,
-            reward=reward,
-            reward_kwargs=reward_kwargs,
-            topk=topk,
-            max_turns=max_turns,
-            max_searches=max_searches,
-            render_mode=render_mode,
-            instructions=instructions,
-        )
+        super().__init__(questions, retriever, **episode)

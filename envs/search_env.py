@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import inspect
+from collections.abc import Callable, Mapping, Sequence
 from numbers import Integral
-from typing import Any
+from typing import Any, TypedDict
 
 import gymnasium as gym
 
@@ -17,7 +18,13 @@ from .records import Action, Question, Trajectory, Turn
 from .rewards import RewardScheme, make_reward
 from .spaces import AnyText
 
-__all__ = ["SearchQAEnv", "check_retriever_kwargs", "question_from_options"]
+__all__ = [
+    "EpisodeOptions",
+    "SearchQAEnv",
+    "check_retriever_kwargs",
+    "question_from_options",
+    "takes_episode_options",
+]
 
 
 def question_from_options(options: Mapping[str, Any]) -> Question:
@@ -320,3 +327,33 @@ class SearchQAEnv(gym.Env[str, str]):
         if question.hops is not None:
             info["hops"] = question.hops
         return info
+
+
+class EpisodeOptions(TypedDict, total=False):
+    """The episode options every env takes and passes on to :class:`SearchQAEnv`.
+
+    Their defaults and meaning are :class:`SearchQAEnv`'s (its Arguments).
+    """
+
+    protocol: str | Protocol
+    reward: str | RewardScheme
+    reward_kwargs: Mapping[str, Any] | None
+    topk: int
+    max_turns: int
+    max_searches: int | None
+    render_mode: str | None
+    instructions: str | None
+
+
+def takes_episode_options(init: Callable[..., None]) -> Callable[..., None]:
+    """Give an env's ``__init__(..., **episode: Unpack[EpisodeOptions])`` the full signature.
+
+    ``inspect.signature`` (and so ``help``, :func:`~searchgym.error.keyword_checked` and the
+    run file's env section) then lists each episode option with :class:`SearchQAEnv`'s
+    default in place of ``**episode``.
+    """
+    own = [p for p in inspect.signature(init).parameters.values() if p.kind is not p.VAR_KEYWORD]
+    base = inspect.signature(SearchQAEnv.__init__).parameters
+    episode = [base[name] for name in EpisodeOptions.__annotations__]
+    init.__signature__ = inspect.Signature(own + episode)  # type: ignore[attr-defined]
+    return init

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..error import InvalidArgumentError, keyword_checked
 from ..retrieval import Retriever, make_retriever
-from .protocols import Protocol
 from .records import Question
-from .rewards import RewardScheme
-from .search_env import SearchQAEnv, check_retriever_kwargs
+from .search_env import EpisodeOptions, SearchQAEnv, check_retriever_kwargs, takes_episode_options
 from .synthetic import SyntheticWorld, generate_world
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack from Python 3.11
 
 __all__ = ["SyntheticFactsEnv", "split_questions", "SPLITS", "SPLIT_BY"]
 
@@ -108,6 +109,7 @@ class SyntheticFactsEnv(SearchQAEnv):
     """
 
     @keyword_checked
+    @takes_episode_options
     def __init__(
         self,
         *,
@@ -115,17 +117,10 @@ class SyntheticFactsEnv(SearchQAEnv):
         world_kwargs: Mapping[str, Any] | None = None,
         retriever: str | Retriever = "bm25",
         retriever_kwargs: Mapping[str, Any] | None = None,
-        protocol: str | Protocol = "search_r1",
-        reward: str | RewardScheme = "f1",
-        reward_kwargs: Mapping[str, Any] | None = None,
-        topk: int = 3,
-        max_turns: int = 4,
-        max_searches: int | None = None,
-        render_mode: str | None = None,
-        instructions: str | None = None,
         split: str = "all",
         eval_fraction: float = 0.25,
         split_by: str = "question",
+        **episode: Unpack[EpisodeOptions],
     ):
         self.world: SyntheticWorld = generate_world(world_seed, **dict(world_kwargs or {}))
         self.split = split
@@ -137,15 +132,4 @@ class SyntheticFactsEnv(SearchQAEnv):
             options["generator"] = SyntheticDocGenerator(self.world)
         if not isinstance(retriever, Retriever):
             retriever = make_retriever(retriever, docs=self.world.docs, **options)
-        super().__init__(
-            questions,
-            retriever,
-            protocol=protocol,
-            reward=reward,
-            reward_kwargs=reward_kwargs,
-            topk=topk,
-            max_turns=max_turns,
-            max_searches=max_searches,
-            render_mode=render_mode,
-            instructions=instructions,
-        )
+        super().__init__(questions, retriever, **episode)
