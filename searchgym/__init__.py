@@ -5,7 +5,7 @@
 until ``gym.make``. torch, ray and faiss are never imported here.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 from searchgym import error
 from searchgym.envs.metrics import cover_exact_match, exact_match, f1_score, normalize_answer

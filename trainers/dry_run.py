@@ -64,20 +64,20 @@ def _looks_like_hub_name(path: str) -> bool:
 
 
 def check_model_path(path: str) -> str:
-    """Check ``model.path``; return how it is found. A missing local folder is an error;
+    """Check ``builtin.model.path``; return how it is found. A missing local folder is an error;
     a hub id is fine when the local Hugging Face cache holds it, or when downloads are allowed.
     A registered offline model name (``searchgym models list``) must be pulled."""
     if path in MODELS and not os.path.exists(path):
         try:
             return f"offline model {path} in {resolve_model(path)}"
         except ModelNotPulledError as exc:
-            raise DataFileError(f"model.path: {exc}") from None
+            raise DataFileError(f"builtin.model.path: {exc}") from None
     folder = Path(path).expanduser()
     if folder.is_dir():
         if not (folder / "config.json").is_file():
             raise DataFileError(
-                f"model.path: {path!r} is a folder but holds no config.json, so it is not a transformers "
-                "model folder: point model.path at the folder that save_pretrained wrote."
+                f"builtin.model.path: {path!r} is a folder but holds no config.json, so it is not a transformers "
+                "model folder: point builtin.model.path at the folder that save_pretrained wrote."
             )
         return f"model folder {folder}"
     if _looks_like_hub_name(path):
@@ -93,10 +93,10 @@ def check_model_path(path: str) -> str:
                 f"{path}, downloaded from the Hugging Face Hub when the run starts (not in the local cache)"
             )
     raise DataFileError(
-        f"model.path: {path!r} is not a folder (no such directory"
+        f"builtin.model.path: {path!r} is not a folder (no such directory"
         + (" here, and the hub is offline" if _looks_like_hub_name(path) else "")
-        + "). Point model.path at a local model folder (one that holds config.json), download the model "
-        "there first, or use model.tiny for the offline tiny model."
+        + "). Point builtin.model.path at a local model folder (one that holds config.json), download the model "
+        "there first, or use builtin.model.tiny for the offline tiny model."
     )
 
 
@@ -164,7 +164,7 @@ def time_estimate(config: TrainConfig) -> str | None:
 
 
 def check_device(device: str) -> str | None:
-    """Check that ``model.device`` exists on this machine; return how it is found (None for the CPU)."""
+    """Check that ``builtin.model.device`` exists on this machine; return how it is found (None for the CPU)."""
     if not device.startswith("cuda"):
         return None
     import torch
@@ -173,9 +173,9 @@ def check_device(device: str) -> str | None:
     index = int(device[5:]) if device.startswith("cuda:") else 0
     if index >= count:
         raise InvalidArgumentError(
-            f"model.device: {device!r}, but this machine has "
+            f"builtin.model.device: {device!r}, but this machine has "
             + (f"{count} CUDA device(s)" if count else "no CUDA device")
-            + ". Set model.device: auto (CUDA when there is one) or cpu, or run on a machine with the GPU."
+            + ". Set builtin.model.device: auto (CUDA when there is one) or cpu, or run on a machine with the GPU."
         )
     return f"  device: {device} ({torch.cuda.get_device_name(index)})"
 
@@ -187,14 +187,18 @@ def check_run(config: TrainConfig) -> list[str]:
         SearchGymError: naming the field and the fix, for anything that would stop the run.
     """
     lines = []
-    _check_writable(Path(config.output_dir), "output_dir")
+    _check_writable(Path(config.output_dir), "builtin.output_dir")
     if config.model.path is not None:
         lines.append(f"  model: {check_model_path(config.model.path)}")
     device = check_device(config.model.device)
     if device is not None:
         lines.append(device)
+    from .grpo.model import autocast_warning, resolve_device
+
+    if (warning := autocast_warning(config.model, resolve_device(config.model.device))) is not None:
+        lines.append(f"  warning: {warning}")
     if config.algo.ptx_data is not None and not Path(config.algo.ptx_data).is_file():
-        raise DataFileError(f"algo.ptx_data: {config.algo.ptx_data!r} is not a file.")
+        raise DataFileError(f"builtin.algo.ptx_data: {config.algo.ptx_data!r} is not a file.")
     memory = _check_memory(config)
     _check_env(config.env, "env", memory, config.memory)
     extra = config.extra_envs()

@@ -106,7 +106,7 @@ def test_dry_run_fails_on_a_missing_model_folder(tmp_path, capsys):
     config = _config(tmp_path, **{"builtin.model.tiny": None, "builtin.model.path": str(missing)})
     assert main(["train", "--config", str(config), "--dry-run"]) == 2
     err = capsys.readouterr().err
-    assert f"model.path: '{missing}' is not a folder" in err
+    assert f"builtin.model.path: '{missing}' is not a folder" in err
 
 
 def test_dry_run_takes_a_registered_model_name(tmp_path, capsys, monkeypatch):

@@ -846,3 +846,27 @@ def test_the_shared_prompt_table_is_generated_from_its_committed_result():
     assert all(r["same_episodes_every_step"] for r in report["results"])
     page = module.PAGE.read_text(encoding="utf-8")
     assert f"<!-- table:{module.TABLE} -->\n{module.render(report)}\n" in page
+
+
+@pytest.mark.parametrize("native", [False, True], ids=["avx2_cpu", "bfloat16_cpu"])
+def test_bfloat16_autocast_on_a_cpu_that_emulates_it_is_warned_about(
+    tiny_root, tmp_path, monkeypatch, caplog, native
+):
+    from searchgym.trainers.grpo import model as model_module
+
+    monkeypatch.setattr(model_module, "cpu_has_bfloat16", lambda: native)  # the CPU's features
+    config = make_config(tiny_root, tmp_path / "run", model={"autocast": "bfloat16", "device": "cpu"})
+    trainer = GRPOTrainer(config, progress=False)
+    with caplog.at_level("WARNING", logger="searchgym.trainers"):
+        trainer.setup()
+    trainer.close()
+    warned = [r.getMessage() for r in caplog.records if "no bfloat16 units" in r.getMessage()]
+    assert len(warned) == (0 if native else 1)
+    off = make_config(tiny_root, tmp_path / "off", model={"device": "cpu"})
+    assert model_module.autocast_warning(off.model, torch.device("cpu")) is None
+
+
+def test_the_cpu_bfloat16_check_answers_on_this_machine():
+    from searchgym.trainers.grpo.model import cpu_has_bfloat16
+
+    assert isinstance(cpu_has_bfloat16(), bool)

@@ -23,6 +23,9 @@ __all__ = [
     "set_cpu_threads",
     "freeze_lower_layers",
     "transformer_blocks",
+    "autocast",
+    "autocast_warning",
+    "cpu_has_bfloat16",
 ]
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -199,6 +202,29 @@ def check_same_architecture(saved: str | os.PathLike[str], source: str | os.Path
                 f"({str(Path(source))!r}) has {theirs[key]!r}: the checkpoint is another model's. Resume "
                 "with the model config the checkpoint was written with, or start a new output_dir."
             )
+
+
+def cpu_has_bfloat16() -> bool:
+    """Whether this CPU computes bfloat16 in hardware that oneDNN uses (AVX-512 or AMX).
+
+    On an AVX2-only CPU torch emulates bfloat16, far slower than float32
+    (``benchmarks/results/autocast_cpu_avx2.json``). True when torch cannot tell.
+    """
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return True
+
+
+def autocast_warning(config: ModelConfig, device: torch.device) -> str | None:
+    """A warning for ``model.autocast: bfloat16`` on a CPU that only emulates bfloat16, else None."""
+    if config.autocast != "bfloat16" or device.type != "cpu" or cpu_has_bfloat16():
+        return None
+    return (
+        "builtin.model.autocast is bfloat16, but this CPU has no bfloat16 units (AVX2 only): torch "
+        "emulates bfloat16 here, and the update runs many times slower than in float32 "
+        "(docs/train-cli.md, Mixed precision). Leave builtin.model.autocast unset on this machine."
+    )
 
 
 def autocast(config: ModelConfig, device: torch.device) -> Any:

@@ -77,6 +77,7 @@ from .metrics import rollout_metrics
 from .metrics_file import append_metrics, start_metrics
 from .model import (
     autocast,
+    autocast_warning,
     check_same_architecture,
     freeze_lower_layers,
     load_model,
@@ -181,6 +182,8 @@ class GRPOTrainer:
         checkpoint = self._checkpoint_to_resume()
         self.device = resolve_device(cfg.model.device)
         set_cpu_threads(cfg.model, self.device)
+        if (warning := autocast_warning(cfg.model, self.device)) is not None:
+            logger.warning(warning)
         # Every file of the checkpoint is read and checked before anything is built from it.
         saved = load_checkpoint(checkpoint, map_location=self.device) if checkpoint is not None else None
         if saved is not None:
