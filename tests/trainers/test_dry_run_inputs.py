@@ -20,7 +20,9 @@ def test_a_cuda_device_on_a_machine_without_one_stops_the_dry_run(tmp_path, caps
     )
     assert main(["train", "--config", str(path), "--dry-run"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and f"builtin.model.device: '{device}', but this machine has no CUDA device" in err[0]
+    assert (
+        len(err) == 1 and f"builtin.model.device: '{device}', but this machine has no CUDA device" in err[0]
+    )
     path.write_text(
         f"builtin:\n  steps: 2\n  output_dir: {tmp_path / 'out'}\n  model: {{tiny: {{}}, device: auto}}\n"
     )
