@@ -13,7 +13,7 @@ from typing import Any
 
 from ..error import InvalidArgumentError
 
-__all__ = ["end_truncated", "label_to_options"]
+__all__ = ["end_truncated", "label_to_options", "trajectory_metrics"]
 
 
 def label_to_options(label: object) -> dict[str, Any]:
@@ -71,3 +71,26 @@ def end_truncated(env: Any) -> float:
             break
         layer = layer.env
     return reward
+
+
+def trajectory_metrics(trajectory: Any, done: bool) -> dict[str, float]:
+    """The per-episode numbers every backend logs, from the env's trajectory record.
+
+    ``searched`` is Light-Search's search rate (SR) and ``num_searches`` its search turns
+    (ST); ``episode_truncated`` is an episode that ended (``done``) without an answer.
+    """
+    searches = trajectory.num_searches
+    answered = bool(trajectory.turns) and trajectory.turns[-1].action.kind == "answer"
+    return {
+        "num_searches": float(searches),
+        "searched": float(searches > 0),
+        "em": float(trajectory.em),
+        "f1": float(trajectory.f1),
+        "cover_em": float(trajectory.cover_em),
+        "format_ok": float(trajectory.format_ok),
+        "answered": float(answered),
+        "episode_truncated": float(done and not answered),
+        "turns": float(len(trajectory.turns)),
+        "reasoning_steps": float(trajectory.reasoning_steps),
+        "action_chars": float(trajectory.action_chars),
+    }

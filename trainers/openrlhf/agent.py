@@ -70,7 +70,7 @@ from ...envs.records import Question
 from ...envs.search_env import question_from_options
 from ...error import SearchGymError
 from ..episodes import end_truncated as _end_truncated
-from ..episodes import label_to_options
+from ..episodes import label_to_options, trajectory_metrics
 from .config import AGENT_CONFIG_VARIABLE, AgentConfig, agent_config_from_env, load_agent_config
 from .env_pool import env_pool
 from .eval_split import EvalSign, keep_out_of_stores, put_back, stores_written
@@ -323,20 +323,8 @@ class SearchGymAgentInstance(AgentInstanceBase):
             values = dict.fromkeys(EXTRA_LOG_KEYS, 0.0)
             values["memory_chars"] = float(self._memory_chars)
             return values
-        searches = trajectory.num_searches
-        answered = bool(trajectory.turns) and trajectory.turns[-1].action.kind == "answer"
         return {
-            "num_searches": float(searches),
-            "searched": float(searches > 0),
-            "em": float(trajectory.em),
-            "f1": float(trajectory.f1),
-            "cover_em": float(trajectory.cover_em),
-            "format_ok": float(trajectory.format_ok),
-            "answered": float(answered),
-            "episode_truncated": float(self.done and not answered),
-            "turns": float(len(trajectory.turns)),
-            "reasoning_steps": float(trajectory.reasoning_steps),
-            "action_chars": float(trajectory.action_chars),
+            **trajectory_metrics(trajectory, self.done),
             "format_errors": float(self._format_errors),
             "retrieval_errors": float(self._retrieval_errors),
             "memory_chars": float(self._memory_chars),
