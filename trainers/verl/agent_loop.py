@@ -208,6 +208,7 @@ class _Episode:
         self.question: Any = None
         self.timing = {"generate_sequences": 0.0, "tool_calls": 0.0}
         self.request_id = uuid4().hex
+        self.global_steps: Any = None  # the rollout server's training step (verl's extra_fields)
 
     async def play(self) -> AgentLoopOutput:
         loop = self.loop
@@ -266,6 +267,7 @@ class _Episode:
             sampling_params={**self.params, "max_tokens": cap},
         )
         self.timing["generate_sequences"] += time.perf_counter() - started
+        self.global_steps = output.extra_fields.get("global_steps", self.global_steps)
         if output.stop_reason == "aborted" and not output.token_ids:
             return None
         logprobs = output.log_probs if self.logprobs is not None else None
@@ -346,6 +348,7 @@ class _Episode:
             extra_fields={
                 **metrics,
                 EVAL_MARKER: self.evaluating,
+                "global_steps": self.global_steps,
                 "turn_scores": [],
                 "tool_rewards": [],
             },
