@@ -88,3 +88,33 @@ def test_the_memory_steps_to_the_training_step_under_any_estimator(tmp_path):
         assert memory.steps == 3
         out = ray_trainer.compute_advantage(batch([1.0, 0.0], step=3), adv_estimator="grpo", config=None)
         assert memory.steps == 3 and "advantages" in out.batch.keys()  # the same step again: no step
+
+
+def test_the_worker_hook_installs_the_run_files_estimator_and_checkpoint_patches(tmp_path, monkeypatch):
+    import yaml
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+    from searchgym.trainers.verl import hook
+
+    run = tmp_path / "run.yaml"
+    run.write_text(
+        yaml.safe_dump(
+            {
+                "backend": "verl",
+                "env": {"id": "searchgym/SyntheticFacts-v1", "protocol": "search_r1"},
+                "advantage": {"estimator": "tsas", "warmup_steps": 0},  # stage 2 from the start
+                "verl": {},
+            }
+        )
+    )
+    monkeypatch.setenv("SEARCHGYM_AGENT_CONFIG", str(run))
+    save, load = RayPPOTrainer._save_checkpoint, RayPPOTrainer._load_checkpoint
+    try:
+        hook.setup()
+        # stage 2 at step 0 (warmup_steps 0): 0.658188, -0.438771 (worked out above)
+        assert advantages_of(batch([1.0, 0.0], step=0), "searchgym_tsas")[0] == pytest.approx(
+            [0.658188, -0.438771], abs=1e-6
+        )
+        assert RayPPOTrainer._save_checkpoint.__searchgym_original__ is save
+    finally:
+        RayPPOTrainer._save_checkpoint, RayPPOTrainer._load_checkpoint = save, load

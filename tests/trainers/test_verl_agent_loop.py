@@ -80,6 +80,10 @@ def files(tmp_path_factory):
         loop["_target_"] = "searchgym.trainers.verl.agent_loop.SearchGymAgentLoop"
     import yaml
 
+    from searchgym.trainers.verl.launch import AGENT_LOOP_FILE
+
+    loops += yaml.safe_load(open(AGENT_LOOP_FILE))  # the packaged loop, as a run's config names it
+
     config = folder / "agent_loops.yaml"
     config.write_text(yaml.safe_dump(loops))
     return {
@@ -356,3 +360,41 @@ def test_training_rows_update_the_memory_and_store_and_eval_rows_do_not(worker, 
     assert out.non_tensor_batch["searchgym_eval"][0] is False and out.non_tensor_batch["em"][0] == 1.0
     assert len(ExperienceMemory(files["memory"])) == memory_before + 1  # the finished episode, recorded
     assert minimum() == searches  # its search count, stored
+
+
+# -- from searchgym prepare's rows, through verl's own dataset, to the loop ---------------------------------
+
+
+def test_converted_rows_load_in_verls_dataset_and_run_the_searchgym_loop(
+    worker, files, tmp_path, monkeypatch
+):
+    """``python -m searchgym.trainers.verl.data`` → verl's ``RLHFDataset`` and ``collate_fn`` → the worker.
+
+    The rows name ``agent_name: searchgym``, the packaged loop, which reads its run file from
+    ``$SEARCHGYM_AGENT_CONFIG`` as the runtime env sets it.
+    """
+    from verl.protocol import DataProto
+    from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
+
+    from searchgym.trainers.verl.data import main as convert
+
+    tok = worker.tokenizer
+    question = one_hop_unknown()
+    _, actions, _, rewards, _ = play(PROTOCOLS["search_r1"], question)
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(
+        json.dumps({"prompt": question.question, "label": label_of(question), "datasource": "nq"}) + "\n"
+    )
+    parquet = tmp_path / "val.parquet"
+    assert convert([str(rows), str(parquet), "--eval"]) == 0
+    monkeypatch.setenv("SEARCHGYM_AGENT_CONFIG", str(files["folder"] / "search_r1.yaml"))
+
+    dataset = RLHFDataset([str(parquet)], tok, worker.config.data)
+    batch = DataProto.from_single_dict(collate_fn([dataset[0]]))
+    assert batch.non_tensor_batch["agent_name"][0] == "searchgym"
+    server = server_for(
+        worker, ScriptedText(tok, [a + RAMBLE if a.endswith("</search>") else a for a in actions])
+    )
+    out = generate(worker, server, batch)
+    assert out.batch["rm_scores"][0].sum().item() == sum(rewards) == 1.0
+    assert out.non_tensor_batch["searchgym_eval"][0] is True and out.non_tensor_batch["em"][0] == 1.0
