@@ -48,7 +48,7 @@ from collections.abc import Mapping
 from typing import Any
 from uuid import uuid4
 
-from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, register
+from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
 from ...envs.search_env import question_from_options
 from ...error import InvalidArgumentError
@@ -171,7 +171,8 @@ class SearchGymAgentLoop(AgentLoopBase):
         self.stops = list(self.formatter.stop_strings(make_protocol(self.agent_config.protocol)))
 
     def _encode(self, text: str) -> list[int]:
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        tokenizer: Any = self.tokenizer
+        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         """Run one episode of the row ``kwargs``; returns verl's :class:`AgentLoopOutput`."""
@@ -297,7 +298,8 @@ class _Episode:
         loop = self.loop
         self._fail("reset", exc)
         messages = list(_plain(self.row.get("raw_prompt")) or [{"role": "user", "content": ""}])
-        text = loop.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        tokenizer: Any = loop.tokenizer
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         self.prompt_ids = loop._cap_text_prompt_length(
             loop._encode(text if isinstance(text, str) else text[0])
         )
@@ -344,7 +346,7 @@ class _Episode:
             response_logprobs=None if self.logprobs is None else self.logprobs[:limit],
             reward_score=self.total_reward,
             num_turns=1 + 2 * int(metrics["turns"]),
-            metrics={**self.timing, "num_preempted": -1},
+            metrics=AgentLoopMetrics(**self.timing, num_preempted=-1),
             extra_fields={
                 **metrics,
                 EVAL_MARKER: self.evaluating,
