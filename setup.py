@@ -61,9 +61,10 @@ setup(
         # transformers is OpenRLHF 0.11.2's pin, so the CPU tests render and decode as a GPU run does.
         "openrlhf": ["transformers==5.15.0", "pylatexenc", "sympy", "aiohttp>=3.9", "pyarrow>=12"],
         # verl itself is installed with --no-deps (its full deps need CUDA): pip install --no-deps verl==0.9.1;
-        # these are what its agent-loop, trainer and config modules import on a CPU (the tests and --dry-run).
-        # On GPU: pip install 'verl[vllm]==0.9.1'.
+        # these are what its agent-loop, trainer and config modules import on a CPU (the tests and --dry-run;
+        # checked in a fresh venv with torch). On GPU: pip install 'verl[vllm]==0.9.1'.
         "verl": [
+            "ray>=2.9",
             "hydra-core>=1.3",
             "tensordict>=0.8.0,<=0.10.0,!=0.9.0",
             "codetiming",
@@ -72,6 +73,9 @@ setup(
             "torchdata",
             "peft",
             "pyarrow>=12",
+            "pillow",
+            "fastapi",
+            "uvicorn",
         ],
         # the incentive study and the quick start: its confidence intervals and plots
         "study": ["scipy>=1.10", "matplotlib>=3.7"],
