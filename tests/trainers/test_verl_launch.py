@@ -142,3 +142,51 @@ def test_the_one_node_recipe_calls_pass_their_parsers(tmp_path):
     assert Path(config.data.val_files).name == converted[1].parsed.out.name
     assert converted[0].parsed.out.parent == data
     assert isinstance(args, argparse.Namespace) and args.backend == "verl"
+
+
+def test_the_converter_refuses_rows_that_are_not_searchgym_prepares_with_one_line(tmp_path, capsys):
+    import json
+    import subprocess
+    import sys
+
+    bad = tmp_path / "rows.jsonl"
+    bad.write_text(json.dumps({"question": "q?"}) + "\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "searchgym.trainers.verl.data", str(bad), str(tmp_path / "out.parquet")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 2 and not (tmp_path / "out.parquet").exists()
+    assert done.stderr.strip().splitlines() == [
+        f"searchgym: error: {bad}:1 needs a string prompt and a JSON string label, as `searchgym prepare` writes them."
+    ]
+
+
+def test_the_entry_takes_the_run_file_from_its_overrides_and_installs_the_patches(tmp_path, monkeypatch):
+    """``python -m searchgym.trainers.verl.main_ppo OVERRIDES`` as ``--dry-run`` prints it; verl's own
+    ``main_ppo`` (Ray, GPUs) is replaced by a recorder."""
+    import runpy
+    import sys
+
+    from verl.trainer.ppo import ray_trainer
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+    from searchgym.trainers.verl import main_ppo
+
+    path = run_file(tmp_path, advantage={"estimator": "tsas"})
+    plan = compose(load_run(path), str(tmp_path))
+    monkeypatch.delenv("SEARCHGYM_AGENT_CONFIG", raising=False)
+    ran = []
+    monkeypatch.setattr(runpy, "run_module", lambda name, **kw: ran.append((name, list(sys.argv))))
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    saved = ray_trainer.compute_advantage, RayPPOTrainer._save_checkpoint, RayPPOTrainer._load_checkpoint
+    try:
+        main_ppo.main(plan.command[3:])
+        assert os.environ["SEARCHGYM_AGENT_CONFIG"] == str(path)
+        assert ran == [("verl.trainer.main_ppo", ["verl.trainer.main_ppo", *plan.overrides])]
+        assert hasattr(ray_trainer.compute_advantage, "__searchgym_original__")
+        assert hasattr(RayPPOTrainer._save_checkpoint, "__searchgym_original__")
+    finally:
+        ray_trainer.compute_advantage, RayPPOTrainer._save_checkpoint, RayPPOTrainer._load_checkpoint = saved
+        os.environ.pop("SEARCHGYM_AGENT_CONFIG", None)
