@@ -38,7 +38,10 @@ setup(
     python_requires=">=3.10",
     packages=packages,
     package_dir=package_dir,
-    package_data={"searchgym.configs": ["*.yaml", "openrlhf/*.yaml"]},
+    package_data={
+        "searchgym.configs": ["*.yaml", "openrlhf/*.yaml", "verl/*.yaml"],
+        "searchgym.trainers.verl": ["agent_loop.yaml"],
+    },
     install_requires=["gymnasium>=1.0", "numpy>=1.24", "pyyaml>=6", "bm25s>=0.2", "tqdm>=4.60"],
     extras_require={
         "retrieval": ["faiss-cpu>=1.7", "sentence-transformers>=2.2"],
@@ -57,6 +60,23 @@ setup(
         # pip install --no-deps openrlhf==0.11.2 ; on GPU: pip install 'openrlhf[vllm]==0.11.2'
         # transformers is OpenRLHF 0.11.2's pin, so the CPU tests render and decode as a GPU run does.
         "openrlhf": ["transformers==5.15.0", "pylatexenc", "sympy", "aiohttp>=3.9", "pyarrow>=12"],
+        # verl itself is installed with --no-deps (its full deps need CUDA): pip install --no-deps verl==0.9.1;
+        # these are what its agent-loop, trainer and config modules import on a CPU (the tests and --dry-run;
+        # checked in a fresh venv with torch). On GPU: pip install 'verl[vllm]==0.9.1'.
+        "verl": [
+            "ray>=2.9",
+            "hydra-core>=1.3",
+            "tensordict>=0.8.0,<=0.10.0,!=0.9.0",
+            "codetiming",
+            "datasets",
+            "cachetools",
+            "torchdata",
+            "peft",
+            "pyarrow>=12",
+            "pillow",
+            "fastapi",
+            "uvicorn",
+        ],
         # the incentive study and the quick start: its confidence intervals and plots
         "study": ["scipy>=1.10", "matplotlib>=3.7"],
         "serve": ["aiohttp>=3.9", "gunicorn>=27"],

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gzip
+import importlib
 import importlib.metadata
 import importlib.util
 import io
@@ -102,11 +103,14 @@ class Checked:
 # ----------------------------------------------------------------------------------------- running
 
 
-def run_recipe(script: str, tmp_path: Path, cwd: Path = ROOT, **env: str) -> list[Call]:
-    """Run ``examples/openrlhf/<script>`` from ``cwd`` (the repository root) with every program recorded.
+def run_recipe(
+    script: str, tmp_path: Path, cwd: Path = ROOT, recipes: str = "openrlhf", **env: str
+) -> list[Call]:
+    """Run ``examples/<recipes>/<script>`` from ``cwd`` (the repository root) with every program recorded.
 
     Args:
         script: The recipe's file name.
+        recipes: The folder under ``examples/`` (``openrlhf``, ``verl``).
         tmp_path: A fresh folder for the shims and the call log (``DATA`` defaults under it).
         cwd: The folder the recipe is launched in.
         **env: Variables for the script (``ROLE``, ``HEAD``, ...).
@@ -138,7 +142,7 @@ def run_recipe(script: str, tmp_path: Path, cwd: Path = ROOT, **env: str) -> lis
         **env,
     }
     done = subprocess.run(
-        [shutil.which("bash") or "/bin/bash", str(ROOT / "examples" / "openrlhf" / script)],
+        [shutil.which("bash") or "/bin/bash", str(ROOT / "examples" / recipes / script)],
         cwd=cwd,
         env=variables,
         capture_output=True,
@@ -332,15 +336,23 @@ def check_searchgym(call: Call) -> Checked:
     args = _argparse(parser, call.args, call)
     if args.command != "train":
         return Checked(call, f"searchgym {args.command}", args)
-    from searchgym.trainers.openrlhf import load_run_config
-    from searchgym.trainers.openrlhf.launch import compose
+    from searchgym.trainers.run_spec import file_backend
 
     printed = io.StringIO()
     with _chdir(call.cwd):
         try:
             with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
                 code = modules["train"].run(argparse.Namespace(**{**vars(args), "dry_run": True}))
-            plan = compose(load_run_config(args.config))
+            if (args.backend or file_backend(args.config)) == "verl":
+                from searchgym.trainers.run_spec import load_run
+                from searchgym.trainers.verl.launch import compose as compose_verl
+
+                plan = compose_verl(load_run(args.config))
+            else:
+                from searchgym.trainers.openrlhf import load_run_config
+                from searchgym.trainers.openrlhf.launch import compose
+
+                plan = compose(load_run_config(args.config))
         except SearchGymError as exc:
             raise RecipeCallError(f"`{call}`: searchgym train --dry-run refuses it: {exc}") from None
     if code != 0:
@@ -359,7 +371,13 @@ def _chdir(folder: str) -> Iterator[None]:
 
 
 def check_python(call: Call) -> Checked:
-    """A script's own ``build_parser()``; ``parsed`` is its namespace."""
+    """A script's own ``build_parser()`` (``python -m MODULE``: the module's ``parser()``); ``parsed``
+    is its namespace."""
+    if call.args[:1] == ("-m",) and len(call.args) > 1:
+        module = importlib.import_module(call.args[1])
+        if not callable(getattr(module, "parser", None)):
+            raise RecipeCallError(f"`{call}`: {call.args[1]} has no parser() for the check to parse with.")
+        return Checked(call, f"python -m {call.args[1]}", _argparse(module.parser(), call.args[2:], call))
     if not call.args or call.args[0].startswith("-"):
         raise RecipeCallError(f"`{call}`: only `python SCRIPT ARGS` has a check; add one for this form.")
     path = Path(call.cwd, call.args[0])

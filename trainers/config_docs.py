@@ -20,7 +20,7 @@ from ..envs.rewards import REWARDS
 from ..memory.config import MemoryConfig
 from .advantages import ESTIMATORS, AdvantageConfig
 from .config import CheckpointConfig, ModelConfig, RolloutConfig, TinyModelConfig, UpdateConfig, WandbConfig
-from .run_spec import AgentOptions, BuiltinConfig, LaunchOptions, RunSpec
+from .run_spec import AgentOptions, BuiltinConfig, LaunchOptions, RunSpec, VerlAgentOptions
 
 __all__ = ["SECTIONS", "render"]
 
@@ -38,6 +38,7 @@ SECTIONS: list[tuple[str, type]] = [
     ("builtin.wandb", WandbConfig),
     ("openrlhf.launch", LaunchOptions),
     ("openrlhf.agent", AgentOptions),
+    ("verl.agent", VerlAgentOptions),
 ]
 """The sections of a run file, in the order the page lists them."""
 
@@ -48,14 +49,15 @@ _INTRO = """\
 config classes' field help; tests/trainers/test_config_docs.py keeps it equal. Edit the docstrings. -->
 
 One YAML file describes a run for every backend: `searchgym train` (the built-in GRPO
-trainer or OpenRLHF), `searchgym train --dry-run`, and the OpenRLHF agents on the Ray
-workers read it with the same loader (`searchgym.trainers.run_spec.load_run`). The
-component sections (`env`, `memory`, `advantage`) mean the same under every backend; the
-section named like the backend (`builtin` or `openrlhf`) holds what only that backend has.
+trainer, OpenRLHF or verl), `searchgym train --dry-run`, and the OpenRLHF agents and verl
+agent loops on the Ray workers read it with the same loader
+(`searchgym.trainers.run_spec.load_run`). The component sections (`env`, `memory`,
+`advantage`) mean the same under every backend; the section named like the backend
+(`builtin`, `openrlhf` or `verl`) holds what only that backend has.
 
 ```yaml
 extends: base.yaml              # optional: a base file, merged key by key under this one
-backend: builtin                # or openrlhf
+backend: builtin                # or openrlhf, or verl
 env: {id: searchgym/MuSiQue-v1, protocol: tool_call, reward: lightsearcher, topk: 3, max_turns: 6}
 memory: {kind: lightsearcher, update_every: 5}
 advantage: {estimator: tsas, variant: eq2}
@@ -67,6 +69,9 @@ openrlhf:                       # backend: openrlhf only: OpenRLHF's flags, nest
   launch: {ray_address: null}   #   plus how the run starts
   agent: {max_pool: 4096}       #   and the agent's own options
   actor: {model_name_or_path: Qwen/Qwen2.5-3B-Instruct}
+verl:                           # backend: verl only: verl's config keys, nested
+  agent: {max_turn_tokens: 512} #   plus the agent loop's own options
+  actor_rollout_ref: {model: {path: Qwen/Qwen2.5-3B-Instruct}}
 ```
 
 An unknown key, a wrong type or an impossible combination (a memory without a store
@@ -162,12 +167,13 @@ def _estimators() -> list[str]:
     lines = [
         "## `advantage.estimator`: the registered estimators",
         "",
-        "| estimator | under OpenRLHF | reads |",
-        "|---|---|---|",
+        "| estimator | under OpenRLHF | under verl | reads |",
+        "|---|---|---|---|",
     ]
     for name, spec in ESTIMATORS.items():
         where = f"OpenRLHF's `{spec.openrlhf}`" if spec.openrlhf else "searchgym's worker hook"
-        lines.append(f"| `{name}` | {where} | rewards{''.join(', ' + u for u in spec.uses)} |")
+        verl = f"`searchgym_{name}` (registered in verl)"
+        lines.append(f"| `{name}` | {where} | {verl} | rewards{''.join(', ' + u for u in spec.uses)} |")
     return [*lines, ""]
 
 

@@ -24,6 +24,9 @@ one section for what only its backend has::
       launch: {ray_address: null}      #   how the run is started (LaunchOptions)
       agent: {max_pool: 4096}          #   and the agent's own options (AgentOptions)
       actor: {model_name_or_path: Qwen/Qwen2.5-3B-Instruct}
+    verl:                              # backend: verl only: verl's config keys, nested, plus
+      agent: {max_turn_tokens: 512}    #   the agent loop's own options (VerlAgentOptions)
+      actor_rollout_ref: {model: {path: Qwen/Qwen2.5-3B-Instruct}}
 
 :func:`load_run` is the one loader: it reads the file (and its ``extends`` chain) with
 :func:`~searchgym.envs.config_base.read_yaml` and checks every section, so an unknown key,
@@ -61,6 +64,7 @@ __all__ = [
     "BACKENDS",
     "AgentOptions",
     "BuiltinConfig",
+    "VerlAgentOptions",
     "LaunchOptions",
     "OldLayoutError",
     "RunSpec",
@@ -75,7 +79,7 @@ __all__ = [
     "trainer_keys",
 ]
 
-BACKENDS = ("builtin", "openrlhf")
+BACKENDS = ("builtin", "openrlhf", "verl")
 """The trainers a run file can name in ``backend``."""
 
 
@@ -156,7 +160,32 @@ class LaunchOptions:
         self.env = {str(k): str(v) for k, v in self.env.items()}
 
 
+@dataclass
+class VerlAgentOptions:
+    """The verl agent loop's own options (``verl.agent``).
+
+    Attributes:
+        max_turn_tokens: The most tokens one turn may generate (Light-Search: 512), or null
+            for no cap below the rest of ``actor_rollout_ref.rollout.response_length``.
+        max_pool: Envs kept per process for reuse (they are built once and reset per row).
+    """
+
+    max_turn_tokens: int | None = None
+    max_pool: int = 4096
+
+    def __post_init__(self) -> None:
+        if self.max_turn_tokens is not None:
+            check_int("max_turn_tokens", self.max_turn_tokens, 1)
+        check_int("max_pool", self.max_pool)
+
+
+_VERL_OWN = ("agent",)
+"""Keys of the ``verl`` section that are searchgym's, not verl's (verl's config has no
+top-level ``agent`` key)."""
+
 _OPENRLHF_OWN = ("launch", "agent")
+
+_BACKEND_NAMES = {"builtin": "the built-in trainer", "openrlhf": "OpenRLHF", "verl": "verl"}
 """Keys of the ``openrlhf`` section that are searchgym's, not OpenRLHF flags (OpenRLHF has
 no flag group of these names)."""
 
@@ -178,36 +207,63 @@ class RunSpec:
             ``vllm``, ``rollout``, …; each becomes a dotted flag of ``train_ppo_ray``), plus
             ``launch`` (:class:`LaunchOptions`) and
             ``agent`` (:class:`AgentOptions`).
+        verl: ``backend: verl`` only: verl's config as nested keys (``actor_rollout_ref``,
+            ``data``, ``trainer``, …; each becomes a Hydra override of ``verl.trainer.main_ppo``,
+            checked against verl's ``ppo_trainer.yaml``), plus ``agent`` (:class:`VerlAgentOptions`).
     """
 
-    backend: Literal["builtin", "openrlhf"] = "builtin"
+    backend: Literal["builtin", "openrlhf", "verl"] = "builtin"
     env: EnvConfig = field(default_factory=EnvConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     advantage: AdvantageConfig | None = None
     builtin: BuiltinConfig | None = None
     openrlhf: dict[str, Any] | None = None
+    verl: dict[str, Any] | None = None
     path: str = field(default="", init=False, compare=False)
 
     def __post_init__(self) -> None:
+        for name in ("builtin", "openrlhf", "verl"):
+            if name != self.backend and getattr(self, name) is not None:
+                check(
+                    name,
+                    "...",
+                    False,
+                    f"no {name} section with backend: {self.backend}",
+                    f"Set backend: {name} to run it with {_BACKEND_NAMES[name]}.",
+                )
         if self.backend == "builtin":
-            check(
-                "openrlhf",
-                "...",
-                self.openrlhf is None,
-                "no openrlhf section with backend: builtin",
-                "Set backend: openrlhf to run it with OpenRLHF.",
-            )
             if self.builtin is None:
                 self.builtin = BuiltinConfig()
-        else:
-            check(
-                "builtin",
-                "...",
-                self.builtin is None,
-                "no builtin section with backend: openrlhf",
-                "Set backend: builtin to run it with the built-in trainer.",
-            )
+        elif self.backend == "openrlhf":
             self._check_openrlhf()
+        else:
+            self._check_verl()
+
+    def _check_external(self, backend: str) -> None:
+        """What a backend whose rollouts run in other processes needs of the shared sections."""
+        if self.memory.kind != "none":
+            check(
+                "memory.path",
+                self.memory.path,
+                self.memory.path is not None,
+                f"the store folder every agent instance shares (required with backend: {backend})",
+            )
+        if self.advantage is not None:
+            check(
+                "advantage.reasoning",
+                self.advantage.reasoning,
+                self.advantage.reasoning == "steps",
+                f"'steps' with backend: {backend}",
+                "The agent logs the <think> blocks of each rollout, not their tokens.",
+            )
+
+    def _check_verl(self) -> None:
+        section = self.verl or {}
+        try:
+            from_dict(VerlAgentOptions, section.get("agent"))
+        except ConfigError as exc:
+            raise exc.within("verl.agent") from None
+        self._check_external("verl")
 
     def _check_openrlhf(self) -> None:
         section = self.openrlhf or {}
@@ -216,21 +272,8 @@ class RunSpec:
                 from_dict(cls, section.get(key))
             except ConfigError as exc:
                 raise exc.within(f"openrlhf.{key}") from None
-        if self.memory.kind != "none":
-            check(
-                "memory.path",
-                self.memory.path,
-                self.memory.path is not None,
-                "the store folder every agent instance shares (required with backend: openrlhf)",
-            )
+        self._check_external("openrlhf")
         if self.advantage is not None:
-            check(
-                "advantage.reasoning",
-                self.advantage.reasoning,
-                self.advantage.reasoning == "steps",
-                "'steps' with backend: openrlhf",
-                "The OpenRLHF agent logs the <think> blocks of each rollout, not their tokens.",
-            )
             native = self.advantage.spec.openrlhf
             given = _flag(section, "algo.advantage.estimator")
             if native is not None and given is not None and given != native:
@@ -283,6 +326,14 @@ class RunSpec:
         if native is not None:
             flags.setdefault("algo", {}).setdefault("advantage", {})["estimator"] = native
         return flags
+
+    def verl_overrides(self) -> dict[str, Any]:
+        """The ``verl`` section's verl config keys (nested), without searchgym's own ``agent``."""
+        return {k: copy.deepcopy(v) for k, v in (self.verl or {}).items() if k not in _VERL_OWN}
+
+    def verl_agent_options(self) -> VerlAgentOptions:
+        """The ``verl.agent`` options (defaults for a run of another backend)."""
+        return from_dict(VerlAgentOptions, (self.verl or {}).get("agent"))
 
     def agent_options(self) -> AgentOptions:
         """The ``openrlhf.agent`` options (defaults for a run of another backend)."""

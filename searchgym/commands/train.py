@@ -1,4 +1,4 @@
-"""``searchgym train``: run the built-in GRPO trainer, or launch OpenRLHF, from a YAML file."""
+"""``searchgym train``: run the built-in GRPO trainer, or launch OpenRLHF or verl, from a YAML file."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 from searchgym.commands import log_to_stderr
 
 NAME = "train"
-HELP = "train a policy with the built-in GRPO trainer or OpenRLHF, from a YAML config"
+HELP = "train a policy with the built-in GRPO trainer, OpenRLHF or verl, from a YAML config"
 
-BACKENDS = ("builtin", "openrlhf")
+BACKENDS = ("builtin", "openrlhf", "verl")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,13 +21,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--backend",
         choices=BACKENDS,
-        help="trainer: builtin (GRPO in this process) or openrlhf (openrlhf.cli.train_ppo_ray); "
+        help="trainer: builtin (GRPO in this process), openrlhf (openrlhf.cli.train_ppo_ray) or verl "
+        "(verl.trainer.main_ppo); "
         "default: the file's 'backend' key, else builtin",
     )
     parser.add_argument(
         "--dry-run",
         action="store_true",
-        help="check the config and print what would run (the OpenRLHF command, or the builtin plan after "
+        help="check the config and print what would run (the OpenRLHF or verl command, or the builtin plan after "
         "building its envs and checking its data, model, memory and output paths)",
     )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
@@ -52,6 +53,10 @@ def run(args: argparse.Namespace) -> int:
         from searchgym.trainers.openrlhf import launch
 
         return int(launch(str(args.config), args.dry_run))
+    if backend == "verl":
+        from searchgym.trainers.verl.launch import launch as launch_verl
+
+        return int(launch_verl(str(args.config), args.dry_run))
 
     from searchgym.commands.extras import require
     from searchgym.trainers.run_spec import describe, load_config

@@ -58,7 +58,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import copy
-import json
 import os
 import threading
 from dataclasses import dataclass, field
@@ -69,7 +68,9 @@ from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
 
 from ...envs.records import Question
 from ...envs.search_env import question_from_options
-from ...error import InvalidArgumentError, SearchGymError
+from ...error import SearchGymError
+from ..episodes import end_truncated as _end_truncated
+from ..episodes import label_to_options, trajectory_metrics
 from .config import AGENT_CONFIG_VARIABLE, AgentConfig, agent_config_from_env, load_agent_config
 from .env_pool import env_pool
 from .eval_split import EvalSign, keep_out_of_stores, put_back, stores_written
@@ -123,39 +124,6 @@ def _config_from_env() -> AgentConfig:
         if config is None:
             config = _CONFIG_CACHE[path] = agent_config_from_env() if not path else load_agent_config(path)
         return config
-
-
-def label_to_options(label: object) -> dict[str, Any]:
-    """A training row's ``label`` as ``reset`` options (``question``, ``golden_answers``, ``id``).
-
-    Accepts the JSON string ``searchgym prepare`` writes, or the same object already decoded.
-
-    Raises:
-        InvalidArgumentError: not JSON, not an object, or ``question``/``golden_answers``
-            missing or of the wrong type (the message shows the label).
-    """
-    how = (
-        'Each row\'s label must be a JSON object {"id", "question", "golden_answers"}: write the '
-        "training file with `searchgym prepare` and pass --data.label_key label."
-    )
-    data = label
-    if isinstance(label, str):
-        try:
-            data = json.loads(label)
-        except json.JSONDecodeError as exc:
-            raise InvalidArgumentError(f"The label {label!r:.200} is not JSON ({exc.msg}). {how}") from exc
-    if not isinstance(data, dict):
-        raise InvalidArgumentError(f"The label {label!r:.200} is not a JSON object. {how}")
-    question, golds = data.get("question"), data.get("golden_answers")
-    if isinstance(golds, str):
-        golds = [golds]
-    if not isinstance(question, str) or not question.strip():
-        raise InvalidArgumentError(f"The label {label!r:.200} has no non-empty 'question'. {how}")
-    if not isinstance(golds, list) or not golds or not all(isinstance(g, str) for g in golds):
-        raise InvalidArgumentError(
-            f"The label {label!r:.200} needs 'golden_answers', a list of strings. {how}"
-        )
-    return {"question": question, "golden_answers": list(golds), "id": str(data.get("id", "custom"))}
 
 
 def with_stop_strings(sampling_params: Any, stops: list[str]) -> Any:
@@ -355,20 +323,8 @@ class SearchGymAgentInstance(AgentInstanceBase):
             values = dict.fromkeys(EXTRA_LOG_KEYS, 0.0)
             values["memory_chars"] = float(self._memory_chars)
             return values
-        searches = trajectory.num_searches
-        answered = bool(trajectory.turns) and trajectory.turns[-1].action.kind == "answer"
         return {
-            "num_searches": float(searches),
-            "searched": float(searches > 0),
-            "em": float(trajectory.em),
-            "f1": float(trajectory.f1),
-            "cover_em": float(trajectory.cover_em),
-            "format_ok": float(trajectory.format_ok),
-            "answered": float(answered),
-            "episode_truncated": float(self.done and not answered),
-            "turns": float(len(trajectory.turns)),
-            "reasoning_steps": float(trajectory.reasoning_steps),
-            "action_chars": float(trajectory.action_chars),
+            **trajectory_metrics(trajectory, self.done),
             "format_errors": float(self._format_errors),
             "retrieval_errors": float(self._retrieval_errors),
             "memory_chars": float(self._memory_chars),
@@ -398,30 +354,6 @@ def _default_formatter(config: AgentConfig) -> Any:
     from ...policies.tiny import load_tokenizer  # the class the folder was saved with
 
     return _formatter_for(load_tokenizer(config.tokenizer))
-
-
-def _end_truncated(env: Any) -> float:
-    """End ``env``'s running episode as truncated and return the scheme's reward for it."""
-    base = env.unwrapped
-    truncate = getattr(base, "truncate", None)
-    if callable(truncate):  # a public way to do this, when the env offers one
-        return float(truncate())
-    trajectory = base.trajectory
-    trajectory.truncated = True
-    reward = float(base.reward_scheme(trajectory))
-    trajectory.reward = reward
-    base._done = True
-    layer = env
-    while layer is not base:  # let the memory wrapper record the finished episode
-        memory, record = getattr(layer, "memory", None), getattr(layer, "record", False)
-        if memory is not None and record and callable(getattr(memory, "add", None)):
-            try:
-                memory.add(trajectory)
-            except Exception:  # noqa: BLE001 - a memory failure must not lose the sample
-                pass
-            break
-        layer = layer.env
-    return reward
 
 
 class SearchGymAgentExecutor(MultiTurnAgentExecutor):

@@ -160,8 +160,26 @@ def snapshot_stores(stores: list[StepSnapshots], step: int) -> None:
         store.snapshot(step)
 
 
-def prepare_stores(stores: list[StepSnapshots], step: int, *, checkpoint: str = "openrlhf.ckpt.path") -> None:
+_OPENRLHF_RESUME = (
+    "set openrlhf.ckpt.load_enable: true with its checkpoint at openrlhf.ckpt.path), or choose another path "
+    "(agent.memory.path, agent.env_kwargs.reward_kwargs.store)."
+)
+
+
+def prepare_stores(
+    stores: list[StepSnapshots],
+    step: int,
+    *,
+    checkpoint: str = "openrlhf.ckpt.path",
+    resume: str = _OPENRLHF_RESUME,
+) -> None:
     """Make the stores fit a run that starts at ``step`` (0: fresh; else resumed from its checkpoint).
+
+    Args:
+        stores: The run's stores (:func:`run_stores`).
+        step: The training step the run starts at.
+        checkpoint: Where the backend looks for checkpoints (for the message).
+        resume: How to resume the earlier run, and the paths to change (for the message).
 
     Raises:
         StoreStateError: a fresh run on a store that holds records, or a resumed run whose
@@ -176,9 +194,8 @@ def prepare_stores(stores: list[StepSnapshots], step: int, *, checkpoint: str = 
         raise StoreStateError(
             f"This run starts fresh (no checkpoint loaded from {checkpoint}), but {' and '.join(used)} already "
             "holds an earlier run's records; training on it would inherit that run's bank and minima and skip "
-            "memory updates. Either start fresh (move or delete those files), or resume the earlier run (set "
-            "openrlhf.ckpt.load_enable: true with its checkpoint at openrlhf.ckpt.path), or choose another path "
-            "(agent.memory.path, agent.env_kwargs.reward_kwargs.store)."
+            "memory updates. Either start fresh (move or delete those files), or resume the earlier run ("
+            + resume
         )
 
 

@@ -15,7 +15,8 @@ model sampled. Three things in that answer need care (see ``docs/gpu.md``):
 - OpenRLHF's multi-turn loop sets ``max_tokens`` to the remaining context every turn.
   :class:`TurnEngine` applies a per-turn cap on top.
 
-:attr:`TurnEngine.said` is what the turn's tokens wrote beyond the action the env sees
+The token-level cut is :func:`searchgym.trainers.turns.cut_after_stop`, shared with the
+verl backend. :attr:`TurnEngine.said` is what the turn's tokens wrote beyond the action the env sees
 (the EOS text; a token's text past the stop string only where it could not be cut back),
 so the agent does not repeat it in the feedback that follows.
 """
@@ -25,52 +26,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from ..turns import cut_after_stop, split_end_of_sequence, stop_ends
+
 __all__ = ["TurnEngine", "split_end_of_sequence"]
-
-_COMMON_EOS = (
-    "<|im_end|>",
-    "<|endoftext|>",
-    "</s>",
-    "<|eot_id|>",
-    "<|end_of_text|>",
-    "<eos>",
-    "<end_of_turn>",
-)
-
-
-def _special_texts(tokenizer: Any) -> tuple[str, ...]:
-    """The texts of ``tokenizer``'s special tokens, longest first (common EOS texts without one)."""
-    if tokenizer is None:
-        return _COMMON_EOS
-    texts = set(getattr(tokenizer, "all_special_tokens", None) or ())
-    added = getattr(tokenizer, "added_tokens_decoder", None) or {}
-    texts |= {token.content for token in added.values() if getattr(token, "special", False)}
-    return tuple(sorted((t for t in texts if isinstance(t, str) and t), key=len, reverse=True))
-
-
-def split_end_of_sequence(text: str, tokenizer: Any = None) -> tuple[str, str]:
-    """``text`` without the special tokens at its end (EOS, end of turn...), and their text.
-
-    vLLM writes an EOS token's text into the output when special tokens are kept and the
-    stop string is included, so an action that ends at EOS reads ``...</answer><|im_end|>``.
-    The special tokens are ``tokenizer``'s, or common EOS texts without a tokenizer.
-    """
-    specials = _special_texts(tokenizer)
-    end = len(text)
-    while True:
-        special = next((sp for sp in specials if text.endswith(sp, 0, end)), None)
-        if special is None:
-            return text[:end], text[end:]
-        end -= len(special)
-
-
-def _stop_ends(text: str, stop: str) -> list[int]:
-    """Where each occurrence of ``stop`` in ``text`` ends, left to right (not overlapping)."""
-    ends, at = [], text.find(stop)
-    while at != -1:
-        ends.append(at + len(stop))
-        at = text.find(stop, at + len(stop))
-    return ends
 
 
 def _without_tokens_past_stop(request_output: Any, tokenizer: Any, include_stop: bool = True) -> Any:
@@ -99,29 +57,16 @@ def _without_tokens_past_stop(request_output: Any, tokenizer: Any, include_stop:
     stop = getattr(output, "stop_reason", None)
     if not isinstance(stop, str) or not stop or tokenizer is None:
         return request_output
-    nth = len(_stop_ends(getattr(output, "text", None) or "", stop)) + (0 if include_stop else 1)
+    nth = len(stop_ends(getattr(output, "text", None) or "", stop)) + (0 if include_stop else 1)
     ids = list(output.token_ids)
-
-    def occurrences(n: int) -> int:
-        return len(_stop_ends(tokenizer.decode(ids[:n], skip_special_tokens=False), stop))
-
-    if nth < 1 or occurrences(len(ids)) < nth:
+    cut = cut_after_stop(ids, stop, nth, tokenizer)
+    if cut is None:
         return request_output
-    keep = len(ids)
-    while keep > 1 and occurrences(keep - 1) >= nth:
-        keep -= 1
+    keep, tail = cut
     logprobs = None if getattr(output, "logprobs", None) is None else list(output.logprobs)[:keep]
-    head, last = ids[: keep - 1], ids[keep - 1 : keep]
-    head_text = tokenizer.decode(head, skip_special_tokens=False)
-    text = tokenizer.decode(head + last, skip_special_tokens=False)
-    end = _stop_ends(text, stop)[nth - 1]
-    tail = last
-    if len(head_text) < end < len(text) and text.startswith(head_text):  # the last token runs past it
-        tail = list(tokenizer(text[len(head_text) : end], add_special_tokens=False)["input_ids"])
-        if logprobs is not None:
-            logprobs = logprobs[:-1] + _moved_logprob(logprobs[-1].get(last[0]), tail)
-    if head + tail == ids:
-        return request_output
+    if logprobs is not None and tail != ids[keep - 1 : keep]:
+        logprobs = logprobs[:-1] + _moved_logprob(logprobs[-1].get(ids[keep - 1]), tail)
+    head = ids[: keep - 1]
     trimmed = copy.copy(output)
     trimmed.token_ids = head + tail
     if logprobs is not None:
