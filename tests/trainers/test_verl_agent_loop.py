@@ -398,3 +398,82 @@ def test_converted_rows_load_in_verls_dataset_and_run_the_searchgym_loop(
     out = generate(worker, server, batch)
     assert out.batch["rm_scores"][0].sum().item() == sum(rewards) == 1.0
     assert out.non_tensor_batch["searchgym_eval"][0] is True and out.non_tensor_batch["em"][0] == 1.0
+
+
+# -- verl's own reward computation is skipped: the env's reward is the row's score ----------------------
+
+
+class LocalRewardHandle:
+    """A Ray handle of verl's ``RewardLoopWorker`` as the agent-loop worker calls it
+    (``await handle.compute_score.remote(data)``), over verl's real worker in this process."""
+
+    def __init__(self, reward_worker):
+        from types import SimpleNamespace
+
+        self.reward_worker, self.calls = reward_worker, 0
+        self.compute_score = SimpleNamespace(remote=self._remote)
+
+    async def _remote(self, data):
+        self.calls += 1
+        running = asyncio.get_running_loop()  # an actor runs its own loop
+        self.reward_worker.loop = self.reward_worker.reward_manager.loop = running
+        return await self.reward_worker.compute_score(data)
+
+
+@pytest.fixture(scope="module")
+def scored_worker(worker):
+    """verl's AgentLoopWorker as a run without a reward model builds it: with the handles of
+    verl's reward-loop workers (its default reward manager, keyed on ``data_source``)."""
+    from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
+    from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
+
+    handle = LocalRewardHandle(RewardLoopWorker(worker.config))
+    return AgentLoopWorker(worker.config, llm_client=None, reward_loop_worker_handles=[handle]), handle
+
+
+def test_verls_reward_loop_is_skipped_and_the_env_reward_is_the_score_on_both_trainers(scored_worker):
+    """The loop's ``reward_score`` keeps verl's reward workers out (legacy trainer: ``rm_scores``
+    in the batch; V1 trainer: ``AgentLoopOutput.as_dict``), so no ``data_source`` scorer runs."""
+    from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput
+
+    worker, handle = scored_worker
+    tok = worker.tokenizer
+    question = one_hop_unknown()
+    _, actions, _, rewards, _ = play(PROTOCOLS["search_r1"], question)
+    batch = rows("sg_search_r1", [question])
+    batch.non_tensor_batch["data_source"] = np.array(["nq"], dtype=object)  # what data.py writes
+    batch.non_tensor_batch["reward_model"] = np.array([{"ground_truth": "wrong"}], dtype=object)
+    outputs = []
+    postprocess = worker._agent_loop_postprocess
+
+    async def keep(output, validate, **kwargs):
+        outputs.append(output.model_copy(deep=True))
+        return await postprocess(output, validate, **kwargs)
+
+    worker._agent_loop_postprocess = keep
+    try:
+        server = server_for(worker, ScriptedText(tok, [a + RAMBLE for a in actions[:-1]] + [actions[-1]]))
+        out = generate(worker, server, batch)
+    finally:
+        del worker._agent_loop_postprocess
+    assert handle.calls == 0  # verl's reward workers never ran
+    # legacy trainer: extract_reward reads rm_scores, the env's reward at the last response token
+    from verl.trainer.ppo.reward import extract_reward
+
+    n = int(out.batch["attention_mask"][0, PROMPT_LENGTH:].sum())
+    scores, _ = extract_reward(out)
+    assert scores[0, n - 1].item() == scores[0].sum().item() == sum(rewards) == 1.0
+    # V1 trainer: the same output as verl's AgentLoopWorkerTQ puts it in its TransferQueue
+    fields = outputs[0].as_dict()
+    assert fields["rm_scores"].tolist() == [0.0] * (n - 1) + [1.0]
+    # the same worker scores a row whose loop leaves reward_score out: the handles are live
+    unscored = AgentLoopOutput(
+        prompt_ids=[1], response_ids=[2], response_mask=[1], metrics=AgentLoopMetrics()
+    )
+    with pytest.raises(NotImplementedError):  # verl's default scorer knows no data_source "nq"
+        asyncio.run(
+            worker._compute_score(
+                [unscored], kwargs={k: v[0] for k, v in batch.non_tensor_batch.items()}
+            )
+        )
+    assert handle.calls == 1
