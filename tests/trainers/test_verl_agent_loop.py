@@ -477,3 +477,41 @@ def test_verls_reward_loop_is_skipped_and_the_env_reward_is_the_score_on_both_tr
             )
         )
     assert handle.calls == 1
+
+
+def test_the_legacy_trainers_batch_flow_runs_the_loop_and_keeps_its_reward(scored_worker, files, tmp_path, monkeypatch):
+    """``trainer.use_v1=false``: ``RayPPOTrainer.fit``'s own steps around the agent loops
+    (``_get_gen_batch``, ``repeat``, ``generate_sequences``, ``union``, ``extract_reward``) on
+    rows from verl's ``RLHFDataset``: every row reaches the loop with its ``extra_info`` and
+    the batch trained on carries the env's reward and the episode's numbers."""
+    from verl.protocol import DataProto
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+    from verl.trainer.ppo.reward import extract_reward
+    from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
+
+    from searchgym.trainers.verl.data import main as convert
+
+    worker, handle = scored_worker
+    tok = worker.tokenizer
+    question = one_hop_unknown()
+    _, actions, _, rewards, _ = play(PROTOCOLS["search_r1"], question)
+    jsonl = tmp_path / "rows.jsonl"
+    jsonl.write_text(
+        json.dumps({"prompt": question.question, "label": label_of(question), "datasource": "nq"}) + "\n"
+    )
+    parquet = tmp_path / "train.parquet"
+    assert convert([str(jsonl), str(parquet)]) == 0
+    monkeypatch.setenv("SEARCHGYM_AGENT_CONFIG", str(files["folder"] / "search_r1.yaml"))
+    batch = DataProto.from_single_dict(collate_fn([RLHFDataset([str(parquet)], tok, worker.config.data)[0]]))
+    batch.non_tensor_batch["uid"] = np.array(["u0"], dtype=object)
+    gen_batch = RayPPOTrainer._get_gen_batch(None, batch)  # as fit does (it reads nothing of self)
+    gen_batch = gen_batch.repeat(repeat_times=2, interleave=True)
+    script = [a + RAMBLE for a in actions[:-1]] + [actions[-1]]
+    server = server_for(worker, ScriptedText(tok, script + script))
+    out = generate(worker, server, gen_batch)
+    batch = batch.repeat(repeat_times=2, interleave=True).union(out)
+    scores, _ = extract_reward(batch)
+    assert scores.sum(dim=1).tolist() == [sum(rewards)] * 2 == [1.0, 1.0]
+    assert batch.non_tensor_batch["em"].tolist() == [1.0, 1.0] and handle.calls == 0
+    assert batch.non_tensor_batch["failed"].tolist() == [0.0, 0.0]
+    assert batch.non_tensor_batch["uid"].tolist() == ["u0", "u0"]  # the group TSAS and GRPO read
