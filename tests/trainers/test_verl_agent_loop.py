@@ -94,9 +94,8 @@ def files(tmp_path_factory):
     }
 
 
-@pytest.fixture(scope="module")
-def worker(files, smollm2_dir):
-    """verl's AgentLoopWorker, from verl's own config, with SmolLM2's tokenizer."""
+def make_worker(files, smollm2_dir, prompt_length: int = PROMPT_LENGTH, *more: str):
+    """verl's AgentLoopWorker, from verl's own config (``more``: further overrides), with SmolLM2's tokenizer."""
     import verl.trainer.config as verl_config
     from hydra import compose, initialize_config_dir
     from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
@@ -107,14 +106,21 @@ def worker(files, smollm2_dir):
             overrides=[
                 f"actor_rollout_ref.model.path={smollm2_dir}",
                 "actor_rollout_ref.rollout.name=vllm",
-                f"actor_rollout_ref.rollout.prompt_length={PROMPT_LENGTH}",
+                f"actor_rollout_ref.rollout.prompt_length={prompt_length}",
                 f"actor_rollout_ref.rollout.response_length={RESPONSE_LENGTH}",
                 "actor_rollout_ref.rollout.calculate_log_probs=true",
                 f"actor_rollout_ref.rollout.agent.agent_loop_config_path={files['agent_loops']}",
                 "actor_rollout_ref.rollout.agent.default_agent_loop=sg_search_r1",
+                *more,
             ],
         )
     return AgentLoopWorker(config, llm_client=None)
+
+
+@pytest.fixture(scope="module")
+def worker(files, smollm2_dir):
+    """verl's AgentLoopWorker, from verl's own config, with SmolLM2's tokenizer."""
+    return make_worker(files, smollm2_dir)
 
 
 def label_of(question) -> str:
@@ -437,6 +443,7 @@ def test_verls_reward_loop_is_skipped_and_the_env_reward_is_the_score_on_both_tr
     from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput
 
     worker, handle = scored_worker
+    handle.calls = 0
     tok = worker.tokenizer
     question = one_hop_unknown()
     _, actions, _, rewards, _ = play(PROTOCOLS["search_r1"], question)
@@ -472,14 +479,14 @@ def test_verls_reward_loop_is_skipped_and_the_env_reward_is_the_score_on_both_tr
     )
     with pytest.raises(NotImplementedError):  # verl's default scorer knows no data_source "nq"
         asyncio.run(
-            worker._compute_score(
-                [unscored], kwargs={k: v[0] for k, v in batch.non_tensor_batch.items()}
-            )
+            worker._compute_score([unscored], kwargs={k: v[0] for k, v in batch.non_tensor_batch.items()})
         )
     assert handle.calls == 1
 
 
-def test_the_legacy_trainers_batch_flow_runs_the_loop_and_keeps_its_reward(scored_worker, files, tmp_path, monkeypatch):
+def test_the_legacy_trainers_batch_flow_runs_the_loop_and_keeps_its_reward(
+    scored_worker, files, tmp_path, monkeypatch
+):
     """``trainer.use_v1=false``: ``RayPPOTrainer.fit``'s own steps around the agent loops
     (``_get_gen_batch``, ``repeat``, ``generate_sequences``, ``union``, ``extract_reward``) on
     rows from verl's ``RLHFDataset``: every row reaches the loop with its ``extra_info`` and
@@ -492,6 +499,7 @@ def test_the_legacy_trainers_batch_flow_runs_the_loop_and_keeps_its_reward(score
     from searchgym.trainers.verl.data import main as convert
 
     worker, handle = scored_worker
+    handle.calls = 0
     tok = worker.tokenizer
     question = one_hop_unknown()
     _, actions, _, rewards, _ = play(PROTOCOLS["search_r1"], question)
@@ -515,3 +523,63 @@ def test_the_legacy_trainers_batch_flow_runs_the_loop_and_keeps_its_reward(score
     assert batch.non_tensor_batch["em"].tolist() == [1.0, 1.0] and handle.calls == 0
     assert batch.non_tensor_batch["failed"].tolist() == [0.0, 0.0]
     assert batch.non_tensor_batch["uid"].tolist() == ["u0", "u0"]  # the group TSAS and GRPO read
+
+
+# -- prompts and contexts that do not fit -----------------------------------------------------------
+
+
+def test_a_prompt_over_prompt_length_is_a_failed_row_not_a_cut_prompt(files, smollm2_dir, caplog):
+    """verl keeps the last ``prompt_length`` tokens of a prompt that is too long; the env's
+    prompt (instructions first) would then not be what the model saw. The row fails instead,
+    with one log line that says why and what to raise."""
+    question = one_hop_unknown()
+    prompt, _, _, _, _ = play(PROTOCOLS["search_r1"], question)
+    small = make_worker(files, smollm2_dir, 64)
+    tok = small.tokenizer
+    assert len(tok(ChatFormatter(tok).prompt(prompt), add_special_tokens=False)["input_ids"]) > 64
+    server = VerlServerManager(FakeVLLMEngine(tok, ScriptedText(tok, ["x"] * 8)), 64, RESPONSE_LENGTH)
+    small.llm_client = server
+    with caplog.at_level("WARNING"):
+        out = asyncio.run(small.generate_sequences(rows("sg_search_r1", [question])))
+    fields = out.non_tensor_batch
+    assert fields["failed"][0] == 1.0 and fields["turns"][0] == 0.0
+    assert out.batch["rm_scores"][0].sum().item() == 0.0  # EM's reward for a malformed turn
+    assert int(out.batch["attention_mask"][0, 64:].sum()) == 1  # one token from the row's own prompt
+    assert len(server.calls) == 1 and server.calls[0]["sampling_params"]["max_tokens"] == 1
+    (line,) = [r.getMessage() for r in caplog.records if "failed episode" in r.getMessage()]
+    assert "rollout.prompt_length=64" in line and "data.max_prompt_length" in line and "the prompt" in line
+
+
+def test_an_episode_out_of_context_ends_truncated_without_asking_for_more(files, smollm2_dir):
+    """``rollout.max_model_len`` below prompt + response length: verl's server refuses a request
+    with no room left in the context (ValueError, which would end the batch); the loop stops
+    asking before that and the episode ends truncated."""
+    question = one_hop_unknown()
+    prompt, _, _, _, _ = play(PROTOCOLS["search_r1"], question)
+    probe = make_worker(files, smollm2_dir)
+    tok = probe.tokenizer
+    prompt_tokens = len(tok(ChatFormatter(tok).prompt(prompt), add_special_tokens=False)["input_ids"])
+    context = prompt_tokens + 120
+    tight = make_worker(
+        files, smollm2_dir, PROMPT_LENGTH, f"actor_rollout_ref.rollout.max_model_len={context}"
+    )
+    # the model searches with long rambles: each turn runs to the length limit without a stop
+    filler = tok(" word", add_special_tokens=False)["input_ids"]
+    server = VerlServerManager(
+        FakeVLLMEngine(
+            tok,
+            lambda prompt, params: (
+                filler * 50 + tok("<search>x</search>", add_special_tokens=False)["input_ids"]
+            ),
+        ),
+        PROMPT_LENGTH,
+        RESPONSE_LENGTH,
+        max_model_len=context,
+    )
+    tight.llm_client = server
+    out = asyncio.run(tight.generate_sequences(rows("sg_search_r1", [question])))
+    fields = out.non_tensor_batch
+    assert fields["failed"][0] == 0.0 and fields["episode_truncated"][0] == 1.0 and fields["turns"][0] >= 1.0
+    assert all(len(c["prompt_ids"]) + c["sampling_params"]["max_tokens"] <= context for c in server.calls)
+    n = int(out.batch["attention_mask"][0, PROMPT_LENGTH:].sum())
+    assert prompt_tokens + n <= context
