@@ -546,7 +546,9 @@ def test_a_prompt_over_prompt_length_is_a_failed_row_not_a_cut_prompt(files, smo
     assert out.batch["rm_scores"][0].sum().item() == 0.0  # EM's reward for a malformed turn
     assert int(out.batch["attention_mask"][0, 64:].sum()) == 1  # one token from the row's own prompt
     assert len(server.calls) == 1 and server.calls[0]["sampling_params"]["max_tokens"] == 1
-    (line,) = [r.getMessage() for r in caplog.records if "failed episode" in r.getMessage()]
+    (record,) = [r for r in caplog.records if "failed episode" in r.getMessage()]
+    assert record.name == "searchgym.trainers.verl"  # the backend's logger
+    line = record.getMessage()
     assert "rollout.prompt_length=64" in line and "data.max_prompt_length" in line and "the prompt" in line
 
 

@@ -103,7 +103,10 @@ def test_a_reward_model_is_refused_because_verls_v1_trainer_would_overwrite_the_
     plain = compose(load_run(run_file(tmp_path)), str(tmp_path))
     handles = RewardLoopManager.reward_loop_worker_handles.fget  # verl's property, on a composed config
     workers = ["reward worker"]
-    assert handles(SimpleNamespace(config=check_overrides(plain.overrides), reward_loop_workers=workers)) == workers
+    assert (
+        handles(SimpleNamespace(config=check_overrides(plain.overrides), reward_loop_workers=workers))
+        == workers
+    )
     with_model = check_overrides([*plain.overrides, "reward.reward_model.enable=true"])
     assert handles(SimpleNamespace(config=with_model, reward_loop_workers=workers)) is None  # V1 colocates it
     spec = load_run(run_file(tmp_path, verl={"reward": {"reward_model": {"enable": True}}}))

@@ -32,7 +32,7 @@ stop and the length limit): tokens, not text.
   failed episode (logged, ``failed`` 1, the reward of a malformed turn), so one row cannot
   end the run.
 
-Envs are built once per process and reused (:mod:`searchgym.trainers.openrlhf.env_pool`,
+Envs are built once per process and reused (:mod:`searchgym.trainers.env_pool`,
 shared with the OpenRLHF backend); the memory is one object per store folder.
 """
 
@@ -52,11 +52,11 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetr
 
 from ...envs.search_env import question_from_options
 from ...error import InvalidArgumentError
+from ..agent_config import AGENT_CONFIG_VARIABLE, AgentConfig, load_agent_config
+from ..env_pool import env_pool
 from ..episodes import end_truncated, label_to_options, trajectory_metrics
-from ..openrlhf.config import AGENT_CONFIG_VARIABLE, AgentConfig, load_agent_config
-from ..openrlhf.env_pool import env_pool
-from ..openrlhf.eval_split import keep_out_of_stores, put_back
-from ..openrlhf.failures import failure_counter, failure_reward
+from ..eval_stores import keep_out_of_stores, put_back
+from ..failures import failure_counter, failure_reward
 from ..turns import settle_turn
 
 __all__ = [
@@ -362,7 +362,7 @@ class _Episode:
         self.broken = self.broken or broken
         self.total_reward = reward
         label = self.row.get("extra_info")
-        failure_counter().failed(where, exc, json.dumps(_plain(label), default=str)[:200], reward)
+        failure_counter("verl").failed(where, exc, json.dumps(_plain(label), default=str)[:200], reward)
 
     def metrics(self) -> dict[str, float]:
         """The :data:`METRIC_KEYS` of the episode."""
@@ -384,7 +384,7 @@ class _Episode:
         limit = self.loop.response_length
         metrics = self.metrics()
         if not self.failed:
-            failure_counter().finished()
+            failure_counter("verl").finished()
         return AgentLoopOutput(
             prompt_ids=self.prompt_ids,
             response_ids=self.response_ids[:limit],

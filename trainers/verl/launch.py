@@ -36,7 +36,7 @@ from typing import Any, TextIO
 
 from ...envs.config_base import ConfigError
 from ...error import InvalidArgumentError, SearchGymError
-from ..openrlhf.config import AGENT_CONFIG_VARIABLE, BASEDIR_VARIABLE, AgentConfig
+from ..agent_config import AGENT_CONFIG_VARIABLE, BASEDIR_VARIABLE, AgentConfig
 from ..openrlhf.flags import flatten
 from ..run_spec import RunSpec, load_run
 from .hook import HOOK
@@ -108,7 +108,7 @@ _REWARD_MODEL = "reward.reward_model.enable"
 def searchgym_overrides(spec: RunSpec, run_file: str, basedir: str, stores: str = "") -> dict[str, Any]:
     """The overrides searchgym adds for ``spec`` (dotted key → value; see the module docstring).
 
-    ``stores`` names what the run's episodes write (:func:`~searchgym.trainers.openrlhf.eval_split.stores_written`);
+    ``stores`` names what the run's episodes write (:func:`~searchgym.trainers.eval_stores.stores_written`);
     such a run needs the legacy trainer (``trainer.use_v1=false``), whose checkpoints the
     stores follow (:mod:`.checkpoints`).
 
@@ -293,7 +293,7 @@ def compose(spec: RunSpec, basedir: str | None = None) -> VerlPlan:
     if spec.backend != "verl":
         raise ConfigError("backend", spec.backend, "'verl' for searchgym train --backend verl")
     basedir = basedir or os.getcwd()
-    from ..openrlhf.eval_split import stores_written
+    from ..eval_stores import stores_written
 
     agent = AgentConfig.from_spec(spec, basedir)  # the agent loop's own checks (memory, stores)
     run_file = spec.path or ""
