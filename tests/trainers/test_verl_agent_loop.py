@@ -585,3 +585,38 @@ def test_an_episode_out_of_context_ends_truncated_without_asking_for_more(files,
     assert all(len(c["prompt_ids"]) + c["sampling_params"]["max_tokens"] <= context for c in server.calls)
     n = int(out.batch["attention_mask"][0, PROMPT_LENGTH:].sum())
     assert prompt_tokens + n <= context
+
+
+def test_an_episode_with_no_room_for_a_token_still_carries_its_score(files, smollm2_dir):
+    """A prompt that fills ``rollout.max_model_len``: no turn, the episode ends truncated, and
+    the row gets one masked EOS for its score (verl's V1 ``AgentLoopOutput.as_dict`` writes
+    ``rm_scores[-1]``, which an empty response has not)."""
+    question = one_hop_unknown()
+    prompt, _, _, _, _ = play(PROTOCOLS["search_r1"], question)
+    probe = make_worker(files, smollm2_dir)
+    tok = probe.tokenizer
+    prompt_tokens = len(tok(ChatFormatter(tok).prompt(prompt), add_special_tokens=False)["input_ids"])
+    full = make_worker(
+        files, smollm2_dir, PROMPT_LENGTH, f"actor_rollout_ref.rollout.max_model_len={prompt_tokens}"
+    )
+    server = VerlServerManager(
+        FakeVLLMEngine(tok, ScriptedText(tok, ["x"])),
+        PROMPT_LENGTH,
+        RESPONSE_LENGTH,
+        max_model_len=prompt_tokens,
+    )
+    full.llm_client = server
+    outputs = []
+    postprocess = full._agent_loop_postprocess
+
+    async def keep(output, validate, **kwargs):
+        outputs.append(output.model_copy(deep=True))
+        return await postprocess(output, validate, **kwargs)
+
+    full._agent_loop_postprocess = keep
+    out = asyncio.run(full.generate_sequences(rows("sg_search_r1", [question])))
+    assert server.calls == []  # never asked for a turn it has no room for
+    assert out.non_tensor_batch["episode_truncated"][0] == 1.0 and out.non_tensor_batch["failed"][0] == 0.0
+    _, ids, mask = sequence(out, 0, tok)
+    assert ids == [tok.eos_token_id] and mask == [0]
+    assert outputs[0].as_dict()["rm_scores"].tolist() == [0.0]  # EM of an unanswered episode, on the EOS

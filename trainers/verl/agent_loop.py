@@ -27,8 +27,10 @@ stop and the length limit): tokens, not text.
 - Evaluation rows, marked by ``extra_info["searchgym_eval"]`` (verl does not tell the loop
   it runs validation), write nothing into the experience memory or the minimum tool-call
   store.
-- An episode that runs out of ``rollout.response_length`` ends as truncated (the scheme
-  scores the trajectory as it stands). A row whose ``reset`` or ``step`` raises ends as a
+- An episode that runs out of ``rollout.response_length`` (or of ``rollout.max_model_len``)
+  ends as truncated (the scheme scores the trajectory as it stands). One that ends before
+  its first token (no room, or the server aborted) gets the EOS token with mask 0, on which
+  verl puts the score (``AgentLoopOutput.as_dict`` indexes the last response token). A row whose ``reset`` or ``step`` raises ends as a
   failed episode (logged, ``failed`` 1, the reward of a malformed turn), so one row cannot
   end the run.
 
@@ -383,6 +385,9 @@ class _Episode:
     def _output(self) -> AgentLoopOutput:
         limit = self.loop.response_length
         metrics = self.metrics()
+        if not self.response_ids:  # verl puts the score on the last response token: give it one
+            tokenizer: Any = self.loop.tokenizer
+            self._append([int(tokenizer.eos_token_id)], None, generated=False)
         if not self.failed:
             failure_counter("verl").finished()
         return AgentLoopOutput(
