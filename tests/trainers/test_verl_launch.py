@@ -211,4 +211,5 @@ def test_the_entry_takes_the_run_file_from_its_overrides_and_installs_the_patche
         assert hasattr(RayPPOTrainer._save_checkpoint, "__searchgym_original__")
     finally:
         ray_trainer.compute_advantage, RayPPOTrainer._save_checkpoint, RayPPOTrainer._load_checkpoint = saved
-        os.environ.pop("SEARCHGYM_AGENT_CONFIG", None)
+        for name in ("SEARCHGYM_AGENT_CONFIG", "SEARCHGYM_AGENT_BASEDIR"):  # main sets both
+            os.environ.pop(name, None)

@@ -30,9 +30,11 @@ stop and the length limit): tokens, not text.
 - An episode that runs out of ``rollout.response_length`` (or of ``rollout.max_model_len``)
   ends as truncated (the scheme scores the trajectory as it stands). One that ends before
   its first token (no room, or the server aborted) gets the EOS token with mask 0, on which
-  verl puts the score (``AgentLoopOutput.as_dict`` indexes the last response token). A row whose ``reset`` or ``step`` raises ends as a
-  failed episode (logged, ``failed`` 1, the reward of a malformed turn), so one row cannot
-  end the run.
+  verl puts the score (``AgentLoopOutput.as_dict`` indexes the last response token).
+- A row whose ``reset`` or ``step`` raises, or whose prompt is longer than
+  ``rollout.prompt_length`` (:class:`PromptTooLongError`: verl would cut off its start), ends
+  as a failed episode (one log line on ``searchgym.trainers.verl``, ``failed`` 1, the reward
+  of a malformed turn), so one row cannot end the run.
 
 Envs are built once per process and reused (:mod:`searchgym.trainers.env_pool`,
 shared with the OpenRLHF backend); the memory is one object per store folder.
