@@ -1,7 +1,7 @@
 """What every backend builds from a run: the shared reward scheme, the env, the memory, the wrapper.
 
 The built-in trainer (:mod:`searchgym.trainers.grpo.envs`), the OpenRLHF agents
-(:mod:`searchgym.trainers.openrlhf.env_pool`), ``searchgym train --dry-run``
+(:mod:`searchgym.trainers.env_pool`), ``searchgym train --dry-run``
 (:mod:`searchgym.trainers.dry_run`) and evaluation build through these functions, so a
 run file builds the same env everywhere:
 

@@ -420,7 +420,7 @@ class RemoteMemory:
     """An :class:`~searchgym.memory.ExperienceMemory` whose state lives in the store actor.
 
     Has what :class:`~searchgym.memory.ExperienceWrapper` and the trainer's
-    :class:`~searchgym.trainers.openrlhf.memory_sync.MemoryStepper` use. The bank is
+    :class:`~searchgym.trainers.memory_sync.MemoryStepper` use. The bank is
     cached here and fetched again only when the actor's version differs.
     """
 

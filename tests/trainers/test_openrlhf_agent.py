@@ -32,16 +32,17 @@ from fake_vllm import FakeVLLMEngine, SamplingParams, vllm_modules  # noqa: E402
 
 import searchgym  # noqa: E402,F401
 from searchgym.envs.synthetic import generate_world  # noqa: E402
+from searchgym.memory.config import MemoryConfig  # noqa: E402
 from searchgym.policies import OracleSyntheticPolicy  # noqa: E402
 from searchgym.policies.chat import ChatFormatter  # noqa: E402
 from searchgym.retrieval import make_retriever  # noqa: E402
 from searchgym.retrieval.base import Retriever  # noqa: E402
+from searchgym.trainers.agent_config import AgentConfig  # noqa: E402
 from searchgym.trainers.openrlhf.agent import (  # noqa: E402
     EXTRA_LOG_KEYS,
     SearchGymAgentExecutor,
     label_to_options,
 )
-from searchgym.trainers.openrlhf.config import AgentConfig, MemoryConfig  # noqa: E402
 
 ENV_ID = "searchgym/SyntheticFacts-v1"
 WORLD = generate_world(0)
@@ -445,7 +446,7 @@ def test_retrieval_runs_in_a_worker_thread_and_envs_are_reused(tokenizer):
     retriever = ThreadRecordingRetriever()
     config = AgentConfig(ENV_ID, {"protocol": "tool_call", "retriever": retriever})
     executor = SearchGymAgentExecutor(config=config)
-    from searchgym.trainers.openrlhf.env_pool import env_pool
+    from searchgym.trainers.env_pool import env_pool
 
     pool = env_pool(config)
 
@@ -554,10 +555,10 @@ def test_one_failing_sample_is_a_failed_episode_in_openrlhf_s_own_rollout(
     """
     from openrlhf.trainer.ppo_utils.experience import Experience
 
-    from searchgym.trainers.openrlhf.failures import failure_counter
+    from searchgym.trainers.failures import failure_counter
 
     actor_cls, samples_generator, load_agent_executor = openrlhf_rollout
-    from searchgym.trainers.openrlhf import env_pool
+    from searchgym.trainers import env_pool
 
     config = tmp_path / "agent.yaml"
     config.write_text(
@@ -575,7 +576,7 @@ def test_one_failing_sample_is_a_failed_episode_in_openrlhf_s_own_rollout(
     monkeypatch.setattr(Flaky, "fail", fail)
     engine = ScriptedLLM(tokenizer, oracle())
     actor = SimpleNamespace(executor=executor, generate=engine.generate)
-    failed_before = failure_counter().total
+    failed_before = failure_counter("openrlhf").total
     with caplog.at_level(logging.WARNING, logger="searchgym.trainers.openrlhf"):
         results = asyncio.run(
             actor_cls.generate_responses(
@@ -591,7 +592,7 @@ def test_one_failing_sample_is_a_failed_episode_in_openrlhf_s_own_rollout(
 
     assert len(results) == 4
     failed = [r for r in results if r["extra_logs"]["failed"] == 1.0]
-    assert len(failed) == 1 and failure_counter().total == failed_before + 1
+    assert len(failed) == 1 and failure_counter("openrlhf").total == failed_before + 1
     assert failed[0]["reward"] == failed[0]["scores"] == -1.0
     assert failed[0]["extra_logs"]["format_ok"] == 0.0 and failed[0]["extra_logs"]["answered"] == 0.0
     for r in results:
@@ -617,10 +618,14 @@ def test_one_failing_sample_is_a_failed_episode_in_openrlhf_s_own_rollout(
 
 def test_a_run_whose_samples_all_fail_stops_with_the_cause(openrlhf_rollout, tokenizer, monkeypatch):
     """Failures are one sample's until they come in a row: then the rollout stops and says why."""
-    from searchgym.trainers.openrlhf import failures
+    from searchgym.trainers import failures
 
     actor_cls, _, _ = openrlhf_rollout
-    monkeypatch.setattr(failures, "_COUNTER", failures.FailureCounter(limit=3))
+    monkeypatch.setitem(
+        failures._COUNTERS,
+        "openrlhf",
+        failures.FailureCounter(limit=3, logger_name="searchgym.trainers.openrlhf"),
+    )
     executor = SearchGymAgentExecutor(config=AgentConfig(ENV_ID, {"protocol": "tool_call"}))
     actor = SimpleNamespace(executor=executor, generate=ScriptedLLM(tokenizer, oracle()).generate)
 

@@ -22,9 +22,10 @@ pytest.importorskip("openrlhf.utils.agent", reason="needs openrlhf==0.11.2 (--no
 torch = pytest.importorskip("torch")
 
 from searchgym.envs.rewards.tsas import tsas_advantages  # noqa: E402
+from searchgym.memory.config import MemoryConfig  # noqa: E402
 from searchgym.trainers.advantages import AdvantageConfig, build_advantage  # noqa: E402
+from searchgym.trainers.agent_config import AgentConfig  # noqa: E402
 from searchgym.trainers.openrlhf import advantage_hook  # noqa: E402
-from searchgym.trainers.openrlhf.config import AgentConfig, MemoryConfig  # noqa: E402
 
 TSAS = AdvantageConfig(estimator="tsas")
 from searchgym.trainers.openrlhf.flags import check_flags, flatten, openrlhf_parser, to_argv  # noqa: E402
@@ -258,7 +259,7 @@ def finished_trajectory(question_index: int, good: bool):
 
 def test_train_step_publishes_the_step_and_updates_the_memory_every_n_steps(tmp_path):
     from searchgym.memory import ExperienceMemory
-    from searchgym.trainers.openrlhf.memory_sync import read_published_step
+    from searchgym.trainers.memory_sync import read_published_step
 
     store = str(tmp_path / "memory")
     agents = ExperienceMemory(store)  # the rollout side: agents add episodes

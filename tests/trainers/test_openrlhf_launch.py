@@ -339,7 +339,7 @@ def test_tsas_needs_a_group_estimator_and_installs_the_hook(tmp_path):
 
 def test_the_agent_memory_is_the_builtin_memory_section(tmp_path, monkeypatch):
     from searchgym.memory.config import MemoryConfig
-    from searchgym.trainers.openrlhf import env_pool
+    from searchgym.trainers import env_pool
 
     none = load_run_config(write(tmp_path, BASE + "memory: {kind: none}\n"))
     assert none.agent.memory is None

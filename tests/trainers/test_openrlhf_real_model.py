@@ -34,9 +34,9 @@ from searchgym.envs.protocols import make_protocol  # noqa: E402
 from searchgym.envs.rewards import make_reward  # noqa: E402
 from searchgym.policies.chat import ChatFormatter  # noqa: E402
 from searchgym.policies.tiny import load_tokenizer  # noqa: E402
+from searchgym.trainers.agent_config import AgentConfig  # noqa: E402
+from searchgym.trainers.env_pool import env_pool  # noqa: E402
 from searchgym.trainers.openrlhf.agent import SearchGymAgentExecutor, label_to_options  # noqa: E402
-from searchgym.trainers.openrlhf.config import AgentConfig  # noqa: E402
-from searchgym.trainers.openrlhf.env_pool import env_pool  # noqa: E402
 
 ENV_ID = "searchgym/NQ-v1"
 IM_END, ENDOFTEXT = 2, 0  # <|im_end|> (EOS, end of turn) and <|endoftext|>

@@ -25,9 +25,12 @@ pytest.importorskip("openrlhf.utils.agent", reason="needs openrlhf==0.11.2 (--no
 
 from searchgym.envs.rewards.lightsearcher import MinToolCallStore  # noqa: E402
 from searchgym.memory import ExperienceMemory  # noqa: E402
-from searchgym.trainers.openrlhf import advantage_hook, compose, env_pool, load_run_config  # noqa: E402
-from searchgym.trainers.openrlhf.config import AdvantageConfig, AgentConfig, MemoryConfig  # noqa: E402
-from searchgym.trainers.openrlhf.resume import FileStoreSnapshots, StoreStateError, run_stores  # noqa: E402
+from searchgym.memory.config import MemoryConfig  # noqa: E402
+from searchgym.trainers import env_pool  # noqa: E402
+from searchgym.trainers.advantages import AdvantageConfig  # noqa: E402
+from searchgym.trainers.agent_config import AgentConfig  # noqa: E402
+from searchgym.trainers.openrlhf import advantage_hook, compose, load_run_config  # noqa: E402
+from searchgym.trainers.store_snapshots import FileStoreSnapshots, StoreStateError, run_stores  # noqa: E402
 
 
 def rows(path: Path) -> list[tuple]:

@@ -25,8 +25,10 @@ from fake_vllm import FakeVLLMEngine, SamplingParams, ScriptedText  # noqa: E402
 
 import searchgym  # noqa: E402,F401
 from searchgym.envs.synthetic import generate_world  # noqa: E402
+from searchgym.memory.config import MemoryConfig  # noqa: E402
 from searchgym.policies import OracleSyntheticPolicy  # noqa: E402
 from searchgym.policies.chat import ChatFormatter  # noqa: E402
+from searchgym.trainers.agent_config import AgentConfig  # noqa: E402
 from searchgym.trainers.openrlhf.agent import (  # noqa: E402
     EXTRA_LOG_KEYS,
     SearchGymAgentExecutor,
@@ -34,7 +36,6 @@ from searchgym.trainers.openrlhf.agent import (  # noqa: E402
     split_end_of_sequence,
     with_stop_strings,
 )
-from searchgym.trainers.openrlhf.config import AgentConfig, MemoryConfig  # noqa: E402
 from searchgym.trainers.openrlhf.eval_split import EvalSign  # noqa: E402
 from searchgym.trainers.openrlhf.turns import TurnEngine  # noqa: E402
 

@@ -21,8 +21,9 @@ from searchgym.envs.benchmarks import BenchmarkQAEnv
 from searchgym.envs.config import EnvConfig
 from searchgym.envs.config_base import ConfigError, read_yaml, to_dict
 from searchgym.memory.config import MemoryConfig
+from searchgym.trainers.agent_config import AgentConfig, load_agent_config
 from searchgym.trainers.config import TrainConfig
-from searchgym.trainers.openrlhf.config import AgentConfig, load_agent_config, load_run_config
+from searchgym.trainers.openrlhf.config import load_run_config
 from searchgym.trainers.run_spec import OldLayoutError, convert, load_config, load_run
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -56,9 +56,9 @@ sys.path.insert(0, sys.argv[4])
 address, run_file, mode = sys.argv[1:4]
 from searchgym.error import SearchGymError
 from searchgym.trainers.openrlhf import advantage_hook
-from searchgym.trainers.openrlhf.cluster import store_client
+from searchgym.trainers.env_pool import open_memory
 from searchgym.trainers.openrlhf.config import load_run_config
-from searchgym.trainers.openrlhf.env_pool import open_memory
+from searchgym.trainers.store_client import store_client
 from searchgym.trainers.openrlhf.launch import compose
 from searchgym.trainers.openrlhf.train_ppo import check_stores
 from test_openrlhf_resume import finished_trajectory, openrlhf_trainer_class, trainer

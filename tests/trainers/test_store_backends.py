@@ -198,8 +198,8 @@ ray.init(address=sys.argv[1], runtime_env=json.loads(sys.argv[2]), log_to_driver
 @ray.remote
 def on_a_worker():
     import searchgym
-    from searchgym.trainers.openrlhf.cluster import store_client
-    from searchgym.trainers.openrlhf.config import agent_config_from_env
+    from searchgym.trainers.agent_config import agent_config_from_env
+    from searchgym.trainers.store_client import store_client
 
     config = agent_config_from_env()  # the shipped run file, from the working_dir
     import importlib.util
@@ -231,8 +231,8 @@ print(json.dumps(ray.get(on_a_worker.remote(), timeout=120)))
 @pytest.mark.slow
 def test_agents_keep_their_state_in_the_actor(ray_session: Any, tmp_path: Path, monkeypatch: Any) -> None:
     from searchgym.policies import make_policy
-    from searchgym.trainers.openrlhf.config import load_agent_config
-    from searchgym.trainers.openrlhf.env_pool import build_env
+    from searchgym.trainers.agent_config import load_agent_config
+    from searchgym.trainers.env_pool import build_env
 
     name = f"store-{uuid.uuid4().hex[:8]}"
     monkeypatch.setenv("SEARCHGYM_STORE_ACTOR", name)
@@ -261,9 +261,10 @@ def test_agents_keep_their_state_in_the_actor(ray_session: Any, tmp_path: Path, 
 def test_a_resumed_run_restores_both_stores_to_its_step(
     ray_session: Any, tmp_path: Path, monkeypatch: Any, backend: str
 ) -> None:
-    from searchgym.trainers.openrlhf.cluster import restore_stores, snapshot_stores, store_client
-    from searchgym.trainers.openrlhf.config import load_agent_config
-    from searchgym.trainers.openrlhf.env_pool import build_env, open_memory
+    from searchgym.trainers.agent_config import load_agent_config
+    from searchgym.trainers.env_pool import build_env, open_memory
+    from searchgym.trainers.openrlhf.cluster import restore_stores, snapshot_stores
+    from searchgym.trainers.store_client import store_client
 
     name = f"store-{uuid.uuid4().hex[:8]}"
     monkeypatch.setenv("SEARCHGYM_STORE_ACTOR", name if backend == "actor" else "file")

@@ -94,9 +94,8 @@ def files(tmp_path_factory):
     }
 
 
-@pytest.fixture(scope="module")
-def worker(files, smollm2_dir):
-    """verl's AgentLoopWorker, from verl's own config, with SmolLM2's tokenizer."""
+def make_worker(files, smollm2_dir, prompt_length: int = PROMPT_LENGTH, *more: str):
+    """verl's AgentLoopWorker, from verl's own config (``more``: further overrides), with SmolLM2's tokenizer."""
     import verl.trainer.config as verl_config
     from hydra import compose, initialize_config_dir
     from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
@@ -107,14 +106,21 @@ def worker(files, smollm2_dir):
             overrides=[
                 f"actor_rollout_ref.model.path={smollm2_dir}",
                 "actor_rollout_ref.rollout.name=vllm",
-                f"actor_rollout_ref.rollout.prompt_length={PROMPT_LENGTH}",
+                f"actor_rollout_ref.rollout.prompt_length={prompt_length}",
                 f"actor_rollout_ref.rollout.response_length={RESPONSE_LENGTH}",
                 "actor_rollout_ref.rollout.calculate_log_probs=true",
                 f"actor_rollout_ref.rollout.agent.agent_loop_config_path={files['agent_loops']}",
                 "actor_rollout_ref.rollout.agent.default_agent_loop=sg_search_r1",
+                *more,
             ],
         )
     return AgentLoopWorker(config, llm_client=None)
+
+
+@pytest.fixture(scope="module")
+def worker(files, smollm2_dir):
+    """verl's AgentLoopWorker, from verl's own config, with SmolLM2's tokenizer."""
+    return make_worker(files, smollm2_dir)
 
 
 def label_of(question) -> str:
@@ -398,3 +404,219 @@ def test_converted_rows_load_in_verls_dataset_and_run_the_searchgym_loop(
     out = generate(worker, server, batch)
     assert out.batch["rm_scores"][0].sum().item() == sum(rewards) == 1.0
     assert out.non_tensor_batch["searchgym_eval"][0] is True and out.non_tensor_batch["em"][0] == 1.0
+
+
+# -- verl's own reward computation is skipped: the env's reward is the row's score ----------------------
+
+
+class LocalRewardHandle:
+    """A Ray handle of verl's ``RewardLoopWorker`` as the agent-loop worker calls it
+    (``await handle.compute_score.remote(data)``), over verl's real worker in this process."""
+
+    def __init__(self, reward_worker):
+        from types import SimpleNamespace
+
+        self.reward_worker, self.calls = reward_worker, 0
+        self.compute_score = SimpleNamespace(remote=self._remote)
+
+    async def _remote(self, data):
+        self.calls += 1
+        running = asyncio.get_running_loop()  # an actor runs its own loop
+        self.reward_worker.loop = self.reward_worker.reward_manager.loop = running
+        return await self.reward_worker.compute_score(data)
+
+
+@pytest.fixture(scope="module")
+def scored_worker(worker):
+    """verl's AgentLoopWorker as a run without a reward model builds it: with the handles of
+    verl's reward-loop workers (its default reward manager, keyed on ``data_source``)."""
+    from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
+    from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
+
+    handle = LocalRewardHandle(RewardLoopWorker(worker.config))
+    return AgentLoopWorker(worker.config, llm_client=None, reward_loop_worker_handles=[handle]), handle
+
+
+def test_verls_reward_loop_is_skipped_and_the_env_reward_is_the_score_on_both_trainers(scored_worker):
+    """The loop's ``reward_score`` keeps verl's reward workers out (legacy trainer: ``rm_scores``
+    in the batch; V1 trainer: ``AgentLoopOutput.as_dict``), so no ``data_source`` scorer runs."""
+    from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput
+
+    worker, handle = scored_worker
+    handle.calls = 0
+    tok = worker.tokenizer
+    question = one_hop_unknown()
+    _, actions, _, rewards, _ = play(PROTOCOLS["search_r1"], question)
+    batch = rows("sg_search_r1", [question])
+    batch.non_tensor_batch["data_source"] = np.array(["nq"], dtype=object)  # what data.py writes
+    batch.non_tensor_batch["reward_model"] = np.array([{"ground_truth": "wrong"}], dtype=object)
+    outputs = []
+    postprocess = worker._agent_loop_postprocess
+
+    async def keep(output, validate, **kwargs):
+        outputs.append(output.model_copy(deep=True))
+        return await postprocess(output, validate, **kwargs)
+
+    worker._agent_loop_postprocess = keep
+    try:
+        server = server_for(worker, ScriptedText(tok, [a + RAMBLE for a in actions[:-1]] + [actions[-1]]))
+        out = generate(worker, server, batch)
+    finally:
+        del worker._agent_loop_postprocess
+    assert handle.calls == 0  # verl's reward workers never ran
+    # legacy trainer: extract_reward reads rm_scores, the env's reward at the last response token
+    from verl.trainer.ppo.reward import extract_reward
+
+    n = int(out.batch["attention_mask"][0, PROMPT_LENGTH:].sum())
+    scores, _ = extract_reward(out)
+    assert scores[0, n - 1].item() == scores[0].sum().item() == sum(rewards) == 1.0
+    # V1 trainer: the same output as verl's AgentLoopWorkerTQ puts it in its TransferQueue
+    fields = outputs[0].as_dict()
+    assert fields["rm_scores"].tolist() == [0.0] * (n - 1) + [1.0]
+    # the same worker scores a row whose loop leaves reward_score out: the handles are live
+    unscored = AgentLoopOutput(
+        prompt_ids=[1], response_ids=[2], response_mask=[1], metrics=AgentLoopMetrics()
+    )
+    with pytest.raises(NotImplementedError):  # verl's default scorer knows no data_source "nq"
+        asyncio.run(
+            worker._compute_score([unscored], kwargs={k: v[0] for k, v in batch.non_tensor_batch.items()})
+        )
+    assert handle.calls == 1
+
+
+def test_the_legacy_trainers_batch_flow_runs_the_loop_and_keeps_its_reward(
+    scored_worker, files, tmp_path, monkeypatch
+):
+    """``trainer.use_v1=false``: ``RayPPOTrainer.fit``'s own steps around the agent loops
+    (``_get_gen_batch``, ``repeat``, ``generate_sequences``, ``union``, ``extract_reward``) on
+    rows from verl's ``RLHFDataset``: every row reaches the loop with its ``extra_info`` and
+    the batch trained on carries the env's reward and the episode's numbers."""
+    from verl.protocol import DataProto
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+    from verl.trainer.ppo.reward import extract_reward
+    from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
+
+    from searchgym.trainers.verl.data import main as convert
+
+    worker, handle = scored_worker
+    handle.calls = 0
+    tok = worker.tokenizer
+    question = one_hop_unknown()
+    _, actions, _, rewards, _ = play(PROTOCOLS["search_r1"], question)
+    jsonl = tmp_path / "rows.jsonl"
+    jsonl.write_text(
+        json.dumps({"prompt": question.question, "label": label_of(question), "datasource": "nq"}) + "\n"
+    )
+    parquet = tmp_path / "train.parquet"
+    assert convert([str(jsonl), str(parquet)]) == 0
+    monkeypatch.setenv("SEARCHGYM_AGENT_CONFIG", str(files["folder"] / "search_r1.yaml"))
+    batch = DataProto.from_single_dict(collate_fn([RLHFDataset([str(parquet)], tok, worker.config.data)[0]]))
+    batch.non_tensor_batch["uid"] = np.array(["u0"], dtype=object)
+    gen_batch = RayPPOTrainer._get_gen_batch(None, batch)  # as fit does (it reads nothing of self)
+    gen_batch = gen_batch.repeat(repeat_times=2, interleave=True)
+    script = [a + RAMBLE for a in actions[:-1]] + [actions[-1]]
+    server = server_for(worker, ScriptedText(tok, script + script))
+    out = generate(worker, server, gen_batch)
+    batch = batch.repeat(repeat_times=2, interleave=True).union(out)
+    scores, _ = extract_reward(batch)
+    assert scores.sum(dim=1).tolist() == [sum(rewards)] * 2 == [1.0, 1.0]
+    assert batch.non_tensor_batch["em"].tolist() == [1.0, 1.0] and handle.calls == 0
+    assert batch.non_tensor_batch["failed"].tolist() == [0.0, 0.0]
+    assert batch.non_tensor_batch["uid"].tolist() == ["u0", "u0"]  # the group TSAS and GRPO read
+
+
+# -- prompts and contexts that do not fit -----------------------------------------------------------
+
+
+def test_a_prompt_over_prompt_length_is_a_failed_row_not_a_cut_prompt(files, smollm2_dir, caplog):
+    """verl keeps the last ``prompt_length`` tokens of a prompt that is too long; the env's
+    prompt (instructions first) would then not be what the model saw. The row fails instead,
+    with one log line that says why and what to raise."""
+    question = one_hop_unknown()
+    prompt, _, _, _, _ = play(PROTOCOLS["search_r1"], question)
+    small = make_worker(files, smollm2_dir, 64)
+    tok = small.tokenizer
+    assert len(tok(ChatFormatter(tok).prompt(prompt), add_special_tokens=False)["input_ids"]) > 64
+    server = VerlServerManager(FakeVLLMEngine(tok, ScriptedText(tok, ["x"] * 8)), 64, RESPONSE_LENGTH)
+    small.llm_client = server
+    with caplog.at_level("WARNING"):
+        out = asyncio.run(small.generate_sequences(rows("sg_search_r1", [question])))
+    fields = out.non_tensor_batch
+    assert fields["failed"][0] == 1.0 and fields["turns"][0] == 0.0
+    assert out.batch["rm_scores"][0].sum().item() == 0.0  # EM's reward for a malformed turn
+    assert int(out.batch["attention_mask"][0, 64:].sum()) == 1  # one token from the row's own prompt
+    assert len(server.calls) == 1 and server.calls[0]["sampling_params"]["max_tokens"] == 1
+    (record,) = [r for r in caplog.records if "failed episode" in r.getMessage()]
+    assert record.name == "searchgym.trainers.verl"  # the backend's logger
+    line = record.getMessage()
+    assert "rollout.prompt_length=64" in line and "data.max_prompt_length" in line and "the prompt" in line
+
+
+def test_an_episode_out_of_context_ends_truncated_without_asking_for_more(files, smollm2_dir):
+    """``rollout.max_model_len`` below prompt + response length: verl's server refuses a request
+    with no room left in the context (ValueError, which would end the batch); the loop stops
+    asking before that and the episode ends truncated."""
+    question = one_hop_unknown()
+    prompt, _, _, _, _ = play(PROTOCOLS["search_r1"], question)
+    probe = make_worker(files, smollm2_dir)
+    tok = probe.tokenizer
+    prompt_tokens = len(tok(ChatFormatter(tok).prompt(prompt), add_special_tokens=False)["input_ids"])
+    context = prompt_tokens + 120
+    tight = make_worker(
+        files, smollm2_dir, PROMPT_LENGTH, f"actor_rollout_ref.rollout.max_model_len={context}"
+    )
+    # the model searches with long rambles: each turn runs to the length limit without a stop
+    filler = tok(" word", add_special_tokens=False)["input_ids"]
+    server = VerlServerManager(
+        FakeVLLMEngine(
+            tok,
+            lambda prompt, params: (
+                filler * 50 + tok("<search>x</search>", add_special_tokens=False)["input_ids"]
+            ),
+        ),
+        PROMPT_LENGTH,
+        RESPONSE_LENGTH,
+        max_model_len=context,
+    )
+    tight.llm_client = server
+    out = asyncio.run(tight.generate_sequences(rows("sg_search_r1", [question])))
+    fields = out.non_tensor_batch
+    assert fields["failed"][0] == 0.0 and fields["episode_truncated"][0] == 1.0 and fields["turns"][0] >= 1.0
+    assert all(len(c["prompt_ids"]) + c["sampling_params"]["max_tokens"] <= context for c in server.calls)
+    n = int(out.batch["attention_mask"][0, PROMPT_LENGTH:].sum())
+    assert prompt_tokens + n <= context
+
+
+def test_an_episode_with_no_room_for_a_token_still_carries_its_score(files, smollm2_dir):
+    """A prompt that fills ``rollout.max_model_len``: no turn, the episode ends truncated, and
+    the row gets one masked EOS for its score (verl's V1 ``AgentLoopOutput.as_dict`` writes
+    ``rm_scores[-1]``, which an empty response has not)."""
+    question = one_hop_unknown()
+    prompt, _, _, _, _ = play(PROTOCOLS["search_r1"], question)
+    probe = make_worker(files, smollm2_dir)
+    tok = probe.tokenizer
+    prompt_tokens = len(tok(ChatFormatter(tok).prompt(prompt), add_special_tokens=False)["input_ids"])
+    full = make_worker(
+        files, smollm2_dir, PROMPT_LENGTH, f"actor_rollout_ref.rollout.max_model_len={prompt_tokens}"
+    )
+    server = VerlServerManager(
+        FakeVLLMEngine(tok, ScriptedText(tok, ["x"])),
+        PROMPT_LENGTH,
+        RESPONSE_LENGTH,
+        max_model_len=prompt_tokens,
+    )
+    full.llm_client = server
+    outputs = []
+    postprocess = full._agent_loop_postprocess
+
+    async def keep(output, validate, **kwargs):
+        outputs.append(output.model_copy(deep=True))
+        return await postprocess(output, validate, **kwargs)
+
+    full._agent_loop_postprocess = keep
+    out = asyncio.run(full.generate_sequences(rows("sg_search_r1", [question])))
+    assert server.calls == []  # never asked for a turn it has no room for
+    assert out.non_tensor_batch["episode_truncated"][0] == 1.0 and out.non_tensor_batch["failed"][0] == 0.0
+    _, ids, mask = sequence(out, 0, tok)
+    assert ids == [tok.eos_token_id] and mask == [0]
+    assert outputs[0].as_dict()["rm_scores"].tolist() == [0.0]  # EM of an unanswered episode, on the EOS

@@ -16,8 +16,8 @@ from torchdata.stateful_dataloader import StatefulDataLoader  # noqa: E402
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer  # noqa: E402
 
 from searchgym.envs.rewards.min_tool_calls import MinToolCallStore  # noqa: E402
-from searchgym.trainers.openrlhf.config import AgentConfig  # noqa: E402
-from searchgym.trainers.openrlhf.resume import StoreStateError, run_stores  # noqa: E402
+from searchgym.trainers.agent_config import AgentConfig  # noqa: E402
+from searchgym.trainers.store_snapshots import StoreStateError, run_stores  # noqa: E402
 from searchgym.trainers.verl import checkpoints  # noqa: E402
 
 

@@ -92,6 +92,28 @@ def test_tsas_names_its_registered_estimator_and_the_legacy_trainer(tmp_path):
     assert check_overrides(plain.overrides).trainer.use_v1 is True  # nothing of searchgym's needs it off
 
 
+def test_a_reward_model_is_refused_because_verls_v1_trainer_would_overwrite_the_env_reward(tmp_path):
+    """verl's own rule: with ``reward.reward_model.enable`` (and no separate pool) the reward
+    manager hands the agent loops no reward workers, and the V1 trainer's ``_step_once`` then
+    scores every batch with the model (``_compute_reward_colocate``), overwriting ``rm_scores``."""
+    from types import SimpleNamespace
+
+    from verl.experimental.reward_loop import RewardLoopManager
+
+    plain = compose(load_run(run_file(tmp_path)), str(tmp_path))
+    handles = RewardLoopManager.reward_loop_worker_handles.fget  # verl's property, on a composed config
+    workers = ["reward worker"]
+    assert (
+        handles(SimpleNamespace(config=check_overrides(plain.overrides), reward_loop_workers=workers))
+        == workers
+    )
+    with_model = check_overrides([*plain.overrides, "reward.reward_model.enable=true"])
+    assert handles(SimpleNamespace(config=with_model, reward_loop_workers=workers)) is None  # V1 colocates it
+    spec = load_run(run_file(tmp_path, verl={"reward": {"reward_model": {"enable": True}}}))
+    with pytest.raises(ConfigError, match=r"verl\.reward\.reward_model\.enable.*env\.reward"):
+        compose(spec, str(tmp_path))
+
+
 @pytest.mark.parametrize(
     ("verl", "match"),
     [
@@ -189,4 +211,5 @@ def test_the_entry_takes_the_run_file_from_its_overrides_and_installs_the_patche
         assert hasattr(RayPPOTrainer._save_checkpoint, "__searchgym_original__")
     finally:
         ray_trainer.compute_advantage, RayPPOTrainer._save_checkpoint, RayPPOTrainer._load_checkpoint = saved
-        os.environ.pop("SEARCHGYM_AGENT_CONFIG", None)
+        for name in ("SEARCHGYM_AGENT_CONFIG", "SEARCHGYM_AGENT_BASEDIR"):  # main sets both
+            os.environ.pop(name, None)

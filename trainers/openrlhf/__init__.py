@@ -8,8 +8,9 @@
   trainer actor and steps the experience memory;
 - :mod:`.launch`: a run file → an ``openrlhf.cli.train_ppo_ray`` run (``searchgym train
   --backend openrlhf``); :mod:`.flags`: the YAML → dotted flags, checked by OpenRLHF;
-- :mod:`.config`: the run file and the agent section; :mod:`.memory_sync`: training steps
-  for the memory; :mod:`.env_pool`: envs reused across samples.
+- :mod:`.config`: the run file (the agent's sections are
+  :mod:`searchgym.trainers.agent_config`, shared with verl, as are the env pool, the
+  failures, the memory's steps and the store snapshots in :mod:`searchgym.trainers`).
 
 Nothing here imports openrlhf, torch or ray until it is used.
 """
@@ -18,16 +19,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from .config import (
-    AGENT_CONFIG_VARIABLE,
-    AdvantageConfig,
-    AgentConfig,
-    LaunchOptions,
-    MemoryConfig,
-    RunConfig,
-    load_agent_config,
-    load_run_config,
-)
+from ...memory.config import MemoryConfig
+from ..advantages import AdvantageConfig
+from ..agent_config import AGENT_CONFIG_VARIABLE, AgentConfig, load_agent_config
+from ..run_spec import LaunchOptions
+from .config import RunConfig, load_run_config
 from .launch import LaunchPlan, agent_file_path, compose, launch
 
 __all__ = [

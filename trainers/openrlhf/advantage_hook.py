@@ -27,7 +27,7 @@ one prompt:
 ``info["tsas_stage"]`` (``{estimator}_advantage``, ``{estimator}_stage``) are added. With a
 memory that learns (``memory.kind: lightsearcher``) the
 wrapped ``train_step`` publishes each finished step and brings the memory up to it
-(:mod:`~searchgym.trainers.openrlhf.memory_sync`), and logs ``memory_updates`` and
+(:mod:`~searchgym.trainers.memory_sync`), and logs ``memory_updates`` and
 ``memory_bank_version``.
 """
 
@@ -48,12 +48,12 @@ from typing import Any
 
 from ...error import SearchGymError
 from ..advantages import GroupAdvantage, GroupFigures, build_advantage
+from ..agent_config import AGENT_CONFIG_VARIABLE, AgentConfig, load_agent_config
+from ..env_pool import open_memory
+from ..memory_sync import MemoryStepper
+from ..store_snapshots import run_stores
 from .checkpoints import wrap_save_checkpoint
-from .config import AGENT_CONFIG_VARIABLE, AgentConfig, load_agent_config
-from .env_pool import open_memory
-from .memory_sync import MemoryStepper
 from .resume import (
-    run_stores,
     wrap_init_checkpoint_states,
     wrap_save_best_checkpoint,
     wrap_save_logs_and_checkpoints,

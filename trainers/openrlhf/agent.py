@@ -49,7 +49,7 @@ hands back and what the base loop asks of it:
   tool-call store.
 - A sample whose ``reset`` or ``step`` raises ends as a failed episode (logged, counted in
   ``extra_logs["failed"]``, the reward of a malformed turn), so one sample cannot end the
-  run through OpenRLHF's ``asyncio.gather`` (see :mod:`.failures`). One that fails at
+  run through OpenRLHF's ``asyncio.gather`` (see :mod:`searchgym.trainers.failures`). One that fails at
   ``reset`` generates a single token from the row's prompt, the sequence OpenRLHF trains.
 """
 
@@ -69,12 +69,13 @@ from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
 from ...envs.records import Question
 from ...envs.search_env import question_from_options
 from ...error import SearchGymError
+from ..agent_config import AGENT_CONFIG_VARIABLE, AgentConfig, agent_config_from_env, load_agent_config
+from ..env_pool import env_pool
 from ..episodes import end_truncated as _end_truncated
 from ..episodes import label_to_options, trajectory_metrics
-from .config import AGENT_CONFIG_VARIABLE, AgentConfig, agent_config_from_env, load_agent_config
-from .env_pool import env_pool
-from .eval_split import EvalSign, keep_out_of_stores, put_back, stores_written
-from .failures import failure_counter, failure_reward
+from ..eval_stores import keep_out_of_stores, put_back, stores_written
+from ..failures import failure_counter, failure_reward
+from .eval_split import EvalSign
 from .turns import TurnEngine, split_end_of_sequence
 
 __all__ = [
@@ -109,7 +110,7 @@ EXTRA_LOG_KEYS = (
 the TSAS hook reads ``num_searches`` and ``reasoning_steps``. ``episode_truncated`` is an
 episode that ended without an answer (out of turns or of context); OpenRLHF's own
 ``truncated`` (the last generation hit ``max_tokens``) keeps its name. ``failed`` is a
-sample whose ``reset`` or ``step`` raised (see :mod:`.failures`): ``train/failed`` is the
+sample whose ``reset`` or ``step`` raised (see :mod:`searchgym.trainers.failures`): ``train/failed`` is the
 share of failed samples."""
 
 _CONFIG_LOCK = threading.Lock()
@@ -210,7 +211,7 @@ class SearchGymAgentInstance(AgentInstanceBase):
         """Start the episode of ``states["label"]``; returns the rendered first turn.
 
         When the label cannot be read or the env's ``reset`` raises, the sample ends as a
-        failed episode (see :mod:`.failures`) and the first turn is the row's prompt, from
+        failed episode (see :mod:`searchgym.trainers.failures`) and the first turn is the row's prompt, from
         which one token is generated.
         """
         self._env = await asyncio.to_thread(self._pool.acquire)  # a failure here is the run's
@@ -295,10 +296,10 @@ class SearchGymAgentInstance(AgentInstanceBase):
         self.done = True
         self._final_logs = self.extra_logs()
         self.close()
-        failure_counter().finished()
+        failure_counter("openrlhf").finished()
 
     def _fail(self, where: str, exc: Exception, label: object) -> float:
-        """End the episode as failed (see :mod:`.failures`); returns its reward, now the total.
+        """End the episode as failed (see :mod:`searchgym.trainers.failures`); returns its reward, now the total.
 
         Raises:
             SampleFailuresError: too many samples in a row have failed in this process.
@@ -310,7 +311,7 @@ class SearchGymAgentInstance(AgentInstanceBase):
         self.total_reward = reward
         self._final_logs = logs
         self.close()
-        failure_counter().failed(where, exc, label if label is not None else "", reward)
+        failure_counter("openrlhf").failed(where, exc, label if label is not None else "", reward)
         return reward
 
     def extra_logs(self) -> dict[str, float]:

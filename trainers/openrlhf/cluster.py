@@ -1,7 +1,7 @@
 """An OpenRLHF run on a Ray cluster: the store actor, the package and the config on every node.
 
 Called from :func:`~searchgym.trainers.openrlhf.launch.compose` (:func:`cluster_runtime_env`)
-and from the agents (:func:`store_client`). See ``docs/openrlhf.md`` (several nodes).
+and from the agents (:func:`~searchgym.trainers.store_client.store_client`). See ``docs/openrlhf.md`` (several nodes).
 
 - **Stores.** By default an OpenRLHF run keeps the experience memory and LightSearcher's
   minimum tool-call store in one Ray actor (:mod:`searchgym.trainers.ray_store`) named
@@ -23,8 +23,6 @@ and from the agents (:func:`store_client`). See ``docs/openrlhf.md`` (several no
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import shutil
 import tempfile
@@ -35,17 +33,14 @@ from urllib.parse import urlparse
 
 from ...envs.config_base import read_yaml
 from ...error import InvalidArgumentError
-from .config import AGENT_CONFIG_VARIABLE, AgentConfig, RunConfig
+from ..agent_config import AGENT_CONFIG_VARIABLE, AgentConfig
+from ..store_client import FILE_STORES, STORE_ACTOR_VARIABLE, store_actor_name, store_client, store_spec
+from .config import RunConfig
 
 __all__ = [
-    "STORE_ACTOR_VARIABLE",
     "agent_file_path",
-    "FILE_STORES",
-    "store_actor_name",
-    "store_client",
     "check_store_free",
     "claim_store_actor",
-    "remote_env_kwargs",
     "num_nodes",
     "cluster_runtime_env",
     "stage_package",
@@ -53,55 +48,12 @@ __all__ = [
     "restore_stores",
 ]
 
-STORE_ACTOR_VARIABLE = "SEARCHGYM_STORE_ACTOR"
-"""The name of the store actor the agents and the trainer use; ``file`` (or unset): file stores."""
-
-FILE_STORES = ("", "file", "none")
-
 RUN_FILE = "run.yaml"
 AGENT_FILE = "searchgym_agent.py"
 """The run file and agent file of a cluster run, in its ``working_dir``."""
 
 _PACKAGES = ("envs", "retrieval", "storage", "memory", "policies", "trainers", "configs")
 _LOOPBACK = ("127.0.0.1", "localhost", "::1", "0.0.0.0")
-
-
-def _min_tool_calls_path(config: AgentConfig) -> str | None:
-    """The path of the reward scheme's shared store (LightSearcher's minimum of searches), if any."""
-    return config.shared_store_path
-
-
-def _learning_memory(config: AgentConfig) -> Any:
-    return config.memory if config.memory is not None and config.memory.learns else None
-
-
-def store_spec(config: AgentConfig) -> Any:
-    """The :class:`~searchgym.trainers.ray_store.StoreSpec` of ``config``, or ``None`` (no shared store)."""
-    from ..ray_store import StoreSpec
-
-    memory = _learning_memory(config)
-    mins = _min_tool_calls_path(config)
-    if memory is None and mins is None:
-        return None
-    return StoreSpec(
-        memory_path=None if memory is None else memory.path,
-        memory_kwargs={} if memory is None else memory.memory_kwargs(),
-        min_tool_calls_path=mins,
-    )
-
-
-def store_actor_name(config: AgentConfig, launch: str | None = None) -> str | None:
-    """The store actor's name for ``config``'s store paths and ``launch``, or ``None`` (no store).
-
-    Without ``launch``: the part every actor of these paths shares, ``searchgym-store-<hash>``
-    (the whole name of the actors older searchgym versions started).
-    """
-    memory = None if _learning_memory(config) is None else config.memory.path  # type: ignore[union-attr]
-    mins = _min_tool_calls_path(config)
-    if memory is None and mins is None:
-        return None
-    digest = hashlib.sha1(json.dumps([memory, mins]).encode()).hexdigest()[:12]
-    return f"searchgym-store-{digest}" if launch is None else f"searchgym-store-{digest}-{launch}"
 
 
 def agent_file_path() -> str:
@@ -112,21 +64,6 @@ def agent_file_path() -> str:
 def new_launch_id() -> str:
     """A new launch's id (8 hex digits), the last part of its store actor's name."""
     return uuid.uuid4().hex[:8]
-
-
-def store_client(config: AgentConfig) -> Any:
-    """A :class:`~searchgym.trainers.ray_store.StoreClient` when ``$SEARCHGYM_STORE_ACTOR`` names an actor.
-
-    Should no actor of that name live yet, the client starts it (not detached) on first use;
-    under OpenRLHF the trainer has started it already (:func:`claim_store_actor`).
-    """
-    name = os.environ.get(STORE_ACTOR_VARIABLE, "").strip()
-    spec = store_spec(config)
-    if name.lower() in FILE_STORES or spec is None:
-        return None
-    from ..ray_store import StoreClient
-
-    return StoreClient(name, spec, detached=False)
 
 
 def _store_names(config: AgentConfig, spec: Any) -> list[tuple[str, str]]:
@@ -216,17 +153,6 @@ def claim_store_actor(config: AgentConfig, run_id: str, checkpoint: str = "") ->
         raise _in_use(config, client.spec, same[0]) from None
     _CLAIMED[client.name] = client._actor = handle
     return client
-
-
-def remote_env_kwargs(config: AgentConfig, client: Any) -> dict[str, Any]:
-    """``config.env_kwargs`` with the reward scheme's shared store served by the actor of ``client``."""
-    kwargs = dict(config.env_kwargs)
-    keyword = config.shared_store_keyword
-    if client is not None and keyword is not None and _min_tool_calls_path(config) is not None:
-        from ..ray_store import RemoteMinToolCalls
-
-        kwargs["reward_kwargs"] = {**kwargs["reward_kwargs"], keyword: RemoteMinToolCalls(client)}
-    return kwargs
 
 
 def snapshot_stores(config: AgentConfig, step: int) -> None:

@@ -7,7 +7,8 @@ temperature: ``PPOTrainer.fit`` evaluates with ``--eval.temperature`` (default 0
 training samples at ``--rollout.temperature`` (default 1.0). The agent keeps evaluation
 episodes out of the experience memory and the minimum tool-call store by that sign, so
 the two temperatures must differ when a run has an eval set and either store
-(:meth:`EvalSign.check` says so when the run file is loaded).
+(:meth:`EvalSign.check` says so when the run file is loaded); the keeping out itself is
+:mod:`searchgym.trainers.eval_stores`.
 
 The temperatures compared are the ones vLLM samples at. vLLM 0.29's
 ``SamplingParams.__post_init__`` raises any temperature in ``(0, _MAX_TEMP)`` to
@@ -24,24 +25,17 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...envs.config_base import read_yaml
 from ...error import InvalidArgumentError
 from .flags import flatten
-
-if TYPE_CHECKING:
-    from .config import AgentConfig
 
 __all__ = [
     "VLLM_MIN_TEMPERATURE",
     "OPENRLHF_EVAL_TEMPERATURE",
     "OPENRLHF_ROLLOUT_TEMPERATURE",
     "EvalSign",
-    "ReadOnlyStore",
-    "keep_out_of_stores",
-    "put_back",
-    "stores_written",
     "vllm_temperature",
 ]
 
@@ -134,60 +128,3 @@ class EvalSign:
         return isinstance(temperature, (int, float)) and math.isclose(
             vllm_temperature(temperature), vllm_temperature(self.eval_temperature)
         )
-
-
-class ReadOnlyStore:
-    """A minimum tool-call store that an evaluation episode reads but does not update."""
-
-    def __init__(self, store: Any):
-        self.store = store
-
-    def get(self, qid: str) -> int | None:
-        return self.store.get(qid)
-
-    def update(self, qid: str, m: int) -> None:
-        """Evaluation does not lower the training minimum."""
-
-    def lookup_and_lower(self, qid: str, m: int | None) -> int | None:
-        """The training minimum for ``qid``, left as it is."""
-        return self.store.lookup_and_lower(qid, None)
-
-    def minima(self) -> dict[str, int]:
-        return self.store.minima()
-
-
-def keep_out_of_stores(env: Any) -> list[tuple[Any, str, Any]]:
-    """Stop ``env`` from writing its episodes (memory recording, minimum tool-call store).
-
-    Returns the ``(object, attribute, old value)`` triples that :func:`put_back` restores.
-    """
-    changed: list[tuple[Any, str, Any]] = []
-    layer = env
-    while layer is not None:
-        if getattr(layer, "memory", None) is not None and getattr(layer, "record", False):
-            changed.append((layer, "record", True))
-            layer.record = False
-        inner = getattr(layer, "env", None)
-        layer = inner if inner is not layer else None
-    scheme: Any = getattr(env.unwrapped, "reward_scheme", None)
-    store = getattr(scheme, "store", None)
-    if scheme is not None and store is not None and callable(getattr(store, "update", None)):
-        changed.append((scheme, "store", store))
-        scheme.store = ReadOnlyStore(store)
-    return changed
-
-
-def put_back(changed: list[tuple[Any, str, Any]]) -> None:
-    """Undo :func:`keep_out_of_stores`."""
-    for obj, name, value in reversed(changed):
-        setattr(obj, name, value)
-
-
-def stores_written(config: AgentConfig) -> str:
-    """What the episodes of ``config`` write into, in words ("" for nothing)."""
-    stores = []
-    if config.memory is not None and config.memory.learns:
-        stores.append(f"the experience memory ({config.memory.path})")
-    if config.shared_store_path is not None:
-        stores.append(f"the minimum tool-call store ({config.shared_store_path})")
-    return " and ".join(stores)

@@ -33,14 +33,16 @@ from typing import Any, TextIO
 
 from ...error import InvalidArgumentError, SearchGymError
 from ...models import resolve_model
+from ..agent_config import AGENT_CONFIG_VARIABLE, BASEDIR_VARIABLE
+from ..store_snapshots import prepare_stores, run_stores
 from .advantage_hook import HOOK, TSAS_ESTIMATORS, needs_hook
 from .batch_checks import check_batch_arithmetic, step_line
 from .checkpoints import disk_lines
 from .cluster import agent_file_path, cluster_runtime_env
-from .config import AGENT_CONFIG_VARIABLE, BASEDIR_VARIABLE, RunConfig, load_run_config
+from .config import RunConfig, load_run_config
 from .epochs import check_data_files, whole_batches
 from .flags import check_flags, flatten, nested, openrlhf_parser, to_argv
-from .resume import prepare_stores, run_stores
+from .resume import OPENRLHF_RESUME
 from .secrets import KEY_VARIABLE, redacted_shell, take_wandb_key
 
 __all__ = [
@@ -172,7 +174,7 @@ def _check_fresh_stores(config: RunConfig, flat: dict[str, Any], basedir: str) -
     checkpoint = os.path.join(basedir, str(flat.get("ckpt.path") or "./ckpt/checkpoints_ppo_ray"))
     if flat.get("ckpt.load_enable") and os.path.isdir(os.path.join(checkpoint, "_actor")):
         return  # a resume: the trainer restores the stores to the checkpoint's step
-    prepare_stores(run_stores(config.agent), 0, checkpoint=checkpoint)
+    prepare_stores(run_stores(config.agent), 0, checkpoint=checkpoint, resume=OPENRLHF_RESUME)
 
 
 def compose(config: RunConfig, basedir: str | None = None) -> LaunchPlan:

@@ -1,4 +1,4 @@
-"""The run's stores follow OpenRLHF's checkpoints: snapshot at each save, restore on resume.
+"""The run's stores follow OpenRLHF's checkpoints (:mod:`searchgym.trainers.store_snapshots`).
 
 A LightSearcher run keeps state outside the model: the experience memory's store (its
 trajectories, bank versions and update log) and the reward's minimum tool-call store. Both
@@ -20,34 +20,27 @@ client states (:data:`RUN_ID_KEY`); a resumed run takes it from its checkpoint, 
 store actor records it (``searchgym memory actors`` shows it).
 
 The TSAS stage needs no snapshot: it is a function of OpenRLHF's ``global_step``, which
-the checkpoint restores. Any store that implements :class:`StepSnapshots` (for example a
-store served by a Ray actor) takes part the same way.
+the checkpoint restores. Any store that implements
+:class:`~searchgym.trainers.store_snapshots.StepSnapshots` (for example a store served by a
+Ray actor) takes part the same way.
 """
 
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
-from ...envs.rewards.min_tool_calls import MinToolCallStore
-from ...error import DataFileError, SearchGymError
-from ...memory.store import MemoryStore
-from .cluster import claim_store_actor, store_client
-from .config import AgentConfig
+from ..agent_config import AgentConfig
+from ..store_snapshots import prepare_stores, run_stores, snapshot_stores
+from .cluster import claim_store_actor
 
 __all__ = [
+    "OPENRLHF_RESUME",
     "RUN_ID_KEY",
-    "FileStoreSnapshots",
-    "StepSnapshots",
-    "StoreStateError",
     "checkpoint_run_id",
     "checkpoint_step",
     "new_run_id",
-    "prepare_stores",
-    "run_stores",
-    "snapshot_stores",
     "wrap_init_checkpoint_states",
     "wrap_save_best_checkpoint",
     "wrap_save_logs_and_checkpoints",
@@ -72,131 +65,10 @@ def checkpoint_run_id(states: dict[str, Any]) -> str | None:
     return run_id if isinstance(run_id, str) and run_id else None
 
 
-class StoreStateError(SearchGymError):
-    """A store does not fit the run: an earlier run's records in a fresh run, or no snapshot to resume from."""
-
-
-class StepSnapshots(Protocol):
-    """A store that can go back to the state it had after a training step."""
-
-    name: str
-    """What the store is, for messages (``agent.memory.path /runs/x/memory``)."""
-
-    def holds_data(self) -> bool:
-        """Whether the store holds any record (a fresh run needs it empty)."""
-        ...
-
-    def snapshot(self, step: int) -> None:
-        """Remember the state after ``step`` training steps."""
-        ...
-
-    def restore(self, step: int) -> None:
-        """Go back to the state remembered at ``step``; raise :class:`StoreStateError` when there is none."""
-        ...
-
-
-class FileStoreSnapshots:
-    """A store on this machine's disk (a memory folder or a minimum tool-call file) as a :class:`StepSnapshots`.
-
-    Args:
-        name: What the store is, for messages.
-        store: The store; its logs keep their snapshots themselves.
-    """
-
-    def __init__(self, name: str, store: MemoryStore | MinToolCallStore):
-        self.name = name
-        self.store = store
-
-    def holds_data(self) -> bool:
-        return self.store.holds_data()
-
-    def steps(self) -> list[int]:
-        """The steps that have a snapshot, in order."""
-        return sorted(set(self.store.steps()))
-
-    def snapshot(self, step: int) -> None:
-        self.store.snapshot(step)
-
-    def restore(self, step: int) -> None:
-        try:
-            self.store.restore(step)
-        except DataFileError as exc:
-            raise StoreStateError(
-                f"Resuming at step {step}, but {self.name} has no snapshot of that step (snapshots: "
-                f"{', '.join(map(str, self.steps())) or 'none'}). Resume from a checkpoint the same store was "
-                f"saved with, or start a fresh run into an empty store. ({exc})"
-            ) from None
-
-    def __repr__(self) -> str:
-        return f"FileStoreSnapshots({self.name!r}, {self.store!r})"
-
-
-def run_stores(config: AgentConfig) -> list[StepSnapshots]:
-    """The stores of ``config`` that training writes: the LightSearcher memory, the minimum tool-call store.
-
-    Under the store actor (``$SEARCHGYM_STORE_ACTOR``) that is one client: the actor owns both
-    stores on the head node's disk, which the trainer's node may not see.
-    """
-    client = store_client(config)
-    if client is not None:
-        return [client]
-    stores: list[StepSnapshots] = []
-    memory = config.memory
-    inside: str | None = None
-    if memory is not None and memory.learns:
-        folder = MemoryStore(str(memory.path))  # AgentConfig requires a path
-        inside = os.path.abspath(folder.path_of("min_tool_calls"))
-        stores.append(FileStoreSnapshots(f"the memory store memory.path {memory.path}", folder))
-    store = config.shared_store_path
-    if store is not None and os.path.abspath(store) != inside:
-        name = f"the minimum tool-call store env.reward_kwargs.{config.shared_store_keyword} {store}"
-        stores.append(FileStoreSnapshots(name, MinToolCallStore(store)))
-    return stores
-
-
-def snapshot_stores(stores: list[StepSnapshots], step: int) -> None:
-    """Snapshot every store at ``step`` (called as OpenRLHF saves checkpoint ``global_step{step}``)."""
-    for store in stores:
-        store.snapshot(step)
-
-
-_OPENRLHF_RESUME = (
+OPENRLHF_RESUME = (
     "set openrlhf.ckpt.load_enable: true with its checkpoint at openrlhf.ckpt.path), or choose another path "
     "(agent.memory.path, agent.env_kwargs.reward_kwargs.store)."
 )
-
-
-def prepare_stores(
-    stores: list[StepSnapshots],
-    step: int,
-    *,
-    checkpoint: str = "openrlhf.ckpt.path",
-    resume: str = _OPENRLHF_RESUME,
-) -> None:
-    """Make the stores fit a run that starts at ``step`` (0: fresh; else resumed from its checkpoint).
-
-    Args:
-        stores: The run's stores (:func:`run_stores`).
-        step: The training step the run starts at.
-        checkpoint: Where the backend looks for checkpoints (for the message).
-        resume: How to resume the earlier run, and the paths to change (for the message).
-
-    Raises:
-        StoreStateError: a fresh run on a store that holds records, or a resumed run whose
-            stores have no snapshot of ``step``. The message says how to go on.
-    """
-    if step > 0:
-        for store in stores:
-            store.restore(step)
-        return
-    used = [store.name for store in stores if store.holds_data()]
-    if used:
-        raise StoreStateError(
-            f"This run starts fresh (no checkpoint loaded from {checkpoint}), but {' and '.join(used)} already "
-            "holds an earlier run's records; training on it would inherit that run's bank and minima and skip "
-            "memory updates. Either start fresh (move or delete those files), or resume the earlier run ("
-            + resume
-        )
 
 
 def wrap_init_checkpoint_states(
@@ -219,7 +91,7 @@ def wrap_init_checkpoint_states(
         self._searchgym_run_id = (checkpoint_run_id(states) if step > 0 else None) or new_run_id()
         if config is not None:
             claim_store_actor(config, self._searchgym_run_id, checkpoint=str(self.args.ckpt.path))
-            prepare_stores(run_stores(config), step, checkpoint=self.args.ckpt.path)
+            prepare_stores(run_stores(config), step, checkpoint=self.args.ckpt.path, resume=OPENRLHF_RESUME)
         return states
 
     return init_checkpoint_states

@@ -18,9 +18,10 @@ import runpy
 import sys
 
 from ...error import InvalidArgumentError
+from ..agent_config import AGENT_CONFIG_VARIABLE, BASEDIR_VARIABLE, agent_config_from_env, load_agent_config
+from ..store_client import FILE_STORES, STORE_ACTOR_VARIABLE
 from .advantage_hook import HOOK, needs_hook
-from .cluster import FILE_STORES, STORE_ACTOR_VARIABLE, check_store_free
-from .config import AGENT_CONFIG_VARIABLE, BASEDIR_VARIABLE, agent_config_from_env, load_agent_config
+from .cluster import check_store_free
 from .launch import OPENRLHF_ENV_DEFAULTS, RUNTIME_ENV_VARIABLE
 from .secrets import KEY_VARIABLE
 

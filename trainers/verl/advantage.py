@@ -14,7 +14,7 @@ TSAS needs each rollout's searches and reasoning steps, which the agent loop put
 - :func:`install` is the patch point: it wraps ``compute_advantage`` (in
   ``ray_trainer`` and in ``ppo/v1/utils``, which imported it) so that a searchgym estimator
   also gets the batch's ``non_tensor_batch`` and the training step. After the advantages it
-  steps the experience memory to the training step (:class:`~searchgym.trainers.openrlhf.memory_sync.MemoryStepper`,
+  steps the experience memory to the training step (:class:`~searchgym.trainers.memory_sync.MemoryStepper`,
   as OpenRLHF's worker hook does), since the driver is the one process that knows the step.
 
 verl's V1 trainer (``trainer.use_v1``, its default) fetches only tensor fields from its
@@ -151,7 +151,7 @@ def _step_of(data: Any) -> int:
 
 def _follow(memory: Any, step: int) -> None:
     if memory is not None:
-        from ..openrlhf.memory_sync import MemoryStepper
+        from ..memory_sync import MemoryStepper
 
         MemoryStepper(memory).follow(step)
 

@@ -27,12 +27,16 @@ stop and the length limit): tokens, not text.
 - Evaluation rows, marked by ``extra_info["searchgym_eval"]`` (verl does not tell the loop
   it runs validation), write nothing into the experience memory or the minimum tool-call
   store.
-- An episode that runs out of ``rollout.response_length`` ends as truncated (the scheme
-  scores the trajectory as it stands). A row whose ``reset`` or ``step`` raises ends as a
-  failed episode (logged, ``failed`` 1, the reward of a malformed turn), so one row cannot
-  end the run.
+- An episode that runs out of ``rollout.response_length`` (or of ``rollout.max_model_len``)
+  ends as truncated (the scheme scores the trajectory as it stands). One that ends before
+  its first token (no room, or the server aborted) gets the EOS token with mask 0, on which
+  verl puts the score (``AgentLoopOutput.as_dict`` indexes the last response token).
+- A row whose ``reset`` or ``step`` raises, or whose prompt is longer than
+  ``rollout.prompt_length`` (:class:`PromptTooLongError`: verl would cut off its start), ends
+  as a failed episode (one log line on ``searchgym.trainers.verl``, ``failed`` 1, the reward
+  of a malformed turn), so one row cannot end the run.
 
-Envs are built once per process and reused (:mod:`searchgym.trainers.openrlhf.env_pool`,
+Envs are built once per process and reused (:mod:`searchgym.trainers.env_pool`,
 shared with the OpenRLHF backend); the memory is one object per store folder.
 """
 
@@ -52,14 +56,21 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetr
 
 from ...envs.search_env import question_from_options
 from ...error import InvalidArgumentError
+from ..agent_config import AGENT_CONFIG_VARIABLE, AgentConfig, load_agent_config
+from ..env_pool import env_pool
 from ..episodes import end_truncated, label_to_options, trajectory_metrics
-from ..openrlhf.config import AGENT_CONFIG_VARIABLE, AgentConfig, load_agent_config
-from ..openrlhf.env_pool import env_pool
-from ..openrlhf.eval_split import keep_out_of_stores, put_back
-from ..openrlhf.failures import failure_counter, failure_reward
+from ..eval_stores import keep_out_of_stores, put_back
+from ..failures import failure_counter, failure_reward
 from ..turns import settle_turn
 
-__all__ = ["EVAL_MARKER", "METRIC_KEYS", "SearchGymAgentLoop", "is_eval_row", "row_label"]
+__all__ = [
+    "EVAL_MARKER",
+    "METRIC_KEYS",
+    "PromptTooLongError",
+    "SearchGymAgentLoop",
+    "is_eval_row",
+    "row_label",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -163,6 +174,9 @@ class SearchGymAgentLoop(AgentLoopBase):
         super().__init__(*args, **kwargs)
         self.agent_config = agent_config if agent_config is not None else _agent_config(run_file)
         self.response_length = int(self.rollout_config.response_length)
+        self.prompt_length = int(self.rollout_config.prompt_length)
+        context = getattr(self.rollout_config, "max_model_len", None)
+        self.max_model_len = None if context is None else int(context)
         self.max_turn_tokens = max_turn_tokens
         from ...envs.protocols import make_protocol
         from ...policies.chat import ChatFormatter
@@ -181,6 +195,23 @@ class SearchGymAgentLoop(AgentLoopBase):
             return await episode.play()
         finally:
             episode.close()
+
+
+class PromptTooLongError(InvalidArgumentError):
+    """The env's first prompt does not fit in ``rollout.prompt_length``.
+
+    verl would keep only its last tokens (the instructions lost), so the tokens trained on
+    would not be the prompt the env wrote; the row ends as a failed episode instead.
+    """
+
+    def __init__(self, tokens: int, loop: SearchGymAgentLoop, memory_chars: int):
+        memory = f" ({memory_chars} characters of it are memory blocks)" if memory_chars else ""
+        super().__init__(
+            f"the env's prompt is {tokens} tokens{memory}, over rollout.prompt_length="
+            f"{loop.prompt_length}; raise data.max_prompt_length (rollout.prompt_length follows it)"
+            + (" or give the memory fewer characters" if memory_chars else "")
+            + ". The row is a failed episode."
+        )
 
 
 class _Episode:
@@ -221,11 +252,17 @@ class _Episode:
             self.question = question_from_options(options)
             observation, info = await asyncio.to_thread(self.env.reset, options=options)
         except Exception as exc:  # noqa: BLE001 - one row's failure must not end the run
-            return await self._failed_at_reset(exc)
+            self.broken = True
+            return await self._failed_row("reset", exc)
         self.memory_chars = sum(span[2] - span[1] for span in info.get("memory_spans", ()))
-        self.prompt_ids = loop._cap_text_prompt_length(loop._encode(loop.formatter.prompt(observation)))
+        prompt_ids = loop._encode(loop.formatter.prompt(observation))
+        if len(prompt_ids) > loop.prompt_length:  # verl would cut its left end: not the env's prompt
+            return await self._failed_row(
+                "the prompt", PromptTooLongError(len(prompt_ids), loop, self.memory_chars)
+            )
+        self.prompt_ids = prompt_ids
         while not self.done:
-            room = loop.response_length - len(self.response_ids)
+            room = self._room()
             if room < 1:
                 await self._truncate()
                 break
@@ -252,11 +289,21 @@ class _Episode:
             if turn.said and feedback.startswith(turn.said):
                 feedback = feedback[len(turn.said) :]
             feedback_ids = loop._encode(feedback)
-            if len(self.response_ids) + len(feedback_ids) >= loop.response_length:
+            if self._room(len(feedback_ids)) < 1:
                 await self._truncate()  # no room left to answer the feedback
                 break
             self._append(feedback_ids, None, generated=False)
         return self._output()
+
+    def _room(self, more: int = 0) -> int:
+        """Tokens the next turn may generate after ``more`` tokens of feedback: what is left of
+        ``rollout.response_length`` and, when ``rollout.max_model_len`` is set, of the context
+        (verl's server refuses a request with no room left in it)."""
+        loop, used = self.loop, len(self.response_ids) + more
+        room = loop.response_length - used
+        if loop.max_model_len is not None:
+            room = min(room, loop.max_model_len - len(self.prompt_ids) - used)
+        return room
 
     async def _generate(self, room: int) -> Any:
         loop = self.loop
@@ -293,10 +340,11 @@ class _Episode:
         self.total_reward += reward
         self.done = True
 
-    async def _failed_at_reset(self, exc: Exception) -> AgentLoopOutput:
-        """A row whose reset raised: one token from its raw prompt, and the failure's reward."""
+    async def _failed_row(self, where: str, exc: Exception) -> AgentLoopOutput:
+        """A row that cannot play (its reset raised, its prompt is too long): one token from its
+        raw prompt, and the failure's reward."""
         loop = self.loop
-        self._fail("reset", exc)
+        self._fail(where, exc, broken=self.broken)
         messages = list(_plain(self.row.get("raw_prompt")) or [{"role": "user", "content": ""}])
         tokenizer: Any = loop.tokenizer
         text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
@@ -311,12 +359,14 @@ class _Episode:
         self._append(list(output.token_ids)[:1], (output.log_probs or [0.0])[:1], generated=True)
         return self._output()
 
-    def _fail(self, where: str, exc: Exception) -> None:
+    def _fail(self, where: str, exc: Exception, broken: bool = True) -> None:
+        """End the episode as failed; ``broken``: the env raised and is not lent again."""
         reward = failure_reward(self.env, self.question, f"{type(exc).__name__}: {exc}")
-        self.failed = self.done = self.broken = True
+        self.failed = self.done = True
+        self.broken = self.broken or broken
         self.total_reward = reward
         label = self.row.get("extra_info")
-        failure_counter().failed(where, exc, json.dumps(_plain(label), default=str)[:200], reward)
+        failure_counter("verl").failed(where, exc, json.dumps(_plain(label), default=str)[:200], reward)
 
     def metrics(self) -> dict[str, float]:
         """The :data:`METRIC_KEYS` of the episode."""
@@ -337,8 +387,11 @@ class _Episode:
     def _output(self) -> AgentLoopOutput:
         limit = self.loop.response_length
         metrics = self.metrics()
+        if not self.response_ids:  # verl puts the score on the last response token: give it one
+            tokenizer: Any = self.loop.tokenizer
+            self._append([int(tokenizer.eos_token_id)], None, generated=False)
         if not self.failed:
-            failure_counter().finished()
+            failure_counter("verl").finished()
         return AgentLoopOutput(
             prompt_ids=self.prompt_ids,
             response_ids=self.response_ids[:limit],

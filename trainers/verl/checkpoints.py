@@ -1,7 +1,7 @@
 """The run's stores follow verl's checkpoints: snapshot at each save, restore on resume.
 
 The experience memory's store and the minimum tool-call store are append-only logs whose
-state at a training step is a snapshot (:mod:`searchgym.trainers.openrlhf.resume`, shared
+state at a training step is a snapshot (:mod:`searchgym.trainers.store_snapshots`, shared
 with the OpenRLHF backend). verl 0.9.1's ``RayPPOTrainer`` saves checkpoint
 ``global_step_N`` in ``_save_checkpoint`` after step N and, when a run starts, sets
 ``global_steps`` to the checkpoint's N in ``_load_checkpoint`` (0 when it starts fresh).
@@ -10,14 +10,14 @@ with the OpenRLHF backend). verl 0.9.1's ``RayPPOTrainer`` saves checkpoint
 - after ``_save_checkpoint``: every store is snapshotted at ``global_steps``;
 - after ``_load_checkpoint``: a resumed run's stores go back to their snapshot of N (what
   later rollouts wrote is cut off and kept beside the log); a fresh run refuses stores that
-  already hold an earlier run's records (:func:`~searchgym.trainers.openrlhf.resume.prepare_stores`).
+  already hold an earlier run's records (:func:`~searchgym.trainers.store_snapshots.prepare_stores`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..openrlhf.resume import StepSnapshots, prepare_stores, snapshot_stores
+from ..store_snapshots import StepSnapshots, prepare_stores, snapshot_stores
 
 __all__ = ["VERL_RESUME", "install"]
 

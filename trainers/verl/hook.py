@@ -26,7 +26,7 @@ class _LazyMemory:
 
     def _open(self) -> Any:
         if self._memory is None:
-            from ..openrlhf.env_pool import open_memory
+            from ..env_pool import open_memory
 
             self._memory = open_memory(self.config.memory, self.config)
         return self._memory
@@ -36,7 +36,7 @@ class _LazyMemory:
 
 
 class _LazyStores(list):
-    """The run's stores (:func:`~searchgym.trainers.openrlhf.resume.run_stores`), found on first use."""
+    """The run's stores (:func:`~searchgym.trainers.store_snapshots.run_stores`), found on first use."""
 
     def __init__(self, config: Any):
         super().__init__()
@@ -44,7 +44,7 @@ class _LazyStores(list):
 
     def __iter__(self):  # type: ignore[override]
         if not self.found:
-            from ..openrlhf.resume import run_stores
+            from ..store_snapshots import run_stores
 
             self.extend(run_stores(self.config))
             self.found = True
@@ -53,7 +53,7 @@ class _LazyStores(list):
 
 def setup() -> None:
     """Install the patches for the run file in ``$SEARCHGYM_AGENT_CONFIG`` (nothing without one)."""
-    from ..openrlhf.config import AGENT_CONFIG_VARIABLE, load_agent_config
+    from ..agent_config import AGENT_CONFIG_VARIABLE, load_agent_config
     from ..run_spec import load_run
 
     path = os.environ.get(AGENT_CONFIG_VARIABLE)

@@ -36,7 +36,7 @@ from typing import Any, TextIO
 
 from ...envs.config_base import ConfigError
 from ...error import InvalidArgumentError, SearchGymError
-from ..openrlhf.config import AGENT_CONFIG_VARIABLE, BASEDIR_VARIABLE, AgentConfig
+from ..agent_config import AGENT_CONFIG_VARIABLE, BASEDIR_VARIABLE, AgentConfig
 from ..openrlhf.flags import flatten
 from ..run_spec import RunSpec, load_run
 from .hook import HOOK
@@ -101,17 +101,35 @@ def absolute_paths(flat: dict[str, Any], basedir: str) -> dict[str, Any]:
     return out
 
 
+_REWARD_MODEL = "reward.reward_model.enable"
+"""verl's switch for a reward model, which a searchgym run leaves off (see :func:`searchgym_overrides`)."""
+
+
 def searchgym_overrides(spec: RunSpec, run_file: str, basedir: str, stores: str = "") -> dict[str, Any]:
     """The overrides searchgym adds for ``spec`` (dotted key → value; see the module docstring).
 
-    ``stores`` names what the run's episodes write (:func:`~searchgym.trainers.openrlhf.eval_split.stores_written`);
+    ``stores`` names what the run's episodes write (:func:`~searchgym.trainers.eval_stores.stores_written`);
     such a run needs the legacy trainer (``trainer.use_v1=false``), whose checkpoints the
     stores follow (:mod:`.checkpoints`).
 
+    A reward model (``reward.reward_model.enable``) is refused: the episode's reward is the
+    env's (``reward_score``), which verl's agent-loop worker and legacy trainer keep, but verl's
+    V1 trainer runs a colocated reward model on every batch and overwrites ``rm_scores``.
+
     Raises:
-        ConfigError: the ``verl`` section sets one of them to something else.
+        ConfigError: the ``verl`` section sets one of them to something else, or turns a
+            reward model on.
     """
     flat = flatten(spec.verl_overrides())
+    if flat.get(_REWARD_MODEL) is True:
+        raise ConfigError(
+            f"verl.{_REWARD_MODEL}",
+            True,
+            "false or left out",
+            "The reward of a searchgym run is the env's reward scheme, which the agent loop hands "
+            "verl as reward_score; with a reward model on the training GPUs verl's V1 trainer "
+            "scores every batch with the model and overwrites it. Put the reward in env.reward.",
+        )
     ours: dict[str, Any] = {
         "actor_rollout_ref.rollout.agent.agent_loop_config_path": AGENT_LOOP_FILE,
         "+ray_kwargs.ray_init.runtime_env.env_vars." + AGENT_CONFIG_VARIABLE: run_file,
@@ -275,7 +293,7 @@ def compose(spec: RunSpec, basedir: str | None = None) -> VerlPlan:
     if spec.backend != "verl":
         raise ConfigError("backend", spec.backend, "'verl' for searchgym train --backend verl")
     basedir = basedir or os.getcwd()
-    from ..openrlhf.eval_split import stores_written
+    from ..eval_stores import stores_written
 
     agent = AgentConfig.from_spec(spec, basedir)  # the agent loop's own checks (memory, stores)
     run_file = spec.path or ""

@@ -1,14 +1,16 @@
-"""The experience memory's training steps under OpenRLHF.
+"""The experience memory's training steps under a Ray backend (OpenRLHF, verl).
 
-Under OpenRLHF the memory has readers and writers in many processes: every agent instance
-on the vLLM actors appends its finished episodes to the shared store and reads the current
-bank at ``reset``. Only the bank updates must happen exactly once per ``update_every``
-training steps, and only OpenRLHF's trainer actor (the single controller) knows the step.
-So the trainer's worker hook (:mod:`~searchgym.trainers.openrlhf.advantage_hook`) does
-this after every ``train_step``:
+Under these backends the memory has readers and writers in many processes: every agent
+on the rollout workers appends its finished episodes to the shared store and reads the
+current bank at ``reset``. Only the bank updates must happen exactly once per
+``update_every`` training steps, and only the trainer (the single controller) knows the
+step. Under verl the trainer's patch (:mod:`~searchgym.trainers.verl.advantage`) calls
+:meth:`MemoryStepper.follow` with verl's step in ``compute_advantage``. Under OpenRLHF the
+trainer's worker hook (:mod:`~searchgym.trainers.openrlhf.advantage_hook`) does this after
+every ``train_step``:
 
 1. :func:`publish_step` writes ``{"step": N, "time": ...}`` to ``openrlhf_step.json`` in the
-   store folder (atomically). ``N`` is OpenRLHF's ``global_step`` after the step, so a
+   store folder (atomically). ``N`` is the trainer's global step after the step, so a
    resumed run publishes the step its checkpoint restored.
 2. :class:`MemoryStepper` calls ``memory.step()`` until the memory has counted the
    published step. The memory's own count is restored from its store when it is opened
@@ -32,12 +34,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ...checks import check_int
-from ...storage.atomic import write_atomically
+from ..checks import check_int
+from ..storage.atomic import write_atomically
 
 __all__ = ["STEP_FILE", "MemoryStepper", "publish_step", "read_published_step"]
 
-logger = logging.getLogger("searchgym.trainers.openrlhf")
+logger = logging.getLogger("searchgym.trainers")
 
 STEP_FILE = "openrlhf_step.json"
 """The file in the store folder that holds the last published training step."""

@@ -1,14 +1,16 @@
 """Samples that fail: one sample's exception becomes a failed episode, not a dead run.
 
-OpenRLHF 0.11.2's vLLM actor runs a prompt's samples with ``asyncio.gather``
-(``RolloutRayActor.generate_responses``), and the trainer waits on every actor, so an
-exception in one sample's ``reset`` or ``step`` (a label that is not JSON, a store call
-that times out, a bug in a reward scheme) would end the rollout and the run. The agent
-instance catches it and ends that sample as a *failed episode* instead:
+A Ray backend runs many samples at once and waits on all of them (OpenRLHF 0.11.2's vLLM
+actor with ``asyncio.gather`` in ``RolloutRayActor.generate_responses``; verl's
+``AgentLoopWorker`` likewise), so an exception in one sample's ``reset`` or ``step`` (a
+label that is not JSON, a store call that times out, a bug in a reward scheme) would end
+the rollout and the run. The agent catches it and ends that sample as a *failed episode*
+instead:
 
-- one log line on ``searchgym.trainers.openrlhf`` (WARNING) with the error and the label;
-- ``extra_logs["failed"] = 1`` (OpenRLHF logs its batch mean, ``train/failed``: the share
-  of failed samples);
+- one log line on the backend's logger (WARNING; ``searchgym.trainers.openrlhf``,
+  ``searchgym.trainers.verl``) with the error and the label;
+- ``failed = 1`` in the sample's numbers (OpenRLHF's ``extra_logs``, whose batch mean it
+  logs as ``train/failed``; verl's ``extra_fields``);
 - the reward of an episode whose only turn is malformed, as the env's reward scheme
   scores it (:func:`failure_reward`: LightSearcher -1, EM/F1 0, a scheme's
   ``format_penalty`` when it has one).
@@ -18,7 +20,7 @@ the episode goes on. Only what a sample cannot recover from lands here; errors o
 run's configuration (an env that cannot be built, an ambiguous evaluation set) still stop
 the run at the first rollout. So does a run in which every sample fails:
 :class:`FailureCounter` raises :class:`SampleFailuresError` after
-:data:`MAX_FAILURES_IN_A_ROW` failed samples in a row in one process.
+:data:`MAX_FAILURES_IN_A_ROW` failed samples in a row in one process and backend.
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ import logging
 import threading
 from typing import Any
 
-from ...envs.records import Action, Question, Trajectory, Turn
-from ...error import SearchGymError
+from ..envs.records import Action, Question, Trajectory, Turn
+from ..error import SearchGymError
 
 __all__ = [
     "MAX_FAILURES_IN_A_ROW",
@@ -38,7 +40,7 @@ __all__ = [
     "failure_reward",
 ]
 
-logger = logging.getLogger("searchgym.trainers.openrlhf")
+logger = logging.getLogger("searchgym.trainers")
 
 MAX_FAILURES_IN_A_ROW = 256
 """Failed samples in a row, with no episode finished between them, that stop the run."""
@@ -81,10 +83,12 @@ class FailureCounter:
 
     Args:
         limit: Failures in a row after which :meth:`failed` raises.
+        logger_name: The logger of the failure lines (the backend's).
     """
 
-    def __init__(self, limit: int = MAX_FAILURES_IN_A_ROW):
+    def __init__(self, limit: int = MAX_FAILURES_IN_A_ROW, logger_name: str = "searchgym.trainers"):
         self.limit = limit
+        self.logger = logging.getLogger(logger_name)
         self.total = 0
         """Failed samples so far."""
         self.in_a_row = 0
@@ -101,7 +105,7 @@ class FailureCounter:
             self.total += 1
             self.in_a_row += 1
             in_a_row = self.in_a_row
-        logger.warning(
+        self.logger.warning(
             "searchgym: a sample failed in %s and is recorded as a failed episode (reward %s): %s: %s "
             "[label %.200r]",
             where,
@@ -112,7 +116,7 @@ class FailureCounter:
         )
         if in_a_row >= self.limit:
             raise SampleFailuresError(
-                f"{in_a_row} samples in a row failed in this vLLM actor, none finished; the last in "
+                f"{in_a_row} samples in a row failed in this process, none finished; the last in "
                 f"{where}: {type(exc).__name__}: {exc}. The cause is not one sample's: fix it (the log "
                 f"lines 'searchgym: a sample failed' show each error and label) and start again."
             ) from exc
@@ -123,9 +127,15 @@ class FailureCounter:
             self.in_a_row = 0
 
 
-_COUNTER = FailureCounter()
+_COUNTERS: dict[str, FailureCounter] = {}
+_COUNTERS_LOCK = threading.Lock()
 
 
-def failure_counter() -> FailureCounter:
-    """The process-wide :class:`FailureCounter` (one per vLLM actor)."""
-    return _COUNTER
+def failure_counter(backend: str) -> FailureCounter:
+    """The process-wide :class:`FailureCounter` of ``backend`` (``openrlhf``, ``verl``), which
+    logs on ``searchgym.trainers.<backend>``."""
+    with _COUNTERS_LOCK:
+        counter = _COUNTERS.get(backend)
+        if counter is None:
+            counter = _COUNTERS[backend] = FailureCounter(logger_name=f"searchgym.trainers.{backend}")
+        return counter

@@ -1,7 +1,7 @@
-"""Envs for the agent instances: built once per process from the agent config, then reused.
+"""Envs for the agents of every backend: built once per process from the agent config, then reused.
 
-OpenRLHF builds one agent instance per sample, and a vLLM actor runs hundreds of samples
-at once. Building a benchmark env reads its question file, so instances borrow a built env
+OpenRLHF builds one agent instance per sample and verl one agent loop per row, and a
+rollout process runs hundreds of them at once. Building a benchmark env reads its question file, so instances borrow a built env
 from a per-process :class:`EnvPool` at ``reset`` and give it back when the episode ends.
 Retrievers are shared by every env of a process anyway (``searchgym.retrieval``), and
 so is the experience memory: one object per store folder, opened by :func:`open_memory`.
@@ -15,11 +15,12 @@ from typing import Any
 
 import gymnasium as gym
 
-from ...error import InvalidArgumentError
-from .. import build
-from ..ray_store import RemoteMemory
-from .cluster import remote_env_kwargs, store_client
-from .config import AgentConfig, MemoryConfig
+from ..error import InvalidArgumentError
+from ..memory.config import MemoryConfig
+from . import build
+from .agent_config import AgentConfig
+from .ray_store import RemoteMemory
+from .store_client import remote_env_kwargs, store_client
 
 __all__ = ["EnvPool", "build_env", "env_pool", "open_memory"]
 
