@@ -193,10 +193,11 @@ def check_run(config: TrainConfig) -> list[str]:
     device = check_device(config.model.device)
     if device is not None:
         lines.append(device)
-    from .grpo.model import autocast_warning, resolve_device
+    if config.model.autocast != "off":  # the check needs torch, which a plain dry run does not load
+        from .grpo.model import autocast_warning, resolve_device
 
-    if (warning := autocast_warning(config.model, resolve_device(config.model.device))) is not None:
-        lines.append(f"  warning: {warning}")
+        if (warning := autocast_warning(config.model, resolve_device(config.model.device))) is not None:
+            lines.append(f"  warning: {warning}")
     if config.algo.ptx_data is not None and not Path(config.algo.ptx_data).is_file():
         raise DataFileError(f"builtin.algo.ptx_data: {config.algo.ptx_data!r} is not a file.")
     memory = _check_memory(config)
