@@ -331,6 +331,17 @@ def test_every_counter_of_the_actor_survives_its_restart(tmp_path: Path) -> None
     assert [r.step for r in again.step_to(15)] == [15] and ray_store.StoreServer(spec).status()["steps"] == 15
 
 
+def _wait_until_gone(name: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            ray.get_actor(name, namespace=ray_store.NAMESPACE)
+        except ValueError:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"the actor {name!r} still runs {timeout:.0f} s after ray.kill")
+
+
 @pytest.mark.slow
 def test_clients_find_a_restarted_or_recreated_actor_and_name_an_ended_one(
     ray_session: Any, tmp_path: Path
@@ -351,6 +362,7 @@ def test_clients_find_a_restarted_or_recreated_actor_and_name_an_ended_one(
     assert agent.steps == 12
 
     ray.kill(agent.client.actor, no_restart=True)  # ended: nothing runs under its name
+    _wait_until_gone(name)  # ray.kill returns before the actor has ended
     for client in (agent.client, ray_store.StoreClient(name)):  # a cached handle, then a new client
         with pytest.raises(SearchGymError) as ended:
             client.call("status")
