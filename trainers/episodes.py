@@ -13,7 +13,26 @@ from typing import Any
 
 from ..error import InvalidArgumentError
 
-__all__ = ["end_truncated", "label_to_options", "trajectory_metrics"]
+__all__ = ["EPISODE_METRIC_KEYS", "end_truncated", "label_to_options", "trajectory_metrics"]
+
+EPISODE_METRIC_KEYS = (
+    "num_searches",
+    "searched",
+    "em",
+    "f1",
+    "cover_em",
+    "format_ok",
+    "answered",
+    "episode_truncated",
+    "turns",
+    "reasoning_steps",
+    "action_chars",
+    "format_errors",
+    "retrieval_errors",
+    "memory_chars",
+    "failed",
+)
+"""The numbers every backend reports per episode (floats), in this order."""
 
 
 def label_to_options(label: object) -> dict[str, Any]:

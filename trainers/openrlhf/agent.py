@@ -71,8 +71,8 @@ from ...envs.search_env import question_from_options
 from ...error import SearchGymError
 from ..agent_config import AGENT_CONFIG_VARIABLE, AgentConfig, agent_config_from_env, load_agent_config
 from ..env_pool import env_pool
+from ..episodes import EPISODE_METRIC_KEYS, label_to_options, trajectory_metrics
 from ..episodes import end_truncated as _end_truncated
-from ..episodes import label_to_options, trajectory_metrics
 from ..eval_stores import keep_out_of_stores, put_back, stores_written
 from ..failures import failure_counter, failure_reward
 from .eval_split import EvalSign
@@ -88,23 +88,7 @@ __all__ = [
     "with_stop_strings",
 ]
 
-EXTRA_LOG_KEYS = (
-    "num_searches",
-    "searched",
-    "em",
-    "f1",
-    "cover_em",
-    "format_ok",
-    "answered",
-    "episode_truncated",
-    "turns",
-    "reasoning_steps",
-    "action_chars",
-    "format_errors",
-    "retrieval_errors",
-    "memory_chars",
-    "failed",
-)
+EXTRA_LOG_KEYS = EPISODE_METRIC_KEYS
 """The ``extra_logs`` keys of every step, all floats. OpenRLHF logs their batch means
 (``train/f1``, ``train/num_searches`` ...; ``searched`` is SR, ``num_searches`` ST);
 the TSAS hook reads ``num_searches`` and ``reasoning_steps``. ``episode_truncated`` is an

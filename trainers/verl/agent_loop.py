@@ -58,7 +58,7 @@ from ...envs.search_env import question_from_options
 from ...error import InvalidArgumentError
 from ..agent_config import AGENT_CONFIG_VARIABLE, AgentConfig, load_agent_config
 from ..env_pool import env_pool
-from ..episodes import end_truncated, label_to_options, trajectory_metrics
+from ..episodes import EPISODE_METRIC_KEYS, end_truncated, label_to_options, trajectory_metrics
 from ..eval_stores import keep_out_of_stores, put_back
 from ..failures import failure_counter, failure_reward
 from ..turns import settle_turn
@@ -78,23 +78,7 @@ EVAL_MARKER = "searchgym_eval"
 """The ``extra_info`` key that marks an evaluation row (true): its episode writes nothing
 into the experience memory or the minimum tool-call store."""
 
-METRIC_KEYS = (
-    "num_searches",
-    "searched",
-    "em",
-    "f1",
-    "cover_em",
-    "format_ok",
-    "answered",
-    "episode_truncated",
-    "turns",
-    "reasoning_steps",
-    "action_chars",
-    "format_errors",
-    "retrieval_errors",
-    "memory_chars",
-    "failed",
-)
+METRIC_KEYS = EPISODE_METRIC_KEYS
 """The ``extra_fields`` numbers of every episode (floats), the same keys as the OpenRLHF
 agent's ``extra_logs``; the TSAS estimator reads ``num_searches`` and ``reasoning_steps``."""
 
