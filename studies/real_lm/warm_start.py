@@ -35,7 +35,15 @@ from searchgym.error import InvalidArgumentError
 
 from .data import StudyData
 
-__all__ = ["WarmStartSettings", "QA_SYSTEM", "warm_start", "fact_prompt", "agent_lessons", "episode_pairs"]
+__all__ = [
+    "WarmStartSettings",
+    "QA_SYSTEM",
+    "warm_start",
+    "fact_prompt",
+    "agent_lessons",
+    "episode_pairs",
+    "lr_factor",
+]
 
 QA_SYSTEM = "Answer the question in a few words."
 """The system message of fact lessons and of the no-retrieval baseline."""
@@ -55,7 +63,11 @@ class WarmStartSettings:
         protocols: Protocols whose episodes are demonstrated (``search_r1``, ``sem``).
         epochs: Passes over the examples.
         batch_size: Examples per AdamW step.
-        lr: AdamW learning rate.
+        lr: AdamW learning rate (the peak, under ``lr_schedule``).
+        lr_schedule: ``linear``: a warmup over the first 5% of steps, then a linear decay to 0;
+            ``constant``: ``lr`` throughout. Under a constant rate the last few batches set the
+            first action for every question alike (the search/answer choice ends near 0 or 1);
+            the decay lets it settle near the demonstrated shares.
         seed: Seed of the example order, the direct/search coin and torch.
         autocast: ``bfloat16`` trains float32 weights under bfloat16 autocast (fast on a CPU
             with native bfloat16, AMX or AVX512-BF16); ``None`` trains in float32, the fast
@@ -68,6 +80,7 @@ class WarmStartSettings:
     epochs: int = 2
     batch_size: int = 16
     lr: float = 1.0e-4
+    lr_schedule: str = "linear"
     seed: int = 0
     autocast: str | None = None
     lesson_prompts: tuple[str, ...] = ("chat", "agent")
@@ -77,6 +90,10 @@ class WarmStartSettings:
         if unknown or not self.lesson_prompts:
             raise InvalidArgumentError(
                 f"warm_start.lesson_prompts: got {list(self.lesson_prompts)}; allowed: chat and/or agent."
+            )
+        if self.lr_schedule not in ("linear", "constant"):
+            raise InvalidArgumentError(
+                f"warm_start.lr_schedule: got {self.lr_schedule!r}; allowed: linear, constant."
             )
 
 
@@ -170,6 +187,16 @@ def _batches(lengths: list[int], size: int, rng: Any) -> list[list[int]]:
     return [batches[int(i)] for i in rng.permutation(len(batches))]
 
 
+def lr_factor(schedule: str, step: int, total: int) -> float:
+    """The multiplier of the peak rate at optimiser step ``step`` (0-based) of ``total``."""
+    if schedule == "constant":
+        return 1.0
+    warmup = max(1, round(0.05 * total))
+    if step < warmup:
+        return (step + 1) / warmup
+    return max(0.0, (total - step) / max(1, total - warmup))
+
+
 def _key(settings: WarmStartSettings, model: str, env_kwargs: dict[str, Any], data: StudyData) -> str:
     blob = json.dumps(
         {"settings": asdict(settings), "model": model, "env": env_kwargs, "data": data.summary(), "v": 3},
@@ -258,6 +285,8 @@ def warm_start(
                 loss = ptx_nll(policy, batch, pad, "cpu")
                 loss.backward()
             torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
+            for group in optimizer.param_groups:
+                group["lr"] = settings.lr * lr_factor(settings.lr_schedule, steps, total)
             optimizer.step()
             losses.append(round(float(loss.detach()), 4))
             steps += 1

@@ -335,3 +335,16 @@ def test_warm_start_batches_cover_every_example_once_and_pad_little():
     # pools of 8 batches are sorted by length: at most one batch per pool of 32 mixes the kinds
     mixed = [b for b in batches if len({lengths[i] for i in b}) > 1]
     assert len(mixed) <= 2
+
+
+def test_warm_start_rate_warms_up_then_decays_to_zero():
+    from studies.real_lm.warm_start import WarmStartSettings, lr_factor
+
+    total = 100
+    factors = [lr_factor("linear", step, total) for step in range(total)]
+    assert factors[0] == pytest.approx(0.2) and factors[4] == 1.0  # 5 warmup steps
+    assert all(a >= b for a, b in zip(factors[4:], factors[5:], strict=False))
+    assert 0.0 < factors[-1] <= 1 / 95  # the last step moves the weights least
+    assert {lr_factor("constant", step, total) for step in range(total)} == {1.0}
+    with pytest.raises(InvalidArgumentError, match="lr_schedule.*linear, constant"):
+        WarmStartSettings(lr_schedule="cosine")
