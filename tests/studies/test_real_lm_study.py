@@ -348,3 +348,44 @@ def test_warm_start_rate_warms_up_then_decays_to_zero():
     assert {lr_factor("constant", step, total) for step in range(total)} == {1.0}
     with pytest.raises(InvalidArgumentError, match="lr_schedule.*linear, constant"):
         WarmStartSettings(lr_schedule="cosine")
+
+
+def test_first_action_probability_matches_step_by_step_decoding(tmp_path):
+    """``p(search)`` from whole-sequence scoring equals one-token-at-a-time decoding with a cache."""
+    import math
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from searchgym.policies.tiny import build_tiny_lm, load_tokenizer
+    from studies.real_lm.first_action import OPENINGS, search_probabilities, summarise
+
+    folder = build_tiny_lm(tmp_path / "tiny", vocab_size=400, hidden_size=32, num_layers=1)
+    tokenizer = load_tokenizer(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    prompt = (
+        "<|im_start|>user\nQuestion: In what city was Jerry Best born?<|im_end|>\n<|im_start|>assistant\n"
+    )
+
+    def step_by_step(opening: str) -> float:
+        head = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        tail = tokenizer(prompt + opening, add_special_tokens=False)["input_ids"][len(head) :]
+        with torch.no_grad():
+            out = model(torch.tensor([head]), use_cache=True)
+            total = 0.0
+            for token in tail:
+                total += float(out.logits[0, -1].log_softmax(-1)[token])
+                out = model(torch.tensor([[token]]), past_key_values=out.past_key_values, use_cache=True)
+        return total
+
+    search, answer = (step_by_step(o) for o in OPENINGS)
+    (p,) = search_probabilities(model, tokenizer, [prompt])
+    assert p == pytest.approx(1 / (1 + math.exp(answer - search)), rel=1e-4)
+    rows = [
+        {"known": True, "taught": True, "p_search": 0.2},
+        {"known": True, "taught": False, "p_search": 0.4},
+        {"known": False, "taught": False, "p_search": 0.9},
+    ]
+    groups = summarise(rows)
+    assert groups["known"]["median"] == pytest.approx(0.3) and groups["unknown"]["n"] == 1
+    assert groups["untaught"]["min"] == 0.4 and groups["all"]["max"] == 0.9

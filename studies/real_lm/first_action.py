@@ -1,0 +1,117 @@
+"""How likely the warm-started agent is to search first, question by question.
+
+The first action of a ``search_r1`` episode opens with ``<search>`` or ``<answer>``; this reads
+the model's probability of each (teacher-forced, no sampling) on every held-out question and
+reports ``p(search) = P(<search>) / (P(<search>) + P(<answer>))`` by known/unknown and
+taught/untaught. RL can only prefer answering at once where sampling sometimes tries it, so a
+warm start whose ``p(search)`` sits at 0 or 1 for every question gives every scheme the same
+groups.
+
+    python -m studies.real_lm.first_action --config studies/real_lm/study.yaml --output-dir DIR
+
+``DIR`` is a study output folder with its warm start and ``baselines.json``; the figures go to
+``DIR/first_action.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["search_probabilities", "summarise", "main"]
+
+OPENINGS = ("<search>", "<answer>")
+
+
+def search_probabilities(model: Any, tokenizer: Any, prompts: Sequence[str]) -> list[float]:
+    """``p(search)`` of the first action after each prompt (the chat rendering, turn opened)."""
+    import torch
+
+    out = []
+    for prompt in prompts:
+        head = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        logps = []
+        for opening in OPENINGS:
+            ids = tokenizer(prompt + opening, add_special_tokens=False)["input_ids"]
+            with torch.no_grad():
+                logits = model(torch.tensor([ids])).logits[0].float().log_softmax(-1)
+            logps.append(sum(float(logits[k - 1, ids[k]]) for k in range(len(head), len(ids))))
+        out.append(1.0 / (1.0 + math.exp(logps[1] - logps[0])))
+    return out
+
+
+def summarise(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Median and share above one half of ``p_search`` for all rows and each group."""
+
+    def stats(values: list[float]) -> dict[str, Any]:
+        if not values:
+            return {"n": 0}
+        return {
+            "n": len(values),
+            "median": round(statistics.median(values), 4),
+            "min": round(min(values), 4),
+            "max": round(max(values), 4),
+            "mean": round(statistics.fmean(values), 4),
+        }
+
+    groups: dict[str, Any] = {"all": stats([r["p_search"] for r in rows])}
+    for key in ("known", "taught"):
+        for value in (True, False):
+            name = f"{'' if value else 'un'}{key}"
+            groups[name] = stats([r["p_search"] for r in rows if r[key] == value])
+    return groups
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from searchgym.policies.tiny import load_tokenizer
+
+    from .data import prepare_data
+    from .study import _env_kwargs, _limit, load_study
+
+    parser = argparse.ArgumentParser(prog="python -m studies.real_lm.first_action", description=__doc__)
+    parser.add_argument("--config", required=True, help="the study file")
+    parser.add_argument("--output-dir", required=True, help="the study's output folder")
+    args = parser.parse_args(argv)
+    study, out = load_study(args.config), Path(args.output_dir)
+    warm = sorted(out.glob("warm_*/warm_start.json"))
+    baselines = out / "baselines.json"
+    if not warm or not baselines.exists():
+        parser.error(f"{out} has no finished warm start and baselines.json; run the study there first.")
+    torch.set_num_threads(int(study.get("threads", 1)))
+    data = prepare_data(study["data"], out / "data")
+    heldout = _limit(data.heldout, study)
+    known = {p["qid"]: p["known"] for p in json.loads(baselines.read_text(encoding="utf-8"))["probe"]}
+    from .evaluation import answer_prompts
+
+    prompts = [
+        p.removesuffix("<answer>")
+        for p in answer_prompts(
+            load_tokenizer(warm[-1].parent),
+            _env_kwargs(study, data, "search_r1"),
+            str(data.heldout_path),
+            len(heldout),
+        )
+    ]
+    model = AutoModelForCausalLM.from_pretrained(warm[-1].parent, dtype=torch.float32).eval()
+    p_search = search_probabilities(model, load_tokenizer(warm[-1].parent), prompts)
+    rows = [
+        {"qid": q["id"], "known": known[q["id"]], "taught": q["id"] in data.taught, "p_search": round(p, 5)}
+        for q, p in zip(heldout, p_search, strict=True)
+    ]
+    result = {"warm_start": warm[-1].parent.name, "groups": summarise(rows), "questions": rows}
+    (out / "first_action.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    for name, group in result["groups"].items():
+        print(f"{name:>9}: " + ", ".join(f"{k} {v}" for k, v in group.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
