@@ -10,7 +10,8 @@ groups.
     python -m studies.real_lm.first_action --config studies/real_lm/study.yaml --output-dir DIR
 
 ``DIR`` is a study output folder with its warm start and ``baselines.json``; the figures go to
-``DIR/first_action.json``.
+``DIR/first_action.json`` (the study itself writes them after its baselines, and into
+``results.json``).
 """
 
 from __future__ import annotations
@@ -68,13 +69,8 @@ def summarise(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    from searchgym.policies.tiny import load_tokenizer
-
     from .data import prepare_data
-    from .study import _env_kwargs, _limit, load_study
+    from .study import load_study, run_first_action
 
     parser = argparse.ArgumentParser(prog="python -m studies.real_lm.first_action", description=__doc__)
     parser.add_argument("--config", required=True, help="the study file")
@@ -85,29 +81,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     baselines = out / "baselines.json"
     if not warm or not baselines.exists():
         parser.error(f"{out} has no finished warm start and baselines.json; run the study there first.")
-    torch.set_num_threads(int(study.get("threads", 1)))
     data = prepare_data(study["data"], out / "data")
-    heldout = _limit(data.heldout, study)
     known = {p["qid"]: p["known"] for p in json.loads(baselines.read_text(encoding="utf-8"))["probe"]}
-    from .evaluation import answer_prompts
-
-    prompts = [
-        p.removesuffix("<answer>")
-        for p in answer_prompts(
-            load_tokenizer(warm[-1].parent),
-            _env_kwargs(study, data, "search_r1"),
-            str(data.heldout_path),
-            len(heldout),
-        )
-    ]
-    model = AutoModelForCausalLM.from_pretrained(warm[-1].parent, dtype=torch.float32).eval()
-    p_search = search_probabilities(model, load_tokenizer(warm[-1].parent), prompts)
-    rows = [
-        {"qid": q["id"], "known": known[q["id"]], "taught": q["id"] in data.taught, "p_search": round(p, 5)}
-        for q, p in zip(heldout, p_search, strict=True)
-    ]
-    result = {"warm_start": warm[-1].parent.name, "groups": summarise(rows), "questions": rows}
-    (out / "first_action.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    result = run_first_action(study, out, data, warm[-1].parent, known)
     for name, group in result["groups"].items():
         print(f"{name:>9}: " + ", ".join(f"{k} {v}" for k, v in group.items()))
     return 0

@@ -97,6 +97,7 @@ def _paired_table(results: Mapping[str, Any]) -> str:
 
 def _split_text(results: Mapping[str, Any]) -> str:
     split, known, warm = results["split"], results["known"], results["warm_start"]
+    ws = warm["settings"]
     overlap = split["overlap"]
     n = split["heldout"]
     return "\n".join(
@@ -109,11 +110,26 @@ def _split_text(results: Mapping[str, Any]) -> str:
             f"{_num(known['pct'])}% ({_num(known['taught_pct'])}% of the taught, "
             f"{_num(known['untaught_pct'])}% of the untaught ones).",
             f"- Warm start: {warm['steps']} AdamW steps on {warm['lessons']} fact lessons and "
-            f"{warm['episode_actions']} demonstrated actions, {_num(warm['wall_s'], 0)} s on "
+            f"{warm['episode_actions']} demonstrated actions ({_num(100 * ws['direct_share'], 0)}% of the "
+            f"taught training questions answer at once), learning rate {ws['lr']:g} "
+            f"({ws.get('lr_schedule', 'constant')}), {_num(warm['wall_s'], 0)} s on "
             f"{warm['torch_threads']} torch thread(s); loss {_num(warm['loss_first'], 2)} at the first step, "
             f"{_num(warm['loss_last10'], 2)} over the last ten.",
+            *_first_action_lines(results),
         ]
     )
+
+
+def _first_action_lines(results: Mapping[str, Any]) -> list[str]:
+    groups = results.get("first_action", {}).get("groups")
+    if not groups:
+        return []
+    return [
+        "- The warm-started agent's probability of searching first, `p(search)` (median over questions): "
+        f"{_num(groups['known'].get('median'), 3)} on known and {_num(groups['unknown'].get('median'), 3)} on unknown "
+        f"held-out questions ({_num(groups['taught'].get('median'), 3)} taught, "
+        f"{_num(groups['untaught'].get('median'), 3)} untaught)."
+    ]
 
 
 def _timing_text(results: Mapping[str, Any]) -> str:

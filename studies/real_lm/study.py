@@ -37,6 +37,7 @@ from searchgym.error import DataFileError, InvalidArgumentError, did_you_mean
 from .data import DataSettings, StudyData, answer_prior, prepare_data
 from .evaluation import (
     FIGURES,
+    answer_prompts,
     figures,
     heuristic_answers,
     interval,
@@ -249,6 +250,40 @@ def run_baselines(study: Mapping[str, Any], out: Path, data: StudyData, model_di
     return result
 
 
+def run_first_action(
+    study: Mapping[str, Any], out: Path, data: StudyData, model_dir: Path, known: Mapping[str, bool]
+) -> dict[str, Any]:
+    """The warm start's ``p(search)`` of the first action on each held-out question (cached)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from searchgym.policies.tiny import load_tokenizer
+
+    from .first_action import search_probabilities, summarise
+
+    key = _key(
+        str(model_dir), _eval_settings(study)["max_questions"], study["instructions"]["search_r1"], "v1"
+    )
+    path = out / "first_action.json"
+    found = _load(path, key)
+    if found is not None:
+        return found
+    torch.set_num_threads(int(study.get("threads", 1)))
+    heldout = _limit(data.heldout, study)
+    tokenizer = load_tokenizer(model_dir)
+    env_kwargs = _env_kwargs(study, data, "search_r1")
+    prompts = answer_prompts(tokenizer, env_kwargs, str(data.heldout_path), len(heldout))
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    p_search = search_probabilities(model, tokenizer, [p.removesuffix("<answer>") for p in prompts])
+    rows = [
+        {"qid": q["id"], "known": known[q["id"]], "taught": q["id"] in data.taught, "p_search": round(p, 5)}
+        for q, p in zip(heldout, p_search, strict=True)
+    ]
+    result = {"key": key, "groups": summarise(rows), "questions": rows}
+    _write(path, result)
+    return result
+
+
 def _share(probe: list[dict[str, Any]], data: StudyData, taught: bool) -> float:
     side = [p for p in probe if (p["qid"] in data.taught) == taught]
     return 100.0 * sum(p["known"] for p in side) / len(side) if side else math.nan
@@ -349,6 +384,12 @@ def run_study(
     log(f"warm start: {model_dir} ({warm['wall_s']} s)")
     baselines = run_baselines(study, out, data, model_dir)
     log(f"known held-out questions: {baselines['known_pct']:.0f}%")
+    known = {p["qid"]: p["known"] for p in baselines["probe"]}
+    first = run_first_action(study, out, data, model_dir, known)
+    log(
+        f"p(search) of the first action, median: {first['groups']['known'].get('median')} on known, "
+        f"{first['groups']['unknown'].get('median')} on unknown questions"
+    )
     todo = [] if collect else [(a, s) for s in (seeds or study["seeds"]) for a in (arms or study["arms"])]
     workers = max(1, int(study.get("workers", 1)))
     cells: list[dict[str, Any]] = []
@@ -367,7 +408,7 @@ def run_study(
                 log(f"cell {arm}, seed {seed}: {cells[-1]['wall_s']} s")
     done = _collect(study, out, data, model_dir, cells)
     results = {
-        "arms": aggregate(done, {p["qid"]: p["known"] for p in baselines["probe"]}),
+        "arms": aggregate(done, known),
         "baselines": {name: row["figures"] for name, row in baselines["rows"].items()},
         "known": {
             "pct": baselines["known_pct"],
@@ -377,6 +418,7 @@ def run_study(
         },
         "split": data.summary(),
         "warm_start": warm,
+        "first_action": {"groups": first["groups"], "questions": first["questions"]},
         "settings": _settings(study),
         "timing": {"wall_s": round(time.perf_counter() - start, 1), "workers": workers},
         "baseline_questions": {name: row["questions"] for name, row in baselines["rows"].items()},

@@ -234,6 +234,7 @@ def _results(em_f1, em_otc):
             "torch_threads": 1,
             "loss_first": 2.5,
             "loss_last10": 0.4,
+            "settings": {"direct_share": 0.3, "lr": 1.5e-4, "lr_schedule": "linear"},
         },
     }
 
@@ -302,6 +303,9 @@ def test_one_cell_end_to_end_with_a_tiny_model(tmp_path, monkeypatch):
     assert [q["qid"] for q in seed["questions"]] == [q["qid"] for q in results["known"]["probe"]]
     assert {"qid", "known", "searches", "answer", "em", "f1"} <= set(seed["questions"][0])
     assert results["split"]["heldout"] == 6 and len(results["known"]["probe"]) == 6
+    first = results["first_action"]
+    assert [q["qid"] for q in first["questions"]] == [q["qid"] for q in results["known"]["probe"]]
+    assert all(0.0 < q["p_search"] < 1.0 for q in first["questions"]) and first["groups"]["all"]["n"] == 6
     assert set(results["baselines"]) >= {
         "no_retrieval",
         "naive_rag",
