@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...error import InvalidArgumentError, UnknownNameError
+from ..dotted_keys import flatten
 
 __all__ = [
     "FlagError",
@@ -137,22 +138,6 @@ def parsed_value(args: Any, dotted: str, default: Any = None) -> Any:
         if node is None:
             return default
     return node
-
-
-def flatten(section: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested keys joined with dots: ``{"algo": {"kl": {"use_loss": True}}}`` → ``{"algo.kl.use_loss": True}``."""
-    out: dict[str, Any] = {}
-    for key, value in section.items():
-        if not isinstance(key, str) or not key:
-            raise InvalidArgumentError(
-                f"openrlhf keys must be non-empty strings, got {key!r} under {prefix!r}."
-            )
-        name = f"{prefix}.{key}" if prefix else key
-        if isinstance(value, Mapping):
-            out.update(flatten(value, name))
-        else:
-            out[name] = value
-    return out
 
 
 def _format(value: Any) -> str:

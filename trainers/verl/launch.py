@@ -37,7 +37,7 @@ from typing import Any, TextIO
 from ...envs.config_base import ConfigError
 from ...error import InvalidArgumentError, SearchGymError
 from ..agent_config import AGENT_CONFIG_VARIABLE, BASEDIR_VARIABLE, AgentConfig
-from ..openrlhf.flags import flatten
+from ..dotted_keys import flatten
 from ..run_spec import RunSpec, load_run
 from .hook import HOOK
 
