@@ -13,6 +13,7 @@ import argparse
 import json
 import math
 import re
+import statistics
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -132,6 +133,25 @@ def _first_action_lines(results: Mapping[str, Any]) -> list[str]:
     ]
 
 
+def _training_table(results: Mapping[str, Any]) -> str:
+    """The searched share of the sampled training rollouts (%), averaged over windows of steps."""
+    rows = [(arm, s) for arm, entry in results["arms"].items() for s in entry["seeds"] if s.get("rollouts")]
+    if not rows:
+        return "No per-step rollout figures in this results file."
+    steps = max(r["step"] for _, s in rows for r in s["rollouts"])
+    width = max(1, -(-steps // 6))
+    windows = [(a, min(a + width - 1, steps)) for a in range(1, steps + 1, width)]
+    head = "| Arm | Seed | " + " | ".join(f"Steps {a}–{b}" for a, b in windows) + " |"
+    lines = [head, "|" + "---|" * (len(windows) + 2)]
+    for arm, seed in rows:
+        cells = []
+        for a, b in windows:
+            values = [r["sr"] for r in seed["rollouts"] if a <= r["step"] <= b]
+            cells.append(_num(100 * statistics.fmean(values), 0) if values else "–")
+        lines.append(f"| {arm} | {seed['seed']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def _timing_text(results: Mapping[str, Any]) -> str:
     lines = []
     for arm, entry in results["arms"].items():
@@ -152,6 +172,7 @@ def blocks(results: Mapping[str, Any]) -> dict[str, str]:
         "arms-sampled": _arm_table(results, "sampled"),
         "paired": _paired_table(results),
         "baselines": _baseline_table(results),
+        "training": _training_table(results),
         "timing": _timing_text(results),
     }
 
@@ -175,13 +196,14 @@ def format_summary(results: Mapping[str, Any]) -> str:
 
 
 def plot(results: Mapping[str, Any], path: Path) -> Path:
-    """Searched known against searched unknown (%), one marker per arm (mean ± 95% CI)."""
+    """EM against searches per question and searched known against searched unknown (%), one
+    marker per arm (mean ± 95% CI); the searched share of training rollouts per step, a line per seed."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.2))
+    fig, (left, right, curve) = plt.subplots(1, 3, figsize=(15, 4.2))
     for k, (arm, entry) in enumerate(results["arms"].items()):
         m = entry["mean"]
         ci = m["ci95"]
@@ -197,13 +219,19 @@ def plot(results: Mapping[str, Any], path: Path) -> Path:
             color=f"C{k}",
             capsize=3,
         )
+        for seed in entry["seeds"]:
+            points = seed.get("rollouts") or []
+            curve.plot([r["step"] for r in points], [100 * r["sr"] for r in points], color=f"C{k}", alpha=0.7)
     left.set_xlabel("searches per question")
     left.set_ylabel("held-out EM (%)")
     right.set_xlabel("searched, known questions (%)")
     right.set_ylabel("searched, unknown questions (%)")
     right.set_xlim(-5, 105)
     right.set_ylim(-5, 105)
-    for ax in (left, right):
+    curve.set_xlabel("GRPO step")
+    curve.set_ylabel("training rollouts that searched (%)")
+    curve.set_ylim(-5, 105)
+    for ax in (left, right, curve):
         ax.grid(alpha=0.3)
     left.legend(fontsize=8)
     fig.tight_layout()

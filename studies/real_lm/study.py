@@ -440,7 +440,24 @@ def _collect(study, out: Path, data: StudyData, model_dir: Path, fresh: list[dic
             )
             if found is not None:
                 cells[(arm, seed)] = found
+    for (arm, seed), cell in cells.items():
+        cell.setdefault("rollouts", _rollout_curve(out / "cells" / arm / f"seed{seed}"))
     return [cells[k] for k in sorted(cells, key=lambda k: (list(study["arms"]).index(k[0]), k[1]))]
+
+
+def _rollout_curve(run_dir: Path) -> list[dict[str, float]]:
+    """Per training step: the share of sampled rollouts that searched, their EM and reward."""
+    from searchgym.trainers.grpo.metrics_file import read_metrics
+
+    try:
+        rows = read_metrics(run_dir)
+    except DataFileError:
+        return []
+    return [
+        {"step": r["step"], **{k: round(r[f"rollout/{k}"], 4) for k in ("sr", "em", "reward")}}
+        for r in rows
+        if "rollout/sr" in r
+    ]
 
 
 def _settings(study: Mapping[str, Any]) -> dict[str, Any]:
@@ -493,6 +510,7 @@ def aggregate(cells: list[dict[str, Any]], known: dict[str, bool]) -> dict[str, 
                     "median_step_s": cell["median_step_s"],
                     "cpu_s": cell.get("cpu_s"),
                     "train_cpu_s": cell.get("train_cpu_s"),
+                    "rollouts": cell.get("rollouts", []),
                     "questions": questions,
                 }
             )

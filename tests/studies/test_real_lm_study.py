@@ -191,6 +191,10 @@ def _results(em_f1, em_otc):
                     "wall_s": 90.0,
                     "cpu_s": 80.0,
                     "train_cpu_s": 55.0,
+                    "rollouts": [
+                        {"step": k, "sr": 1.0 if k <= 12 else 0.5, "em": 0.5, "reward": 0.5}
+                        for k in range(1, 25)
+                    ],
                 }
                 for s in seeds
             ],
@@ -247,6 +251,9 @@ def test_page_blocks_are_written_from_the_json_and_kept():
     assert "stale" not in first and first.startswith("intro\n") and "\nmiddle\n" in first
     assert render_page(first, _results(40.0, 38.5)) == first  # a rendered page is a fixed point
     assert render_page(first, _results(40.0, 12.0)) != first  # and changes with its JSON
+    training = blocks(_results(40.0, 38.5))["training"]
+    # steps 1-12 all searched, 13-24 half: windows of 4 steps read 100, 100, 100, 50, 50, 50
+    assert "| otc | 1 | 100 | 100 | 100 | 50 | 50 | 50 |" in training and "Steps 21–24" in training
     with pytest.raises(KeyError, match="unknown block"):
         render_page("<!-- real-lm:nope -->\n<!-- end -->", _results(1.0, 1.0))
 
@@ -300,6 +307,7 @@ def test_one_cell_end_to_end_with_a_tiny_model(tmp_path, monkeypatch):
     assert set(f1["mean"]) >= {"em", "sr_known", "sr_unknown", "ci95", "sampled"}
     (seed,) = f1["seeds"]
     assert seed["seed"] == 0 and seed["steps"] == 1
+    assert [r["step"] for r in seed["rollouts"]] == [1] and 0.0 <= seed["rollouts"][0]["sr"] <= 1.0
     assert [q["qid"] for q in seed["questions"]] == [q["qid"] for q in results["known"]["probe"]]
     assert {"qid", "known", "searches", "answer", "em", "f1"} <= set(seed["questions"][0])
     assert results["split"]["heldout"] == 6 and len(results["known"]["probe"]) == 6
