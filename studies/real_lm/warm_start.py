@@ -16,7 +16,8 @@ keyed by its settings). It trains the actions' tokens only (masked cross-entropy
   starts by over-searching, as the papers' outcome-rewarded agents do.
 - **SEM episodes** on the same questions, in SEM's layout: a first answer (the taught
   answer, or ``unknown``), then a search and the final answer; ``direct_share`` of the
-  taught ones stop after the first answer.
+  taught ones stop after the first answer. SEM's generation stops only at ``</search>``, so
+  its answer turns are trained with the end token, which ends them.
 
 Held-out questions appear only as fact lessons (taught side), never as episodes.
 """
@@ -42,6 +43,7 @@ __all__ = [
     "fact_prompt",
     "agent_lessons",
     "episode_pairs",
+    "split_by_turn_end",
     "lr_factor",
 ]
 
@@ -174,6 +176,18 @@ def episode_pairs(
     return pairs
 
 
+def split_by_turn_end(
+    pairs: list[tuple[str, str]], protocol: str
+) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """``pairs`` whose action ends at one of ``protocol``'s stop strings (generation stops
+    there), and the others, whose turn ends with the end token (SEM's answer turns)."""
+    from searchgym.policies.chat import stop_strings
+
+    stops = tuple(stop_strings(protocol))
+    at_stop = [(c, a) for c, a in pairs if a.rstrip().endswith(stops)]
+    return at_stop, [(c, a) for c, a in pairs if not a.rstrip().endswith(stops)]
+
+
 def _batches(lengths: list[int], size: int, rng: Any) -> list[list[int]]:
     """One epoch's batches of example indices: shuffled, then sorted by length within pools
     of 8 batches so a batch pads little (fact lessons are a fifth of an episode's length),
@@ -199,7 +213,7 @@ def lr_factor(schedule: str, step: int, total: int) -> float:
 
 def _key(settings: WarmStartSettings, model: str, env_kwargs: dict[str, Any], data: StudyData) -> str:
     blob = json.dumps(
-        {"settings": asdict(settings), "model": model, "env": env_kwargs, "data": data.summary(), "v": 3},
+        {"settings": asdict(settings), "model": model, "env": env_kwargs, "data": data.summary(), "v": 4},
         sort_keys=True,
         default=str,
     )
@@ -254,14 +268,22 @@ def warm_start(
     write_ptx_examples(out / "lessons.jsonl", chat_lessons * settings.fact_repeats, eos=True)
     write_ptx_examples(out / "agent_lessons.jsonl", agent * settings.fact_repeats, eos=False)
     episodes: list[tuple[str, str]] = []
+    turn_ends: list[tuple[str, str]] = []
     for protocol in settings.protocols:
-        episodes += episode_pairs(data, env_kwargs[protocol], protocol, tokenizer, settings)
-    # the rollouts stop at a closing tag: episode actions end there, without an end token
+        at_stop, at_eos = split_by_turn_end(
+            episode_pairs(data, env_kwargs[protocol], protocol, tokenizer, settings), protocol
+        )
+        episodes += at_stop
+        turn_ends += at_eos
+    # generation stops at the protocol's stop strings: an action ending in one is trained
+    # without the end token; any other action (SEM's answer turns) ends with it
     write_ptx_examples(out / "episodes.jsonl", episodes, eos=False)
+    write_ptx_examples(out / "episode_turn_ends.jsonl", turn_ends, eos=True)
     examples = [
         *load_ptx_examples(out / "lessons.jsonl", tokenizer),
         *load_ptx_examples(out / "agent_lessons.jsonl", tokenizer),
         *load_ptx_examples(out / "episodes.jsonl", tokenizer),
+        *(load_ptx_examples(out / "episode_turn_ends.jsonl", tokenizer) if turn_ends else []),
     ]
     optimizer = torch.optim.AdamW(policy.parameters(), lr=settings.lr)
     rng = np.random.default_rng(settings.seed)
@@ -302,7 +324,8 @@ def warm_start(
         "settings": asdict(settings),
         "model": model,
         "lessons": len(lessons) * settings.fact_repeats,
-        "episode_actions": len(episodes),
+        "episode_actions": len(episodes) + len(turn_ends),
+        "episode_actions_with_end_token": len(turn_ends),
         "steps": steps,
         "loss_first": losses[0] if losses else None,
         "loss_last10": float(np.mean(losses[-10:])) if losses else None,

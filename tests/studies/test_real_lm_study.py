@@ -258,7 +258,7 @@ def test_page_blocks_are_written_from_the_json_and_kept():
         render_page("<!-- real-lm:nope -->\n<!-- end -->", _results(1.0, 1.0))
 
 
-RESULTS = REPO / "studies" / "real_lm" / "results" / "calibration.json"
+RESULTS = REPO / "studies" / "real_lm" / "results" / "results.json"
 
 
 @pytest.mark.skipif(not RESULTS.exists(), reason="the calibration run is not committed yet")
@@ -401,3 +401,34 @@ def test_first_action_probability_matches_step_by_step_decoding(tmp_path):
     groups = summarise(rows)
     assert groups["known"]["median"] == pytest.approx(0.3) and groups["unknown"]["n"] == 1
     assert groups["untaught"]["min"] == 0.4 and groups["all"]["max"] == 0.9
+
+
+@needs_data
+def test_demonstrated_actions_end_where_generation_stops(tmp_path):
+    """search_r1 actions end at a stop string; SEM's answer turns end with the end token."""
+    import yaml
+
+    from searchgym.policies.tiny import build_tiny_lm, load_tokenizer
+    from studies.real_lm.study import _env_kwargs
+    from studies.real_lm.warm_start import WarmStartSettings, episode_pairs, split_by_turn_end
+
+    settings = DataSettings(
+        questions=str(SHARED / "questions" / "popqa.jsonl"),
+        corpus=str(SHARED / "corpus.jsonl"),
+        train=6,
+        heldout=4,
+        passage_words=5,
+    )
+    data = prepare_data(settings, tmp_path)
+    study = yaml.safe_load((REPO / "studies" / "real_lm" / "study.yaml").read_text(encoding="utf-8"))
+    study["instructions"] = {p: study["instructions"][p] for p in ("search_r1", "sem")}
+    tokenizer = load_tokenizer(build_tiny_lm(tmp_path / "tiny", vocab_size=400, hidden_size=32, num_layers=1))
+    warm = WarmStartSettings(direct_share=1.0)  # every taught question answers at once
+    r1 = episode_pairs(data, _env_kwargs(study, data, "search_r1"), "search_r1", tokenizer, warm)
+    at_stop, at_eos = split_by_turn_end(r1, "search_r1")
+    assert len(at_stop) == len(r1) and not at_eos
+    sem = episode_pairs(data, _env_kwargs(study, data, "sem"), "sem", tokenizer, warm)
+    at_stop, at_eos = split_by_turn_end(sem, "sem")
+    # 3 taught questions answer in one turn; the 3 others search (stops at </search>), then answer
+    assert [a.endswith("</search>") for _, a in at_stop] == [True] * 3
+    assert len(at_eos) == 6 and all(a.endswith("</answer>") for _, a in at_eos)
