@@ -201,8 +201,11 @@ def _evaluate(model: Any, tokenizer: Any, make_env, study: Mapping[str, Any], co
     return out
 
 
-def run_baselines(study: Mapping[str, Any], out: Path, data: StudyData, model_dir: Path) -> dict[str, Any]:
-    """The known/unknown probe and every baseline on the held-out questions (cached)."""
+def run_baselines(
+    study: Mapping[str, Any], out: Path, data: StudyData, model_dir: Path, reuse_only: bool = False
+) -> dict[str, Any]:
+    """The known/unknown probe and every baseline on the held-out questions (cached; with
+    ``reuse_only``, missing ones are an error)."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -214,6 +217,10 @@ def run_baselines(study: Mapping[str, Any], out: Path, data: StudyData, model_di
     found = _load(path, key)
     if found is not None:
         return found
+    if reuse_only:
+        raise InvalidArgumentError(
+            f"{str(path)!r} holds no baselines for this warm start; run the study without --collect."
+        )
     torch.set_num_threads(int(study.get("threads", 1)))
     start = time.perf_counter()
     heldout = _limit(data.heldout, study)
@@ -359,8 +366,8 @@ def run_study(
 ) -> dict[str, Any]:
     """Run (or pick up) the study's cells; write and return ``results.json``'s content.
 
-    With ``collect``, no cell runs: the table holds the cells already finished (the warm
-    start and the baselines must be finished too).
+    With ``collect``, nothing trains: the table holds the cells already finished, and a warm
+    start or baselines not finished for these settings are an error.
     """
     for arm in arms or ():
         if arm not in study["arms"]:
@@ -368,10 +375,6 @@ def run_study(
     out = Path(output_dir or study["output_dir"])
     start = time.perf_counter()
     data = prepare_data(study["data"], out / "data")
-    if collect and not list(out.glob("warm_*/warm_start.json")):
-        raise InvalidArgumentError(
-            f"--collect: {out} holds no finished warm start; run the study without --collect first."
-        )
     model_dir, warm = warm_start(
         data,
         study["warm_start"],
@@ -380,9 +383,10 @@ def run_study(
         folder=out,
         threads=int(study.get("threads", 1)),
         log=log,
+        reuse_only=collect,
     )
     log(f"warm start: {model_dir} ({warm['wall_s']} s)")
-    baselines = run_baselines(study, out, data, model_dir)
+    baselines = run_baselines(study, out, data, model_dir, reuse_only=collect)
     log(f"known held-out questions: {baselines['known_pct']:.0f}%")
     known = {p["qid"]: p["known"] for p in baselines["probe"]}
     first = run_first_action(study, out, data, model_dir, known)

@@ -229,8 +229,11 @@ def warm_start(
     folder: str | Path,
     threads: int = 1,
     log: Any = print,
+    reuse_only: bool = False,
 ) -> tuple[Path, dict[str, Any]]:
     """Train (or reuse) the warm start; returns its folder and its figures.
+
+    With ``reuse_only``, a warm start that is not finished yet is an error, not trained.
 
     ``env_kwargs`` maps each of ``settings.protocols`` to its env arguments
     (see :func:`episode_pairs`).
@@ -247,6 +250,12 @@ def warm_start(
     done = out / "warm_start.json"
     if done.exists():
         return out, json.loads(done.read_text(encoding="utf-8"))
+    if reuse_only:
+        found = sorted(p.parent.name for p in Path(folder).glob("warm_*/warm_start.json"))
+        raise InvalidArgumentError(
+            f"no finished warm start {out.name} in {str(folder)!r} for these settings and this code "
+            f"(found: {found or 'none'}); run the study without --collect to train it."
+        )
     torch.set_num_threads(threads)
     torch.manual_seed(settings.seed)
     source = resolve_model(model)

@@ -271,7 +271,7 @@ def test_page_equals_its_json():
 
 
 @needs_data
-def test_one_cell_end_to_end_with_a_tiny_model(tmp_path, monkeypatch):
+def test_one_cell_end_to_end_with_a_tiny_model(tmp_path, monkeypatch, capsys):
     """1 arm x 1 seed x 1 step through ``searchgym study``'s runner; then a rerun keeps the cell."""
     from searchgym.policies.tiny import build_tiny_lm
 
@@ -333,6 +333,14 @@ def test_one_cell_end_to_end_with_a_tiny_model(tmp_path, monkeypatch):
     assert main(["study", "--config", str(config), "--output-dir", str(out), "--collect"]) == 0
     collected = json.loads((out / "results.json").read_text(encoding="utf-8"))
     assert list(collected["arms"]) == ["f1"] and collected["arms"]["f1"]["seeds"][0]["seed"] == 0
+    # --collect never trains: other warm-start settings name the warm start it lacks
+    study["warm_start"]["lr"] = 2e-4
+    config.write_text(yaml.safe_dump(study), encoding="utf-8")
+    stamp = (out / "results.json").stat().st_mtime_ns
+    capsys.readouterr()
+    assert main(["study", "--config", str(config), "--output-dir", str(out), "--collect"]) != 0
+    assert "run the study without --collect" in capsys.readouterr().err
+    assert (out / "results.json").stat().st_mtime_ns == stamp
 
 
 def test_warm_start_batches_cover_every_example_once_and_pad_little():
