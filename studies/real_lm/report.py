@@ -1,6 +1,6 @@
 """Tables and the plot of the real-LM study, generated from its ``results.json``.
 
-    python -m studies.real_lm.report --results studies/real_lm/results/calibration.json \
+    python -m studies.real_lm.report --results studies/real_lm/results/results.json \
         --page docs/real_lm_study.md --png docs/real_lm_study.png
 
 rewrites every block of the page between ``<!-- real-lm:NAME -->`` and ``<!-- end -->``
