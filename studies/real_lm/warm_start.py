@@ -60,6 +60,7 @@ class WarmStartSettings:
 
     Attributes:
         fact_repeats: Times each taught fact is shown as a lesson, in each lesson prompt.
+        episode_repeats: Times each demonstrated action is shown.
         lesson_prompts: The prompts of the fact lessons: ``chat`` and/or ``agent``.
         direct_share: Share of taught training questions demonstrated answering at once.
         protocols: Protocols whose episodes are demonstrated (``search_r1``, ``sem``).
@@ -77,6 +78,7 @@ class WarmStartSettings:
     """
 
     fact_repeats: int = 6
+    episode_repeats: int = 1
     direct_share: float = 0.15
     protocols: tuple[str, ...] = ("search_r1", "sem")
     epochs: int = 2
@@ -93,6 +95,10 @@ class WarmStartSettings:
             raise InvalidArgumentError(
                 f"warm_start.lesson_prompts: got {list(self.lesson_prompts)}; allowed: chat and/or agent."
             )
+        for name in ("fact_repeats", "episode_repeats"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidArgumentError(f"warm_start.{name}: got {value!r}; expected an integer >= 1.")
         if self.lr_schedule not in ("linear", "constant"):
             raise InvalidArgumentError(
                 f"warm_start.lr_schedule: got {self.lr_schedule!r}; allowed: linear, constant."
@@ -286,8 +292,8 @@ def warm_start(
         turn_ends += at_eos
     # generation stops at the protocol's stop strings: an action ending in one is trained
     # without the end token; any other action (SEM's answer turns) ends with it
-    write_ptx_examples(out / "episodes.jsonl", episodes, eos=False)
-    write_ptx_examples(out / "episode_turn_ends.jsonl", turn_ends, eos=True)
+    write_ptx_examples(out / "episodes.jsonl", episodes * settings.episode_repeats, eos=False)
+    write_ptx_examples(out / "episode_turn_ends.jsonl", turn_ends * settings.episode_repeats, eos=True)
     examples = [
         *load_ptx_examples(out / "lessons.jsonl", tokenizer),
         *load_ptx_examples(out / "agent_lessons.jsonl", tokenizer),

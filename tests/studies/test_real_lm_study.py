@@ -368,6 +368,9 @@ def test_warm_start_rate_warms_up_then_decays_to_zero():
     assert {lr_factor("constant", step, total) for step in range(total)} == {1.0}
     with pytest.raises(InvalidArgumentError, match="lr_schedule.*linear, constant"):
         WarmStartSettings(lr_schedule="cosine")
+    for bad in (0, 1.5, True):
+        with pytest.raises(InvalidArgumentError, match="episode_repeats: got .*integer >= 1"):
+            WarmStartSettings(episode_repeats=bad)
 
 
 def test_first_action_probability_matches_step_by_step_decoding(tmp_path):
