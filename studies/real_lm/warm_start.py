@@ -70,7 +70,8 @@ class WarmStartSettings:
         lr_schedule: ``linear``: a warmup over the first 5% of steps, then a linear decay to 0;
             ``constant``: ``lr`` throughout. Under a constant rate the last few batches set the
             first action for every question alike (the search/answer choice ends near 0 or 1);
-            the decay lets it settle near the demonstrated shares.
+            under the decay the last batches move it less, though it still depends on the
+            batch order (``results/calibration_attempt.json``).
         seed: Seed of the example order, the direct/search coin and torch.
         autocast: ``bfloat16`` trains float32 weights under bfloat16 autocast (fast on a CPU
             with native bfloat16, AMX or AVX512-BF16); ``None`` trains in float32, the fast
