@@ -47,14 +47,11 @@ def test_split_is_disjoint_and_teaches_facts_on_both_sides(tmp_path):
     assert summary["question_pct"] == 0.0
 
 
-@needs_data
-def test_agent_lessons_teach_each_taught_fact_in_the_probes_own_prompt(tmp_path):
+def _small_study(tmp_path):
+    """6 training and 4 held-out questions, the study file, and a tiny model's tokenizer."""
     import yaml
 
     from searchgym.policies.tiny import build_tiny_lm, load_tokenizer
-    from studies.real_lm.evaluation import answer_prompts
-    from studies.real_lm.study import _env_kwargs
-    from studies.real_lm.warm_start import agent_lessons
 
     settings = DataSettings(
         questions=str(SHARED / "questions" / "popqa.jsonl"),
@@ -65,8 +62,19 @@ def test_agent_lessons_teach_each_taught_fact_in_the_probes_own_prompt(tmp_path)
     )
     data = prepare_data(settings, tmp_path)
     study = yaml.safe_load((REPO / "studies" / "real_lm" / "study.yaml").read_text(encoding="utf-8"))
-    kwargs = _env_kwargs(study, data, "search_r1")
     tokenizer = load_tokenizer(build_tiny_lm(tmp_path / "tiny", vocab_size=400, hidden_size=32, num_layers=1))
+    return data, study, tokenizer
+
+
+@needs_data
+def test_agent_lessons_teach_each_taught_fact_in_the_probes_own_prompt(tmp_path):
+
+    from studies.real_lm.evaluation import answer_prompts
+    from studies.real_lm.study import _env_kwargs
+    from studies.real_lm.warm_start import agent_lessons
+
+    data, study, tokenizer = _small_study(tmp_path)
+    kwargs = _env_kwargs(study, data, "search_r1")
     lessons = agent_lessons(data, kwargs, tokenizer)
     probe = dict(zip(answer_prompts(tokenizer, kwargs, str(data.heldout_path), 4), data.heldout, strict=True))
     taught = [q for q in [*data.train, *data.heldout] if q["id"] in data.taught]
@@ -417,23 +425,11 @@ def test_first_action_probability_matches_step_by_step_decoding(tmp_path):
 @needs_data
 def test_demonstrated_actions_end_where_generation_stops(tmp_path):
     """search_r1 actions end at a stop string; SEM's answer turns end with the end token."""
-    import yaml
 
-    from searchgym.policies.tiny import build_tiny_lm, load_tokenizer
     from studies.real_lm.study import _env_kwargs
     from studies.real_lm.warm_start import WarmStartSettings, episode_pairs, split_by_turn_end
 
-    settings = DataSettings(
-        questions=str(SHARED / "questions" / "popqa.jsonl"),
-        corpus=str(SHARED / "corpus.jsonl"),
-        train=6,
-        heldout=4,
-        passage_words=5,
-    )
-    data = prepare_data(settings, tmp_path)
-    study = yaml.safe_load((REPO / "studies" / "real_lm" / "study.yaml").read_text(encoding="utf-8"))
-    study["instructions"] = {p: study["instructions"][p] for p in ("search_r1", "sem")}
-    tokenizer = load_tokenizer(build_tiny_lm(tmp_path / "tiny", vocab_size=400, hidden_size=32, num_layers=1))
+    data, study, tokenizer = _small_study(tmp_path)
     warm = WarmStartSettings(direct_share=1.0)  # every taught question answers at once
     r1 = episode_pairs(data, _env_kwargs(study, data, "search_r1"), "search_r1", tokenizer, warm)
     at_stop, at_eos = split_by_turn_end(r1, "search_r1")
