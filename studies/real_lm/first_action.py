@@ -3,7 +3,9 @@
 The first action of a ``search_r1`` episode opens with ``<search>`` or ``<answer>``; this reads
 the model's probability of each (teacher-forced, no sampling) on every held-out question and
 reports ``p(search) = P(<search>) / (P(<search>) + P(<answer>))`` by known/unknown and
-taught/untaught. RL can only prefer answering at once where sampling sometimes tries it, so a
+taught/untaught. A ``recall_first`` agent opens its first action with ``<think> recall
+</think>``: its recall is decoded greedily first, and ``p(search)`` is read after it (the
+share of ``unknown`` recalls is reported beside it). RL can only prefer answering at once where sampling sometimes tries it, so a
 warm start whose ``p(search)`` sits at 0 or 1 for every question gives every scheme the same
 groups.
 
@@ -24,13 +26,35 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["search_probabilities", "summarise", "main"]
+from .warm_start import UNKNOWN
+
+__all__ = ["search_probabilities", "greedy_recalls", "summarise", "main"]
 
 OPENINGS = ("<search>", "<answer>")
+RECALL_TOKENS = 16
+
+
+def greedy_recalls(model: Any, tokenizer: Any, prompts: Sequence[str]) -> list[str]:
+    """The text of the greedy ``<think>…</think>`` that opens the first action after each prompt."""
+    import torch
+
+    out = []
+    for prompt in prompts:
+        ids = tokenizer(prompt + "<think>", add_special_tokens=False)["input_ids"]
+        with torch.no_grad():
+            new = model.generate(
+                torch.tensor([ids]),
+                max_new_tokens=RECALL_TOKENS,
+                do_sample=False,
+                pad_token_id=tokenizer.eos_token_id,
+            )[0, len(ids) :]
+        text = tokenizer.decode(new, skip_special_tokens=False)
+        out.append(text.split("</think>")[0])
+    return out
 
 
 def search_probabilities(model: Any, tokenizer: Any, prompts: Sequence[str]) -> list[float]:
-    """``p(search)`` of the first action after each prompt (the chat rendering, turn opened)."""
+    """``p(search)`` of the action that follows each prompt (the chat rendering, turn opened)."""
     import torch
 
     out = []
@@ -60,11 +84,19 @@ def summarise(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "mean": round(statistics.fmean(values), 4),
         }
 
-    groups: dict[str, Any] = {"all": stats([r["p_search"] for r in rows])}
+    def group(members: list[dict[str, Any]]) -> dict[str, Any]:
+        found = stats([r["p_search"] for r in members])
+        if members and "recall" in members[0]:
+            found["recall_unknown_share"] = round(
+                statistics.fmean(r["recall"] == UNKNOWN for r in members), 4
+            )
+        return found
+
+    groups: dict[str, Any] = {"all": group(list(rows))}
     for key in ("known", "taught"):
         for value in (True, False):
             name = f"{'' if value else 'un'}{key}"
-            groups[name] = stats([r["p_search"] for r in rows if r[key] == value])
+            groups[name] = group([r for r in rows if r[key] == value])
     return groups
 
 

@@ -129,8 +129,19 @@ def _first_action_lines(results: Mapping[str, Any]) -> list[str]:
         "- The warm-started agent's probability of searching first, `p(search)` (median over questions): "
         f"{_num(groups['known'].get('median'), 3)} on known and {_num(groups['unknown'].get('median'), 3)} on unknown "
         f"held-out questions ({_num(groups['taught'].get('median'), 3)} taught, "
-        f"{_num(groups['untaught'].get('median'), 3)} untaught)."
+        f"{_num(groups['untaught'].get('median'), 3)} untaught)"
+        + (
+            f", read after its greedy recall in `<think>`, which is `unknown` on "
+            f"{_pct(groups['known']['recall_unknown_share'])} of known and "
+            f"{_pct(groups['unknown']['recall_unknown_share'])} of unknown questions."
+            if "recall_unknown_share" in groups["known"]
+            else "."
+        )
     ]
+
+
+def _pct(share: float) -> str:
+    return f"{100 * share:.0f}%"
 
 
 def _training_table(results: Mapping[str, Any]) -> str:

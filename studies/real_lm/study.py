@@ -23,6 +23,7 @@ import json
 import logging
 import math
 import os
+import shutil
 import statistics
 import time
 from collections.abc import Mapping, Sequence
@@ -59,6 +60,7 @@ KEYS = {
     "model",
     "threads",
     "workers",
+    "keep_checkpoints",
     "data",
     "warm_start",
     "instructions",
@@ -81,6 +83,10 @@ def load_study(path: str | Path) -> dict[str, Any]:
         raise InvalidArgumentError(f"{path}: unknown key {unknown[0]!r}; expected one of {sorted(KEYS)}.")
     study.setdefault("output_dir", "runs/real_lm")
     study.setdefault("seeds", [0, 1, 2])
+    if not isinstance(study.setdefault("keep_checkpoints", False), bool):
+        raise InvalidArgumentError(
+            f"{path}: keep_checkpoints: got {study['keep_checkpoints']!r}; expected true or false."
+        )
     study["data"] = DataSettings(**(study.get("data") or {}))
     ws = dict(study.get("warm_start") or {})
     for name in ("protocols", "lesson_prompts"):
@@ -266,7 +272,7 @@ def run_first_action(
 
     from searchgym.policies.tiny import load_tokenizer
 
-    from .first_action import search_probabilities, summarise
+    from .first_action import greedy_recalls, search_probabilities, summarise
 
     key = _key(
         str(model_dir), _eval_settings(study)["max_questions"], study["instructions"]["search_r1"], "v1"
@@ -281,11 +287,17 @@ def run_first_action(
     env_kwargs = _env_kwargs(study, data, "search_r1")
     prompts = answer_prompts(tokenizer, env_kwargs, str(data.heldout_path), len(heldout))
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    p_search = search_probabilities(model, tokenizer, [p.removesuffix("<answer>") for p in prompts])
+    prompts = [p.removesuffix("<answer>") for p in prompts]
+    recalls = greedy_recalls(model, tokenizer, prompts) if study["warm_start"].recall_first else None
+    if recalls is not None:
+        prompts = [f"{p}<think>{r}</think>" for p, r in zip(prompts, recalls, strict=True)]
+    p_search = search_probabilities(model, tokenizer, prompts)
     rows = [
         {"qid": q["id"], "known": known[q["id"]], "taught": q["id"] in data.taught, "p_search": round(p, 5)}
         for q, p in zip(heldout, p_search, strict=True)
     ]
+    for row, recall in zip(rows, recalls or [], strict=False):
+        row["recall"] = recall.strip()
     result = {"key": key, "groups": summarise(rows), "questions": rows}
     _write(path, result)
     return result
@@ -352,6 +364,9 @@ def run_cell(study: Mapping[str, Any], arm: str, seed: int, out_dir: str, model_
         "sampled": episodes["sampled"],
     }
     _write(path, result)
+    if not study.get("keep_checkpoints", False):
+        # the cell's figures are written: its resume point (about 0.8 GB for SmolLM2) is not needed
+        shutil.rmtree(Path(config.output_dir) / "checkpoints", ignore_errors=True)
     return result
 
 

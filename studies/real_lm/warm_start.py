@@ -8,9 +8,15 @@ keyed by its settings). It trains the actions' tokens only (masked cross-entropy
   prompts of ``lesson_prompts``: ``chat``, ``question -> answer`` in a plain chat
   (``QA_SYSTEM``); ``agent``, the agent's own prompt with its answer turn opened (the known
   probe's input, :func:`real_lm.evaluation.answer_prompts`), so the fact is recalled where the
-  agent answers; the decision to answer is not taught there (``<answer>`` is in the prompt).
+  agent answers; ``think``, the agent's prompt with ``<think>`` opened, where a
+  ``recall_first`` agent recalls. The decision to answer is not taught there (the opened tag
+  is in the prompt).
 - **search_r1 episodes** on the RL-training questions, played through the env with BM25:
-  ``<search> question </search>`` then ``<answer> gold </answer>``. A share
+  ``<search> question </search>`` then ``<answer> gold </answer>``. With ``recall_first``
+  the first action opens with the agent's recall, ``<think> gold </think>`` on a taught
+  question and ``<think> unknown </think>`` on an untaught one (Search-R1's template reasons
+  in ``<think>`` before acting), so the search decision can read what the model recalled;
+  untaught questions always search. A share
   ``direct_share`` of the *taught* training questions answer at once instead, so that
   sampling sometimes tries it (RL has something to compare); the rest search, so the model
   starts by over-searching, as the papers' outcome-rewarded agents do.
@@ -51,6 +57,9 @@ QA_SYSTEM = "Answer the question in a few words."
 """The system message of fact lessons and of the no-retrieval baseline."""
 
 SEM_THINK_FIRST = "<think>From memory.</think>"
+UNKNOWN = "unknown"
+"""The recall, or SEM's first answer, that a demonstration gives on an untaught question."""
+LESSON_PROMPTS = ("chat", "agent", "think")
 SEM_THINK_LAST = "<think>From the result.</think>"
 
 
@@ -61,7 +70,9 @@ class WarmStartSettings:
     Attributes:
         fact_repeats: Times each taught fact is shown as a lesson, in each lesson prompt.
         episode_repeats: Times each demonstrated action is shown.
-        lesson_prompts: The prompts of the fact lessons: ``chat`` and/or ``agent``.
+        lesson_prompts: The prompts of the fact lessons: any of ``chat``, ``agent``, ``think``.
+        recall_first: Whether search_r1's demonstrated first action opens with the recalled
+            answer (or ``unknown``) in ``<think>``.
         direct_share: Share of taught training questions demonstrated answering at once.
         protocols: Protocols whose episodes are demonstrated (``search_r1``, ``sem``).
         epochs: Passes over the examples.
@@ -89,12 +100,18 @@ class WarmStartSettings:
     seed: int = 0
     autocast: str | None = None
     lesson_prompts: tuple[str, ...] = ("chat", "agent")
+    recall_first: bool = False
 
     def __post_init__(self) -> None:
-        unknown = sorted(set(self.lesson_prompts) - {"chat", "agent"})
+        unknown = sorted(set(self.lesson_prompts) - set(LESSON_PROMPTS))
         if unknown or not self.lesson_prompts:
             raise InvalidArgumentError(
-                f"warm_start.lesson_prompts: got {list(self.lesson_prompts)}; allowed: chat and/or agent."
+                f"warm_start.lesson_prompts: got {list(self.lesson_prompts)}; "
+                f"allowed: one or more of {', '.join(LESSON_PROMPTS)}."
+            )
+        if not isinstance(self.recall_first, bool):
+            raise InvalidArgumentError(
+                f"warm_start.recall_first: got {self.recall_first!r}; expected true or false."
             )
         for name in ("fact_repeats", "episode_repeats"):
             value = getattr(self, name)
@@ -113,15 +130,17 @@ def fact_prompt(formatter_tokenizer: Any, question: str) -> str:
     return ChatFormatter(formatter_tokenizer, system=QA_SYSTEM).prompt(question)
 
 
-def agent_lessons(data: StudyData, env_kwargs: dict[str, Any], tokenizer: Any) -> list[tuple[str, str]]:
-    """``(agent prompt with <answer> opened, " gold </answer>")`` for every taught fact."""
+def agent_lessons(
+    data: StudyData, env_kwargs: dict[str, Any], tokenizer: Any, tag: str = "answer"
+) -> list[tuple[str, str]]:
+    """``(agent prompt with <tag> opened, " gold </tag>")`` for every taught fact."""
     from .evaluation import answer_prompts
 
     lessons = []
     for path, side in ((data.train_path, data.train), (data.heldout_path, data.heldout)):
         prompts = answer_prompts(tokenizer, env_kwargs, str(path), len(side))
         lessons += [
-            (prompt, f" {q['golden_answers'][0]} </answer>")
+            (prompt.removesuffix("<answer>") + f"<{tag}>", f" {q['golden_answers'][0]} </{tag}>")
             for prompt, q in zip(prompts, side, strict=True)
             if q["id"] in data.taught
         ]
@@ -155,16 +174,21 @@ def episode_pairs(
         gold = q.golden_answers[0]
         direct = _direct(q.id, data.taught, settings.direct_share, settings.seed)
         if protocol == "sem":
-            first = gold if q.id in data.taught else "unknown"
+            first = gold if q.id in data.taught else UNKNOWN
             opening = f"{SEM_THINK_FIRST}<answer> {first} </answer>"
             actions = [opening] if direct else [f"{opening}<search> {q.question} </search>"]
             actions += [] if direct else [f"{SEM_THINK_LAST}<answer> {gold} </answer>"]
         else:
+            recall = (
+                f"<think> {gold if q.id in data.taught else UNKNOWN} </think>"
+                if settings.recall_first
+                else ""
+            )
             actions = (
-                [f"<answer> {gold} </answer>"]
+                [f"{recall}<answer> {gold} </answer>"]
                 if direct
                 else [
-                    f"<search> {q.question} </search>",
+                    f"{recall}<search> {q.question} </search>",
                     f"<answer> {gold} </answer>",
                 ]
             )
@@ -277,9 +301,12 @@ def warm_start(
             for qid in sorted(data.taught)
         ]
     # the agent's answer turn stops at its closing tag, without an end token, as episodes do
-    agent = (
-        agent_lessons(data, env_kwargs["search_r1"], tokenizer) if "agent" in settings.lesson_prompts else []
-    )
+    agent = [
+        lesson
+        for prompt, tag in (("agent", "answer"), ("think", "think"))
+        if prompt in settings.lesson_prompts
+        for lesson in agent_lessons(data, env_kwargs["search_r1"], tokenizer, tag)
+    ]
     lessons = chat_lessons + agent
     write_ptx_examples(out / "lessons.jsonl", chat_lessons * settings.fact_repeats, eos=True)
     write_ptx_examples(out / "agent_lessons.jsonl", agent * settings.fact_repeats, eos=False)

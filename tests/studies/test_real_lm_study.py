@@ -330,7 +330,9 @@ def test_one_cell_end_to_end_with_a_tiny_model(tmp_path, monkeypatch, capsys):
         "answer_prior",
         "heuristic",
     }
+    assert all("recall" in q for q in first["questions"])  # the study file's agent recalls first
     cell = out / "cells" / "f1" / "seed0" / "cell.json"
+    assert not (cell.parent / "checkpoints").exists()  # keep_checkpoints: false
     stamp = cell.stat().st_mtime_ns
     assert (
         main(["study", "--config", str(config), "--output-dir", str(out), "--arms", "f1", "--seeds", "0"])
@@ -439,3 +441,66 @@ def test_demonstrated_actions_end_where_generation_stops(tmp_path):
     # 3 taught questions answer in one turn; the 3 others search (stops at </search>), then answer
     assert [a.endswith("</search>") for _, a in at_stop] == [True] * 3
     assert len(at_eos) == 6 and all(a.endswith("</answer>") for _, a in at_eos)
+
+
+@needs_data
+def test_recall_first_opens_each_first_action_with_what_the_agent_recalls(tmp_path):
+    """Taught questions recall the answer, untaught ones ``unknown`` and always search; the env
+    takes every demonstrated action; ``think`` lessons teach the facts where the recall is made."""
+    from studies.real_lm.study import _env_kwargs
+    from studies.real_lm.warm_start import UNKNOWN, WarmStartSettings, agent_lessons, episode_pairs
+
+    data, study, tokenizer = _small_study(tmp_path)
+    kwargs = _env_kwargs(study, data, "search_r1")
+    warm = WarmStartSettings(direct_share=0.5, recall_first=True)
+    pairs = episode_pairs(data, kwargs, "search_r1", tokenizer, warm)
+    firsts = {
+        q["id"]: a
+        for q in data.train
+        for c, a in pairs
+        if c.rstrip().endswith(q["question"] + "<|im_end|>\n<|im_start|>assistant")
+    }
+    assert len(firsts) == len(data.train) == 6
+    directs = 0
+    for q in data.train:
+        gold = q["golden_answers"][0]
+        recall = gold if q["id"] in data.taught else UNKNOWN
+        assert firsts[q["id"]].startswith(f"<think> {recall} </think><")
+        if q["id"] not in data.taught:
+            assert firsts[q["id"]].endswith("</search>")
+        directs += firsts[q["id"]].endswith(f"<answer> {gold} </answer>")
+    assert 0 < directs < len(data.taught & {q["id"] for q in data.train})
+    lessons = agent_lessons(data, kwargs, tokenizer, "think")
+    assert lessons and all(p.endswith("<think>") and c.endswith(" </think>") for p, c in lessons)
+    with pytest.raises(InvalidArgumentError, match="lesson_prompts"):
+        WarmStartSettings(lesson_prompts=("chat", "recall"))
+    with pytest.raises(InvalidArgumentError, match="recall_first"):
+        WarmStartSettings(recall_first="yes")  # type: ignore[arg-type]
+
+
+def test_greedy_recall_is_the_models_own_greedy_decoding(tmp_path):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from searchgym.policies.tiny import build_tiny_lm, load_tokenizer
+    from studies.real_lm.first_action import RECALL_TOKENS, greedy_recalls, summarise
+
+    folder = build_tiny_lm(tmp_path / "tiny", vocab_size=400, hidden_size=32, num_layers=1)
+    tokenizer = load_tokenizer(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    prompt = (
+        "<|im_start|>user\nQuestion: In what city was Jerry Best born?<|im_end|>\n<|im_start|>assistant\n"
+    )
+    ids = tokenizer(prompt + "<think>", add_special_tokens=False)["input_ids"]
+    with torch.no_grad():
+        for _ in range(RECALL_TOKENS):
+            ids.append(int(model(torch.tensor([ids])).logits[0, -1].argmax()))
+    expected = tokenizer.decode(ids[-RECALL_TOKENS:]).split("</think>")[0]
+    assert greedy_recalls(model, tokenizer, [prompt]) == [expected]
+    rows = [
+        {"known": True, "taught": True, "p_search": 0.2, "recall": "Queens"},
+        {"known": False, "taught": False, "p_search": 0.9, "recall": "unknown"},
+        {"known": False, "taught": False, "p_search": 0.7, "recall": "Paris"},
+    ]
+    groups = summarise(rows)
+    assert groups["known"]["recall_unknown_share"] == 0.0 and groups["unknown"]["recall_unknown_share"] == 0.5
