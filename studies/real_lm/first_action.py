@@ -5,7 +5,9 @@ the model's probability of each (teacher-forced, no sampling) on every held-out 
 reports ``p(search) = P(<search>) / (P(<search>) + P(<answer>))`` by known/unknown and
 taught/untaught. A ``recall_first`` agent opens its first action with ``<think> recall
 </think>``: its recall is decoded greedily first, and ``p(search)`` is read after it (the
-share of ``unknown`` recalls is reported beside it). RL can only prefer answering at once where sampling sometimes tries it, so a
+share of ``unknown`` recalls is reported beside it). ``p_action = P(<search>) + P(<answer>)``
+is the probability that an action opens at all: a warm start that ends its turn after the
+recall instead leaves the episode malformed. RL can only prefer answering at once where sampling sometimes tries it, so a
 warm start whose ``p(search)`` sits at 0 or 1 for every question gives every scheme the same
 groups.
 
@@ -28,7 +30,7 @@ from typing import Any
 
 from .warm_start import UNKNOWN
 
-__all__ = ["search_probabilities", "greedy_recalls", "summarise", "main"]
+__all__ = ["opening_probabilities", "search_probabilities", "greedy_recalls", "summarise", "main"]
 
 OPENINGS = ("<search>", "<answer>")
 RECALL_TOKENS = 16
@@ -53,8 +55,9 @@ def greedy_recalls(model: Any, tokenizer: Any, prompts: Sequence[str]) -> list[s
     return out
 
 
-def search_probabilities(model: Any, tokenizer: Any, prompts: Sequence[str]) -> list[float]:
-    """``p(search)`` of the action that follows each prompt (the chat rendering, turn opened)."""
+def opening_probabilities(model: Any, tokenizer: Any, prompts: Sequence[str]) -> list[tuple[float, float]]:
+    """``(P(<search>), P(<answer>))``: the probability that the text after each prompt (the chat
+    rendering, turn opened) begins with each opening tag."""
     import torch
 
     out = []
@@ -66,8 +69,13 @@ def search_probabilities(model: Any, tokenizer: Any, prompts: Sequence[str]) -> 
             with torch.no_grad():
                 logits = model(torch.tensor([ids])).logits[0].float().log_softmax(-1)
             logps.append(sum(float(logits[k - 1, ids[k]]) for k in range(len(head), len(ids))))
-        out.append(1.0 / (1.0 + math.exp(logps[1] - logps[0])))
+        out.append((math.exp(logps[0]), math.exp(logps[1])))
     return out
+
+
+def search_probabilities(model: Any, tokenizer: Any, prompts: Sequence[str]) -> list[float]:
+    """``p(search) = P(<search>) / (P(<search>) + P(<answer>))`` after each prompt."""
+    return [s / (s + a) for s, a in opening_probabilities(model, tokenizer, prompts)]
 
 
 def summarise(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -86,6 +94,8 @@ def summarise(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
     def group(members: list[dict[str, Any]]) -> dict[str, Any]:
         found = stats([r["p_search"] for r in members])
+        if members and "p_action" in members[0]:
+            found["p_action_median"] = round(statistics.median(r["p_action"] for r in members), 4)
         if members and "recall" in members[0]:
             found["recall_unknown_share"] = round(
                 statistics.fmean(r["recall"] == UNKNOWN for r in members), 4

@@ -133,8 +133,15 @@ def _first_action_lines(results: Mapping[str, Any]) -> list[str]:
         + (
             f", read after its greedy recall in `<think>`, which is `unknown` on "
             f"{_pct(groups['known']['recall_unknown_share'])} of known and "
-            f"{_pct(groups['unknown']['recall_unknown_share'])} of unknown questions."
+            f"{_pct(groups['unknown']['recall_unknown_share'])} of unknown questions"
             if "recall_unknown_share" in groups["known"]
+            else ""
+        )
+        + (
+            f"; an action opens at all (`<search>` or `<answer>`, not the end of the turn) with "
+            f"probability {_num(groups['known']['p_action_median'], 3)} on known and "
+            f"{_num(groups['unknown']['p_action_median'], 3)} on unknown questions (median)."
+            if "p_action_median" in groups["known"]
             else "."
         )
     ]

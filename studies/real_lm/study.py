@@ -272,7 +272,7 @@ def run_first_action(
 
     from searchgym.policies.tiny import load_tokenizer
 
-    from .first_action import greedy_recalls, search_probabilities, summarise
+    from .first_action import greedy_recalls, opening_probabilities, summarise
 
     key = _key(
         str(model_dir), _eval_settings(study)["max_questions"], study["instructions"]["search_r1"], "v1"
@@ -291,10 +291,15 @@ def run_first_action(
     recalls = greedy_recalls(model, tokenizer, prompts) if study["warm_start"].recall_first else None
     if recalls is not None:
         prompts = [f"{p}<think>{r}</think>" for p, r in zip(prompts, recalls, strict=True)]
-    p_search = search_probabilities(model, tokenizer, prompts)
     rows = [
-        {"qid": q["id"], "known": known[q["id"]], "taught": q["id"] in data.taught, "p_search": round(p, 5)}
-        for q, p in zip(heldout, p_search, strict=True)
+        {
+            "qid": q["id"],
+            "known": known[q["id"]],
+            "taught": q["id"] in data.taught,
+            "p_search": round(search / (search + answer), 5),
+            "p_action": round(search + answer, 5),
+        }
+        for q, (search, answer) in zip(heldout, opening_probabilities(model, tokenizer, prompts), strict=True)
     ]
     for row, recall in zip(rows, recalls or [], strict=False):
         row["recall"] = recall.strip()

@@ -330,7 +330,7 @@ def test_one_cell_end_to_end_with_a_tiny_model(tmp_path, monkeypatch, capsys):
         "answer_prior",
         "heuristic",
     }
-    assert all("recall" in q for q in first["questions"])  # the study file's agent recalls first
+    assert all("recall" in q and 0.0 < q["p_action"] <= 1.0 for q in first["questions"])  # recalls first
     cell = out / "cells" / "f1" / "seed0" / "cell.json"
     assert not (cell.parent / "checkpoints").exists()  # keep_checkpoints: false
     stamp = cell.stat().st_mtime_ns
@@ -391,7 +391,7 @@ def test_first_action_probability_matches_step_by_step_decoding(tmp_path):
     from transformers import AutoModelForCausalLM
 
     from searchgym.policies.tiny import build_tiny_lm, load_tokenizer
-    from studies.real_lm.first_action import OPENINGS, search_probabilities, summarise
+    from studies.real_lm.first_action import OPENINGS, opening_probabilities, search_probabilities, summarise
 
     folder = build_tiny_lm(tmp_path / "tiny", vocab_size=400, hidden_size=32, num_layers=1)
     tokenizer = load_tokenizer(folder)
@@ -414,6 +414,8 @@ def test_first_action_probability_matches_step_by_step_decoding(tmp_path):
     search, answer = (step_by_step(o) for o in OPENINGS)
     (p,) = search_probabilities(model, tokenizer, [prompt])
     assert p == pytest.approx(1 / (1 + math.exp(answer - search)), rel=1e-4)
+    ((p_search, p_answer),) = opening_probabilities(model, tokenizer, [prompt])
+    assert (p_search, p_answer) == pytest.approx((math.exp(search), math.exp(answer)), rel=1e-4)
     rows = [
         {"known": True, "taught": True, "p_search": 0.2},
         {"known": True, "taught": False, "p_search": 0.4},
