@@ -297,7 +297,7 @@ def run_first_action(
             "known": known[q["id"]],
             "taught": q["id"] in data.taught,
             "p_search": round(search / (search + answer), 5),
-            "p_action": round(search + answer, 5),
+            "p_action": float(f"{search + answer:.4g}"),  # significant digits: it may be tiny
         }
         for q, (search, answer) in zip(heldout, opening_probabilities(model, tokenizer, prompts), strict=True)
     ]
