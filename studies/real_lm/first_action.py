@@ -7,9 +7,9 @@ taught/untaught. A ``recall_first`` agent opens its first action with ``<think> 
 </think>``: its recall is decoded greedily first, and ``p(search)`` is read after it (the
 share of ``unknown`` recalls is reported beside it). ``p_action = P(<search>) + P(<answer>)``
 is the probability that an action opens at all: a warm start that ends its turn after the
-recall instead leaves the episode malformed. RL can only prefer answering at once where sampling sometimes tries it, so a
-warm start whose ``p(search)`` sits at 0 or 1 for every question gives every scheme the same
-groups.
+recall instead leaves the episode malformed. RL can only prefer answering at once where
+sampling sometimes tries it, so a warm start whose ``p(search)`` sits at 0 or 1 for every
+question gives every scheme the same groups.
 
     python -m studies.real_lm.first_action --config studies/real_lm/study.yaml --output-dir DIR
 

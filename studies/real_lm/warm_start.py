@@ -9,7 +9,8 @@ keyed by its settings). It trains the actions' tokens only (masked cross-entropy
   (``QA_SYSTEM``); ``agent``, the agent's own prompt with its answer turn opened (the known
   probe's input, :func:`real_lm.evaluation.answer_prompts`), so the fact is recalled where the
   agent answers; ``think``, the agent's prompt with ``<think>`` opened, where a
-  ``recall_first`` agent recalls. The decision to answer is not taught there (the opened tag
+  ``recall_first`` agent recalls (these lessons end at ``</think>``, and a model taught them
+  may end its turn there: ``results/calibration_attempt.json``, ``tenth_attempt``). The decision to answer is not taught there (the opened tag
   is in the prompt).
 - **search_r1 episodes** on the RL-training questions, played through the env with BM25:
   ``<search> question </search>`` then ``<answer> gold </answer>``. With ``recall_first``
@@ -57,10 +58,10 @@ QA_SYSTEM = "Answer the question in a few words."
 """The system message of fact lessons and of the no-retrieval baseline."""
 
 SEM_THINK_FIRST = "<think>From memory.</think>"
+SEM_THINK_LAST = "<think>From the result.</think>"
 UNKNOWN = "unknown"
 """The recall, or SEM's first answer, that a demonstration gives on an untaught question."""
 LESSON_PROMPTS = ("chat", "agent", "think")
-SEM_THINK_LAST = "<think>From the result.</think>"
 
 
 @dataclass(frozen=True)
