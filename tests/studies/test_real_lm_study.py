@@ -383,15 +383,12 @@ def test_warm_start_rate_warms_up_then_decays_to_zero():
             WarmStartSettings(episode_repeats=bad)
 
 
-def test_first_action_probability_matches_step_by_step_decoding(tmp_path):
-    """``p(search)`` from whole-sequence scoring equals one-token-at-a-time decoding with a cache."""
-    import math
-
+def _tiny_model_and_prompt(tmp_path):
+    """A tiny model's tokenizer and model (float32, eval) and one rendered question prompt."""
     import torch
     from transformers import AutoModelForCausalLM
 
     from searchgym.policies.tiny import build_tiny_lm, load_tokenizer
-    from studies.real_lm.first_action import OPENINGS, opening_probabilities, search_probabilities, summarise
 
     folder = build_tiny_lm(tmp_path / "tiny", vocab_size=400, hidden_size=32, num_layers=1)
     tokenizer = load_tokenizer(folder)
@@ -399,6 +396,18 @@ def test_first_action_probability_matches_step_by_step_decoding(tmp_path):
     prompt = (
         "<|im_start|>user\nQuestion: In what city was Jerry Best born?<|im_end|>\n<|im_start|>assistant\n"
     )
+    return tokenizer, model, prompt
+
+
+def test_first_action_probability_matches_step_by_step_decoding(tmp_path):
+    """``p(search)`` from whole-sequence scoring equals one-token-at-a-time decoding with a cache."""
+    import math
+
+    import torch
+
+    from studies.real_lm.first_action import OPENINGS, opening_probabilities, search_probabilities, summarise
+
+    tokenizer, model, prompt = _tiny_model_and_prompt(tmp_path)
 
     def step_by_step(opening: str) -> float:
         head = tokenizer(prompt, add_special_tokens=False)["input_ids"]
@@ -482,17 +491,10 @@ def test_recall_first_opens_each_first_action_with_what_the_agent_recalls(tmp_pa
 
 def test_greedy_recall_is_the_models_own_greedy_decoding(tmp_path):
     import torch
-    from transformers import AutoModelForCausalLM
 
-    from searchgym.policies.tiny import build_tiny_lm, load_tokenizer
     from studies.real_lm.first_action import RECALL_TOKENS, greedy_recalls, summarise
 
-    folder = build_tiny_lm(tmp_path / "tiny", vocab_size=400, hidden_size=32, num_layers=1)
-    tokenizer = load_tokenizer(folder)
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
-    prompt = (
-        "<|im_start|>user\nQuestion: In what city was Jerry Best born?<|im_end|>\n<|im_start|>assistant\n"
-    )
+    tokenizer, model, prompt = _tiny_model_and_prompt(tmp_path)
     ids = tokenizer(prompt + "<think>", add_special_tokens=False)["input_ids"]
     with torch.no_grad():
         for _ in range(RECALL_TOKENS):
