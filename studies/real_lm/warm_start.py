@@ -27,6 +27,14 @@ keyed by its settings). It trains the actions' tokens only (masked cross-entropy
   its answer turns are trained with the end token, which ends them.
 
 Held-out questions appear only as fact lessons (taught side), never as episodes.
+
+A **decision pass** (``decision_steps`` > 0) follows: AdamW steps at a small constant rate
+on the demonstrated first actions alone, every batch holding direct, searching-taught and
+searching-untaught first actions in the demonstrated proportions. In the main pass a batch
+holds one or two first actions, so the last few batches set the choice to search for every
+question alike (``results/calibration_attempt.json``); in the decision pass every batch asks
+for the same proportions. Its model is saved under the main pass's folder, keyed apart, so
+a change to the pass reuses the main pass.
 """
 
 from __future__ import annotations
@@ -50,6 +58,7 @@ __all__ = [
     "fact_prompt",
     "agent_lessons",
     "episode_pairs",
+    "first_actions",
     "split_by_turn_end",
     "lr_factor",
 ]
@@ -85,6 +94,8 @@ class WarmStartSettings:
             under the decay the last batches move it less, though it still depends on the
             batch order (``results/calibration_attempt.json``).
         seed: Seed of the example order, the direct/search coin and torch.
+        decision_steps: AdamW steps of the decision pass (0: none).
+        decision_lr: Its constant learning rate.
         autocast: ``bfloat16`` trains float32 weights under bfloat16 autocast (fast on a CPU
             with native bfloat16, AMX or AVX512-BF16); ``None`` trains in float32, the fast
             choice on a CPU without it (see ``benchmarks/results/autocast_cpu_avx2.json``).
@@ -102,6 +113,8 @@ class WarmStartSettings:
     autocast: str | None = None
     lesson_prompts: tuple[str, ...] = ("chat", "agent")
     recall_first: bool = False
+    decision_steps: int = 0
+    decision_lr: float = 3.0e-5
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.lesson_prompts) - set(LESSON_PROMPTS))
@@ -114,10 +127,12 @@ class WarmStartSettings:
             raise InvalidArgumentError(
                 f"warm_start.recall_first: got {self.recall_first!r}; expected true or false."
             )
-        for name in ("fact_repeats", "episode_repeats"):
+        for name, least in (("fact_repeats", 1), ("episode_repeats", 1), ("decision_steps", 0)):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InvalidArgumentError(f"warm_start.{name}: got {value!r}; expected an integer >= 1.")
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise InvalidArgumentError(
+                    f"warm_start.{name}: got {value!r}; expected an integer >= {least}."
+                )
         if self.lr_schedule not in ("linear", "constant"):
             raise InvalidArgumentError(
                 f"warm_start.lr_schedule: got {self.lr_schedule!r}; allowed: linear, constant."
@@ -161,6 +176,35 @@ def episode_pairs(
     ``env_kwargs`` are the PopQA env's arguments for ``protocol`` (corpus, index, its
     instructions, ``topk``, ``max_turns``); ``data_path`` and ``reward`` are set here.
     """
+    return [
+        (context, action)
+        for _, _, context, action in _demonstrations(data, env_kwargs, protocol, tokenizer, settings)
+    ]
+
+
+def first_actions(
+    data: StudyData, env_kwargs: dict[str, Any], protocol: str, tokenizer: Any, settings: WarmStartSettings
+) -> dict[str, list[tuple[str, str]]]:
+    """The demonstrated first actions of ``protocol``, by kind: ``direct`` (a taught question
+    answered at once), ``taught`` and ``untaught`` (questions that search)."""
+    kinds: dict[str, list[tuple[str, str]]] = {"direct": [], "taught": [], "untaught": []}
+    for qid, turn, context, action in _demonstrations(data, env_kwargs, protocol, tokenizer, settings):
+        if turn == 0:
+            kind = (
+                "direct"
+                if _direct(qid, data.taught, settings.direct_share, settings.seed)
+                else "taught"
+                if qid in data.taught
+                else "untaught"
+            )
+            kinds[kind].append((context, action))
+    return kinds
+
+
+def _demonstrations(
+    data: StudyData, env_kwargs: dict[str, Any], protocol: str, tokenizer: Any, settings: WarmStartSettings
+) -> list[tuple[str, int, str, str]]:
+    """``(question id, turn, model input, action)`` of every demonstrated action."""
     import gymnasium as gym
 
     import searchgym  # noqa: F401  (registers the ids)
@@ -170,7 +214,7 @@ def episode_pairs(
     kwargs.pop("reward_kwargs", None)
     env = gym.make("searchgym/PopQA-v1", **kwargs)
     formatter = ChatFormatter(tokenizer)
-    pairs: list[tuple[str, str]] = []
+    pairs: list[tuple[str, int, str, str]] = []
     for index, q in enumerate(env.unwrapped.questions):
         gold = q.golden_answers[0]
         direct = _direct(q.id, data.taught, settings.direct_share, settings.seed)
@@ -196,7 +240,7 @@ def episode_pairs(
         obs, _ = env.reset(seed=0, options={"index": index})
         context = formatter.prompt(obs)
         for k, action in enumerate(actions):
-            pairs.append((context, action))
+            pairs.append((q.id, k, context, action))
             obs, _, terminated, truncated, info = env.step(action)
             if not info.get("format_ok", False):
                 raise RuntimeError(f"the env refused the demonstration {action!r} ({protocol}): {info}")
@@ -243,9 +287,27 @@ def lr_factor(schedule: str, step: int, total: int) -> float:
     return max(0.0, (total - step) / max(1, total - warmup))
 
 
+def _stratified_batches(groups: list[str], size: int, rng: Any) -> list[list[int]]:
+    """One pass's batches of example indices, each group (``groups[i]`` is example ``i``'s)
+    keeping its share in every batch: a group's shuffled examples are spread evenly over the
+    pass, then the pass is cut into batches."""
+    position: dict[int, float] = {}
+    for group in sorted(set(groups)):
+        members = [i for i, g in enumerate(groups) if g == group]
+        offset = float(rng.random())
+        for rank, k in enumerate(rng.permutation(len(members))):
+            position[members[int(k)]] = (rank + offset) / len(members)
+    order = sorted(position, key=lambda i: position[i])
+    return [order[k : k + size] for k in range(0, len(order), size)]
+
+
+_DECISION_FIELDS = ("decision_steps", "decision_lr")
+
+
 def _key(settings: WarmStartSettings, model: str, env_kwargs: dict[str, Any], data: StudyData) -> str:
+    main_pass = {k: v for k, v in asdict(settings).items() if k not in _DECISION_FIELDS}
     blob = json.dumps(
-        {"settings": asdict(settings), "model": model, "env": env_kwargs, "data": data.summary(), "v": 4},
+        {"settings": main_pass, "model": model, "env": env_kwargs, "data": data.summary(), "v": 4},
         sort_keys=True,
         default=str,
     )
@@ -263,31 +325,99 @@ def warm_start(
     log: Any = print,
     reuse_only: bool = False,
 ) -> tuple[Path, dict[str, Any]]:
-    """Train (or reuse) the warm start; returns its folder and its figures.
+    """Train (or reuse) the warm start; returns its model folder and its figures.
 
     With ``reuse_only``, a warm start that is not finished yet is an error, not trained.
 
     ``env_kwargs`` maps each of ``settings.protocols`` to its env arguments
     (see :func:`episode_pairs`).
     """
+    out = Path(folder) / f"warm_{_key(settings, model, env_kwargs, data)}"
+    done = out / "warm_start.json"
+    if not done.exists():
+        if reuse_only:
+            found = sorted(p.parent.name for p in Path(folder).glob("warm_*/warm_start.json"))
+            raise InvalidArgumentError(
+                f"no finished warm start {out.name} in {str(folder)!r} for these settings and this code "
+                f"(found: {found or 'none'}); run the study without --collect to train it."
+            )
+        _main_pass(data, settings, model, env_kwargs, out, threads, log)
+    figures = {**json.loads(done.read_text(encoding="utf-8")), "settings": asdict(settings)}
+    if settings.decision_steps == 0:
+        return out, figures
+    decision = {k: getattr(settings, k) for k in _DECISION_FIELDS}
+    tag = hashlib.sha256(json.dumps(decision, sort_keys=True).encode()).hexdigest()[:12]
+    sub = out / f"decision_{tag}"
+    if not (sub / "decision.json").exists():
+        if reuse_only:
+            raise InvalidArgumentError(
+                f"no finished decision pass {sub.name} in {str(out)!r}; run the study without --collect to train it."
+            )
+        _decision_pass(data, settings, env_kwargs, out, sub, threads, log)
+    return sub, {**figures, "decision": json.loads((sub / "decision.json").read_text(encoding="utf-8"))}
+
+
+def _train(
+    policy: Any,
+    tokenizer: Any,
+    examples: list[Any],
+    batches: list[list[int]],
+    lrs: list[float],
+    autocast: str | None,
+    log: Any,
+    name: str,
+) -> list[float]:
+    """AdamW over ``batches`` of ``examples`` at the rates ``lrs``; returns the losses."""
+    import torch
+
+    from searchgym.trainers.grpo.ptx import ptx_nll
+
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=lrs[0] if lrs else 0.0)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    precision = (
+        torch.autocast("cpu", dtype=getattr(torch, autocast))
+        if autocast
+        else torch.autocast("cpu", enabled=False)
+    )
+    losses: list[float] = []
+    start = time.perf_counter()
+    policy.train()
+    for step, (indices, lr) in enumerate(zip(batches, lrs, strict=True), start=1):
+        optimizer.zero_grad(set_to_none=True)
+        with precision:
+            loss = ptx_nll(policy, [examples[i] for i in indices], pad, "cpu")
+            loss.backward()
+        torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        optimizer.step()
+        losses.append(round(float(loss.detach()), 4))
+        if step % 5 == 0 or step == len(batches):
+            log(
+                f"{name} step {step}/{len(batches)}: loss {losses[-1]:.3f}, {time.perf_counter() - start:.0f} s"
+            )
+    policy.eval()
+    return losses
+
+
+def _main_pass(
+    data: StudyData,
+    settings: WarmStartSettings,
+    model: str,
+    env_kwargs: dict[str, dict[str, Any]],
+    out: Path,
+    threads: int,
+    log: Any,
+) -> None:
+    """Fact lessons and demonstrated episodes; writes the model and ``warm_start.json`` to ``out``."""
     import numpy as np
     import torch
     from transformers import AutoModelForCausalLM
 
     from searchgym.models import resolve_model
     from searchgym.policies.tiny import load_tokenizer
-    from searchgym.trainers.grpo.ptx import load_ptx_examples, ptx_nll, write_ptx_examples
+    from searchgym.trainers.grpo.ptx import load_ptx_examples, write_ptx_examples
 
-    out = Path(folder) / f"warm_{_key(settings, model, env_kwargs, data)}"
-    done = out / "warm_start.json"
-    if done.exists():
-        return out, json.loads(done.read_text(encoding="utf-8"))
-    if reuse_only:
-        found = sorted(p.parent.name for p in Path(folder).glob("warm_*/warm_start.json"))
-        raise InvalidArgumentError(
-            f"no finished warm start {out.name} in {str(folder)!r} for these settings and this code "
-            f"(found: {found or 'none'}); run the study without --collect to train it."
-        )
     torch.set_num_threads(threads)
     torch.manual_seed(settings.seed)
     source = resolve_model(model)
@@ -329,39 +459,17 @@ def warm_start(
         *load_ptx_examples(out / "episodes.jsonl", tokenizer),
         *(load_ptx_examples(out / "episode_turn_ends.jsonl", tokenizer) if turn_ends else []),
     ]
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=settings.lr)
     rng = np.random.default_rng(settings.seed)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    losses: list[float] = []
-    start = time.perf_counter()
-    precision = (
-        torch.autocast("cpu", dtype=getattr(torch, settings.autocast))
-        if settings.autocast
-        else torch.autocast("cpu", enabled=False)
-    )
-    total = settings.epochs * -(-len(examples) // settings.batch_size)
+    batches = [
+        batch
+        for _ in range(settings.epochs)
+        for batch in _batches([len(e.token_ids) for e in examples], settings.batch_size, rng)
+    ]
+    total = len(batches)
     log(f"warm start: {len(examples)} examples, {total} steps of {settings.batch_size}")
-    policy.train()
-    steps = 0
-    for epoch in range(settings.epochs):
-        for indices in _batches([len(e.token_ids) for e in examples], settings.batch_size, rng):
-            batch = [examples[i] for i in indices]
-            optimizer.zero_grad(set_to_none=True)
-            with precision:
-                loss = ptx_nll(policy, batch, pad, "cpu")
-                loss.backward()
-            torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
-            for group in optimizer.param_groups:
-                group["lr"] = settings.lr * lr_factor(settings.lr_schedule, steps, total)
-            optimizer.step()
-            losses.append(round(float(loss.detach()), 4))
-            steps += 1
-            if steps % 5 == 0 or steps == total:
-                elapsed = time.perf_counter() - start
-                log(
-                    f"warm start step {steps}/{total} (epoch {epoch + 1}): loss {losses[-1]:.3f}, {elapsed:.0f} s"
-                )
-    policy.eval()
+    lrs = [settings.lr * lr_factor(settings.lr_schedule, step, total) for step in range(total)]
+    start = time.perf_counter()
+    losses = _train(policy, tokenizer, examples, batches, lrs, settings.autocast, log, "warm start")
     policy.save_pretrained(out)
     tokenizer.save_pretrained(out)
     figures = {
@@ -370,11 +478,69 @@ def warm_start(
         "lessons": len(lessons) * settings.fact_repeats,
         "episode_actions": len(episodes) + len(turn_ends),
         "episode_actions_with_end_token": len(turn_ends),
-        "steps": steps,
+        "steps": total,
         "loss_first": losses[0] if losses else None,
         "loss_last10": float(np.mean(losses[-10:])) if losses else None,
         "wall_s": round(time.perf_counter() - start, 1),
         "torch_threads": threads,
     }
-    done.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
-    return out, figures
+    (out / "warm_start.json").write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
+
+
+def _decision_pass(
+    data: StudyData,
+    settings: WarmStartSettings,
+    env_kwargs: dict[str, dict[str, Any]],
+    main: Path,
+    out: Path,
+    threads: int,
+    log: Any,
+) -> None:
+    """The decision pass on top of the main pass's model in ``main``; writes the model and
+    ``decision.json`` to ``out``."""
+    import numpy as np
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from searchgym.policies.tiny import load_tokenizer
+    from searchgym.trainers.grpo.ptx import load_ptx_examples, write_ptx_examples
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(settings.seed)
+    tokenizer = load_tokenizer(main)
+    policy = AutoModelForCausalLM.from_pretrained(main, dtype=torch.float32)
+    out.mkdir(parents=True, exist_ok=True)
+    examples: list[Any] = []
+    groups: list[str] = []
+    counts: dict[str, int] = {}
+    for protocol in settings.protocols:
+        for kind, pairs in first_actions(data, env_kwargs[protocol], protocol, tokenizer, settings).items():
+            for eos, part in zip((False, True), split_by_turn_end(pairs, protocol), strict=True):
+                if part:  # SEM's direct first actions end with the end token
+                    path = out / f"first_{protocol}_{kind}{'_eos' if eos else ''}.jsonl"
+                    write_ptx_examples(path, part, eos=eos)
+                    examples += load_ptx_examples(path, tokenizer)
+                    groups += [f"{protocol}/{kind}"] * len(part)
+            counts[f"{protocol}/{kind}"] = len(pairs)
+    rng = np.random.default_rng(settings.seed)
+    batches: list[list[int]] = []
+    while len(batches) < settings.decision_steps:
+        batches += _stratified_batches(groups, settings.batch_size, rng)
+    batches = batches[: settings.decision_steps]
+    log(
+        f"decision pass: {len(examples)} first actions {counts}, {len(batches)} steps of {settings.batch_size}"
+    )
+    start = time.perf_counter()
+    lrs = [settings.decision_lr] * len(batches)
+    losses = _train(policy, tokenizer, examples, batches, lrs, settings.autocast, log, "decision pass")
+    policy.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    figures = {
+        "first_actions": counts,
+        "steps": len(batches),
+        "loss_first": losses[0] if losses else None,
+        "loss_last10": float(np.mean(losses[-10:])) if losses else None,
+        "wall_s": round(time.perf_counter() - start, 1),
+        "torch_threads": threads,
+    }
+    (out / "decision.json").write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")

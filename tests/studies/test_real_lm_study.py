@@ -294,7 +294,7 @@ def test_one_cell_end_to_end_with_a_tiny_model(tmp_path, monkeypatch, capsys):
         heldout=6,
         passage_words=8,
     )
-    study["warm_start"].update(epochs=1, fact_repeats=1, batch_size=8)
+    study["warm_start"].update(epochs=1, fact_repeats=1, batch_size=8, decision_steps=2)
     study["base"]["steps"] = 1
     study["base"]["model"]["train_layers"] = 1  # the tiny model's one block
     study["base"]["rollout"].update(group_size=2, questions_per_step=2, max_new_tokens=8)
@@ -331,6 +331,9 @@ def test_one_cell_end_to_end_with_a_tiny_model(tmp_path, monkeypatch, capsys):
         "heuristic",
     }
     assert all("recall" in q and 0.0 < q["p_action"] <= 1.0 for q in first["questions"])  # recalls first
+    assert results["warm_start"]["decision"]["steps"] == 2  # the cells start from the decision pass
+    cell_config = yaml.safe_load((out / "cells" / "f1" / "seed0" / "config.yaml").read_text(encoding="utf-8"))
+    assert Path(cell_config["model"]["path"]).name.startswith("decision_")
     cell = out / "cells" / "f1" / "seed0" / "cell.json"
     assert not (cell.parent / "checkpoints").exists()  # keep_checkpoints: false
     stamp = cell.stat().st_mtime_ns
@@ -381,6 +384,37 @@ def test_warm_start_rate_warms_up_then_decays_to_zero():
     for bad in (0, 1.5, True):
         with pytest.raises(InvalidArgumentError, match="episode_repeats: got .*integer >= 1"):
             WarmStartSettings(episode_repeats=bad)
+
+
+def test_decision_pass_batches_keep_each_kinds_share():
+    """Every batch of the decision pass holds each kind of first action in its share."""
+    import numpy as np
+
+    from studies.real_lm.warm_start import _stratified_batches
+
+    groups = ["direct"] * 24 + ["taught"] * 56 + ["untaught"] * 80
+    batches = _stratified_batches(groups, 16, np.random.default_rng(0))
+    assert sorted(i for batch in batches for i in batch) == list(range(len(groups)))
+    for batch in batches:
+        counts = {kind: sum(groups[i] == kind for i in batch) for kind in ("direct", "taught", "untaught")}
+        assert counts["direct"] in (2, 3) and counts["taught"] in (5, 6) and counts["untaught"] == 8
+
+
+def test_decision_settings_do_not_change_the_main_passs_key(tmp_path):
+    """A decision pass reuses the cached main pass: its fields stay out of the main key."""
+    import dataclasses
+
+    from studies.real_lm.data import StudyData
+    from studies.real_lm.warm_start import WarmStartSettings, _key
+
+    data = StudyData(tmp_path, tmp_path / "t", tmp_path / "h", tmp_path / "c", [], [], frozenset())
+    base = WarmStartSettings()
+    decided = dataclasses.replace(base, decision_steps=20, decision_lr=1e-5)
+    assert _key(decided, "m", {}, data) == _key(base, "m", {}, data)
+    assert _key(dataclasses.replace(base, direct_share=0.5), "m", {}, data) != _key(base, "m", {}, data)
+    for bad in (-1, 1.5, True):
+        with pytest.raises(InvalidArgumentError, match="decision_steps: got .*integer >= 0"):
+            WarmStartSettings(decision_steps=bad)
 
 
 def _tiny_model_and_prompt(tmp_path):
@@ -459,7 +493,13 @@ def test_recall_first_opens_each_first_action_with_what_the_agent_recalls(tmp_pa
     """Taught questions recall the answer, untaught ones ``unknown`` and always search; the env
     takes every demonstrated action; ``think`` lessons teach the facts where the recall is made."""
     from studies.real_lm.study import _env_kwargs
-    from studies.real_lm.warm_start import UNKNOWN, WarmStartSettings, agent_lessons, episode_pairs
+    from studies.real_lm.warm_start import (
+        UNKNOWN,
+        WarmStartSettings,
+        agent_lessons,
+        episode_pairs,
+        first_actions,
+    )
 
     data, study, tokenizer = _small_study(tmp_path)
     kwargs = _env_kwargs(study, data, "search_r1")
@@ -481,6 +521,11 @@ def test_recall_first_opens_each_first_action_with_what_the_agent_recalls(tmp_pa
             assert firsts[q["id"]].endswith("</search>")
         directs += firsts[q["id"]].endswith(f"<answer> {gold} </answer>")
     assert 0 < directs < len(data.taught & {q["id"] for q in data.train})
+    kinds = first_actions(data, kwargs, "search_r1", tokenizer, warm)  # the decision pass's examples
+    assert sorted(a for pairs in kinds.values() for _, a in pairs) == sorted(firsts.values())
+    assert len(kinds["direct"]) == directs and all(a.endswith("</answer>") for _, a in kinds["direct"])
+    assert all(a.endswith("</search>") for _, a in kinds["taught"] + kinds["untaught"])
+    assert all(a.startswith(f"<think> {UNKNOWN} </think>") for _, a in kinds["untaught"])
     lessons = agent_lessons(data, kwargs, tokenizer, "think")
     assert lessons and all(p.endswith("<think>") and c.endswith(" </think>") for p, c in lessons)
     with pytest.raises(InvalidArgumentError, match="lesson_prompts"):
