@@ -116,9 +116,23 @@ def _split_text(results: Mapping[str, Any]) -> str:
             f"({ws.get('lr_schedule', 'constant')}), {_num(warm['wall_s'], 0)} s on "
             f"{warm['torch_threads']} torch thread(s); loss {_num(warm['loss_first'], 2)} at the first step, "
             f"{_num(warm['loss_last10'], 2)} over the last ten.",
+            *_decision_lines(warm),
             *_first_action_lines(results),
         ]
     )
+
+
+def _decision_lines(warm: Mapping[str, Any]) -> list[str]:
+    decision = warm.get("decision")
+    if not decision:
+        return []
+    return [
+        f"- Decision pass: {decision['steps']} more AdamW steps at {warm['settings']['decision_lr']:g} "
+        f"on the {sum(decision['first_actions'].values())} demonstrated first actions alone, each batch "
+        "holding direct, searching-taught and searching-untaught ones in their demonstrated shares "
+        f"({_num(decision['wall_s'], 0)} s); loss {_num(decision['loss_first'], 3)} at its first step, "
+        f"{_num(decision['loss_last10'], 3)} over the last ten.",
+    ]
 
 
 def _first_action_lines(results: Mapping[str, Any]) -> list[str]:
