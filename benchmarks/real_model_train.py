@@ -11,7 +11,10 @@ written per episode (per step, and their mean over a sliding window) to ``docs/r
 ``--heldout N`` keeps the first N questions of ``evaluate``'s seed-0 order out of training
 (the run trains on a copy of the data file without them) and, after training, evaluates
 greedily on them, in the training env's settings: the start model (the untrained model too,
-with ``--warm-start``) and the trained one, all in bfloat16.
+with ``--warm-start``) and the trained one, all in bfloat16. ``--float32`` trains (warm start
+included, in ``model.path`` + ``_float32``) and evaluates in float32 instead: the fast choice
+on a CPU without bfloat16 units, where bfloat16 is emulated
+(``benchmarks/results/autocast_cpu_avx2.json``).
 """
 
 from __future__ import annotations
@@ -99,7 +102,9 @@ def hold_out(config, count: int) -> tuple[Any, list[int]]:
     return dataclasses.replace(config, env=env), heldout
 
 
-def evaluate_heldout(config, trainer, data_path: str, count: int, untrained: bool) -> list[dict]:
+def evaluate_heldout(
+    config, trainer, data_path: str, count: int, untrained: bool, bfloat16: bool = True
+) -> list[dict]:
     """Greedy figures of the start model(s) and the trained one on the held-out questions,
     each with its per-question records (``episodes``: question id, queries, retrieved passage
     ids, answer, scores)."""
@@ -114,7 +119,9 @@ def evaluate_heldout(config, trainer, data_path: str, count: int, untrained: boo
     if untrained:
         models.append(("untrained", resolve_model("smollm2-135m-instruct")))
     models.append(("start of GRPO", resolve_model(config.model.path)))
-    models.append(("end of GRPO", copy.deepcopy(trainer.model).to(torch.bfloat16)))
+    models.append(
+        ("end of GRPO", copy.deepcopy(trainer.model).to(torch.bfloat16 if bfloat16 else torch.float32))
+    )
     rows = []
     for label, model in models:
         policy = HFPolicy(
@@ -123,7 +130,7 @@ def evaluate_heldout(config, trainer, data_path: str, count: int, untrained: boo
             protocol=kwargs.get("protocol", "search_r1"),
             max_new_tokens=config.rollout.max_new_tokens,
             batch_size=32,
-            dtype="bfloat16" if isinstance(model, str) else None,
+            dtype=("bfloat16" if bfloat16 else "float32") if isinstance(model, str) else None,
             device="cpu",
             name=label,
         )
@@ -154,6 +161,11 @@ def main() -> None:
         action="store_true",
         help="first write model.path with benchmarks/real_model_warm_start.py (unless it holds a model)",
     )
+    parser.add_argument(
+        "--float32",
+        action="store_true",
+        help="train and evaluate in float32 (no bfloat16 autocast): fast on CPUs without bfloat16 units",
+    )
     parser.add_argument("--window", type=int, default=4, help="steps in the curve's sliding mean")
     parser.add_argument(
         "--heldout", type=int, default=0, help="questions kept out of training and evaluated on (0: none)"
@@ -177,6 +189,9 @@ def main() -> None:
         config = dataclasses.replace(
             config, seed=args.seed, output_dir=f"{config.output_dir}_seed{args.seed}"
         )
+    if args.float32:
+        model = dataclasses.replace(config.model, autocast="off", path=f"{config.model.path}_float32")
+        config = dataclasses.replace(config, model=model)
     shutil.rmtree(config.output_dir, ignore_errors=True)  # a fresh run, never a resumed one
     heldout: list[int] = []
     source = config.env.kwargs.get("data_path")
@@ -188,7 +203,11 @@ def main() -> None:
 
         folder = Path(config.model.path)
         done = folder / "warm_start.json"
-        warm = json.loads(done.read_text()) if done.is_file() else warm_start(folder, seed=config.seed)
+        warm = (
+            json.loads(done.read_text())
+            if done.is_file()
+            else warm_start(folder, seed=config.seed, bfloat16=not args.float32)
+        )
     start = time.perf_counter()  # --max-minutes and wall_time_s count GRPO only
     trainer = GRPOTrainer(config, progress=False)
     samples: list[dict] = []
@@ -225,7 +244,9 @@ def main() -> None:
             trainer.save()
         if heldout:
             report = json.loads(args.out.read_text())
-            report["heldout"] = evaluate_heldout(config, trainer, source, len(heldout), args.warm_start)
+            report["heldout"] = evaluate_heldout(
+                config, trainer, source, len(heldout), args.warm_start, bfloat16=not args.float32
+            )
             write_report(args.out, report)
             plot(report["history"], args.png, args.window, args.config.stem, report["heldout"])
     finally:

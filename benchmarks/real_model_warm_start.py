@@ -85,6 +85,7 @@ def warm_start(
     lr: float = 3e-5,
     seed: int = 0,
     index_dir: Path = REPO / "benchmarks" / ".cache" / "bm25_shared",
+    bfloat16: bool = True,
 ) -> dict[str, Any]:
     """Train and save the warm-started folder at ``out``; returns its figures."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -111,7 +112,7 @@ def warm_start(
     for step in range(steps):
         batch = sample_ptx(examples, batch_size, rng)
         optimizer.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bfloat16):
             loss = ptx_nll(policy, batch, pad, "cpu")
             loss.backward()
         torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
@@ -128,6 +129,7 @@ def warm_start(
         "examples": len(examples),
         "steps": steps,
         "batch_size": batch_size,
+        "autocast": "bfloat16" if bfloat16 else None,
         "lr": lr,
         "seed": seed,
         "losses": losses,
