@@ -91,7 +91,7 @@ def train_table(reports: list[dict[str, Any]]) -> str:
         notes.append(
             f"Seed {_seed(report)}: `{shown_command(report['command'])}`: {report['steps_done']} of {report['steps_configured']} "
             f"configured steps in {report['wall_time_s'] / 60:.0f} min, median step {report['median_step_s']:.0f} s "
-            f"(torch threads: {report['torch_threads']}; config `{report['config']}`)."
+            f"(torch threads: {report['torch_threads']}; config `{report['config']}`; {_precision(report)})."
         )
     lines += ["", "Each cell is the mean ± standard deviation over those steps (8 rollouts per step).", ""]
     return "\n".join(lines + notes)
@@ -109,17 +109,38 @@ def heldout_table(reports: list[dict[str, Any]]) -> str:
                 f"| {_seed(report)} | {r['model']} | {r['questions']} | {100 * r['em']:.1f} | {100 * r['f1']:.1f} "
                 f"| {100 * r['cover_em']:.1f} | {r['st']:.2f} | {100 * r['format_ok']:.0f} | {r['tokens']:.1f} |"
             )
-    warm = reports[0].get("warm_start")
-    if warm:
+    starts: dict[str, list[Any]] = {}  # one line per distinct warm start, naming its seeds
+    for report in reports:
+        if report.get("warm_start"):
+            starts.setdefault(json.dumps(report["warm_start"], sort_keys=True), []).append(_seed(report))
+    for blob, seeds in starts.items():
+        warm = json.loads(blob)
+        autocast = warm.get("autocast", "bfloat16")  # runs before the key was written used bfloat16
+        who = (
+            "shared by the seeds"
+            if len(starts) == 1
+            else "seed" + ("s " if len(seeds) > 1 else " ") + ", ".join(map(str, seeds))
+        )
         lines += [
             "",
-            f"Warm start (shared by the seeds): {warm['steps']} AdamW steps of {warm['batch_size']} actions "
-            f"(learning rate {warm['lr']:g}) on {warm['episodes']} two-turn episodes of the "
-            f"{NAMES.get(warm['dataset'], warm['dataset'])} sample, {warm['wall_time_s'] / 60:.1f} min; loss "
-            f"{warm['losses'][0]:.2f} at the first step, "
+            f"Warm start ({who}): {warm['steps']} AdamW steps of {warm['batch_size']} actions "
+            f"(learning rate {warm['lr']:g}, {autocast + ' autocast' if autocast else 'float32'}) "
+            f"on {warm['episodes']} two-turn "
+            f"episodes of the {NAMES.get(warm['dataset'], warm['dataset'])} sample, "
+            f"{warm['wall_time_s'] / 60:.1f} min; loss {warm['losses'][0]:.2f} at the first step, "
             f"{sum(warm['losses'][-4:]) / len(warm['losses'][-4:]):.2f} over the last four.",
         ]
     return "\n".join(lines)
+
+
+def _precision(report: dict[str, Any]) -> str:
+    """How the run trained: float32 under ``--float32``, else as its config says."""
+    from searchgym.trainers.run_spec import load_config
+
+    if "--float32" in report["command"].split():
+        return "float32"
+    autocast = load_config(REPO / report["config"]).model.autocast
+    return "bfloat16 autocast" if autocast == "bfloat16" else "float32"
 
 
 def baselines_table(baselines: dict[str, Any], reports: list[dict[str, Any]]) -> str:
