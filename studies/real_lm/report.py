@@ -229,31 +229,38 @@ def format_summary(results: Mapping[str, Any]) -> str:
 
 def plot(results: Mapping[str, Any], path: Path) -> Path:
     """EM against searches per question and searched known against searched unknown (%), one
-    marker per arm (mean ± 95% CI); the searched share of training rollouts per step, a line per seed."""
+    marker per arm (mean ± 95% CI) and the warm start's; the searched share of training
+    rollouts per step, a line per seed."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (left, right, curve) = plt.subplots(1, 3, figsize=(15, 4.2))
+    fig, (left, right, curve) = plt.subplots(1, 3, figsize=(15, 4.6))
+    # arms often coincide (every arm that always searches sits at one point): hollow markers of
+    # shrinking size and distinct shapes keep each one visible
+    markers = "osD^vPX*"
     for k, (arm, entry) in enumerate(results["arms"].items()):
         m = entry["mean"]
         ci = m["ci95"]
-        left.errorbar(
-            m["st"], m["em"], xerr=ci["st"], yerr=ci["em"], fmt="o", color=f"C{k}", capsize=3, label=arm
-        )
-        right.errorbar(
-            m["sr_known"],
-            m["sr_unknown"],
-            xerr=ci["sr_known"],
-            yerr=ci["sr_unknown"],
-            fmt="o",
-            color=f"C{k}",
-            capsize=3,
-        )
+        style = {
+            "fmt": markers[k % len(markers)],
+            "color": f"C{k}",
+            "markerfacecolor": "none",
+            "markersize": 13 - k,
+            "markeredgewidth": 1.6,
+            "capsize": 3,
+        }
+        bar = {k: v or None for k, v in ci.items() if not isinstance(v, dict)}  # no caps for one seed
+        left.errorbar(m["st"], m["em"], xerr=bar["st"], yerr=bar["em"], label=arm, **style)
+        right.errorbar(m["sr_known"], m["sr_unknown"], xerr=bar["sr_known"], yerr=bar["sr_unknown"], **style)
         for seed in entry["seeds"]:
             points = seed.get("rollouts") or []
             curve.plot([r["step"] for r in points], [100 * r["sr"] for r in points], color=f"C{k}", alpha=0.7)
+    warm = results.get("baselines", {}).get("warm_started")
+    if warm:
+        left.plot(warm["st"], warm["em"], "k+", markersize=14, label="warm start (greedy)")
+        right.plot(warm["sr_known"], warm["sr_unknown"], "k+", markersize=14)
     left.set_xlabel("searches per question")
     left.set_ylabel("held-out EM (%)")
     right.set_xlabel("searched, known questions (%)")
@@ -265,8 +272,8 @@ def plot(results: Mapping[str, Any], path: Path) -> Path:
     curve.set_ylim(-5, 105)
     for ax in (left, right, curve):
         ax.grid(alpha=0.3)
-    left.legend(fontsize=8)
-    fig.tight_layout()
+    fig.legend(*left.get_legend_handles_labels(), loc="lower center", ncol=9, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
