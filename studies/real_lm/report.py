@@ -196,6 +196,36 @@ def _timing_text(results: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _recall_table(results: Mapping[str, Any]) -> str:
+    """Greedy searched share (%) of each arm by what the warm start recalled first (``unknown``
+    or a name) and by known/unknown, pooled over seeds; the groups' sizes in the header."""
+    from .warm_start import UNKNOWN
+
+    recalls = {q["qid"]: q.get("recall") for q in results.get("first_action", {}).get("questions", [])}
+    if not recalls or None in recalls.values():
+        return "The warm start recalled nothing first (`recall_first` is off)."
+    groups = [(said, known) for said in (UNKNOWN, "a name") for known in (True, False)]
+
+    def group(qid: str, known: bool) -> tuple[str, bool]:
+        return (UNKNOWN if recalls[qid] == UNKNOWN else "a name", known)
+
+    probe = {p["qid"]: p["known"] for p in results["known"]["probe"]}
+    sizes = {g: sum(group(q, k) == g for q, k in probe.items() if q in recalls) for g in groups}
+    head = [
+        f"recalled {said}, {'known' if known else 'unknown'} ({sizes[(said, known)]})"
+        for said, known in groups
+    ]
+    lines = ["| Arm | " + " | ".join(head) + " |", "|---|" + "---|" * len(groups)]
+    for arm, entry in results["arms"].items():
+        searched: dict[tuple[str, bool], list[bool]] = {g: [] for g in groups}
+        for seed in entry["seeds"]:
+            for q in seed["questions"]:
+                searched[group(q["qid"], q["known"])].append(q["searches"] > 0)
+        cells = [_num(100 * statistics.fmean(v), 0) if v else "–" for v in searched.values()]
+        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def blocks(results: Mapping[str, Any]) -> dict[str, str]:
     """The page's generated blocks, by name."""
     return {
@@ -203,6 +233,7 @@ def blocks(results: Mapping[str, Any]) -> dict[str, str]:
         "arms-greedy": _arm_table(results, "greedy"),
         "arms-sampled": _arm_table(results, "sampled"),
         "paired": _paired_table(results),
+        "by-recall": _recall_table(results),
         "baselines": _baseline_table(results),
         "training": _training_table(results),
         "timing": _timing_text(results),

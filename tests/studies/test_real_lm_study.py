@@ -386,6 +386,40 @@ def test_warm_start_rate_warms_up_then_decays_to_zero():
             WarmStartSettings(episode_repeats=bad)
 
 
+def test_searched_share_by_recall_groups_questions_by_what_the_warm_start_recalled():
+    from studies.real_lm.report import _recall_table
+
+    def question(qid, known, searches):
+        return {"qid": qid, "known": known, "searches": searches}
+
+    results = {
+        "first_action": {
+            "questions": [
+                {"qid": "a", "recall": "unknown"},
+                {"qid": "b", "recall": "Paris"},
+                {"qid": "c", "recall": "Rome"},
+            ]
+        },
+        "known": {
+            "probe": [{"qid": "a", "known": False}, {"qid": "b", "known": True}, {"qid": "c", "known": True}]
+        },
+        "arms": {
+            "otc": {
+                "seeds": [
+                    {"questions": [question("a", False, 1), question("b", True, 0), question("c", True, 1)]},
+                    {"questions": [question("a", False, 2), question("b", True, 0), question("c", True, 0)]},
+                ]
+            }
+        },
+    }
+    header, _, row = _recall_table(results).splitlines()
+    assert header == (
+        "| Arm | recalled unknown, known (0) | recalled unknown, unknown (1) | recalled a name, known (2) "
+        "| recalled a name, unknown (0) |"
+    )
+    assert row == "| otc | – | 100 | 25 | – |"  # pooled over seeds: 1 of 4 name-recalled known searched
+
+
 def test_decision_pass_batches_keep_each_kinds_share():
     """Every batch of the decision pass holds each kind of first action in its share."""
     import numpy as np
