@@ -206,7 +206,10 @@ def main() -> None:
         warm = (
             json.loads(done.read_text())
             if done.is_file()
-            else warm_start(folder, seed=config.seed, bfloat16=not args.float32)
+            # float32 under eager attention: 8 long examples at once exceed 24 GB, 2 do not
+            else warm_start(
+                folder, seed=config.seed, bfloat16=not args.float32, micro_batch_size=2 if args.float32 else 0
+            )
         )
     start = time.perf_counter()  # --max-minutes and wall_time_s count GRPO only
     trainer = GRPOTrainer(config, progress=False)

@@ -86,12 +86,13 @@ def warm_start(
     seed: int = 0,
     index_dir: Path = REPO / "benchmarks" / ".cache" / "bm25_shared",
     bfloat16: bool = True,
+    micro_batch_size: int = 0,
 ) -> dict[str, Any]:
     """Train and save the warm-started folder at ``out``; returns its figures."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from searchgym.models import resolve_model
-    from searchgym.trainers.grpo.ptx import load_ptx_examples, ptx_nll, sample_ptx, write_ptx_examples
+    from searchgym.trainers.grpo.ptx import load_ptx_examples, ptx_backward, sample_ptx, write_ptx_examples
 
     torch.manual_seed(seed)
     source = resolve_model(model)
@@ -113,11 +114,10 @@ def warm_start(
         batch = sample_ptx(examples, batch_size, rng)
         optimizer.zero_grad(set_to_none=True)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bfloat16):
-            loss = ptx_nll(policy, batch, pad, "cpu")
-            loss.backward()
+            loss = ptx_backward(policy, batch, pad, "cpu", micro_batch_size)
         torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
         optimizer.step()
-        losses.append(round(float(loss.detach()), 4))
+        losses.append(round(loss, 4))
         print(f"warm start step {step + 1}/{steps}: loss {losses[-1]:.3f}", flush=True)
     policy.eval()
     policy.save_pretrained(out)
@@ -130,6 +130,7 @@ def warm_start(
         "steps": steps,
         "batch_size": batch_size,
         "autocast": "bfloat16" if bfloat16 else None,
+        "micro_batch_size": micro_batch_size or batch_size,
         "lr": lr,
         "seed": seed,
         "losses": losses,

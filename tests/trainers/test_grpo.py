@@ -756,6 +756,29 @@ def test_ptx_nll_is_the_cross_entropy_of_the_completion_tokens_only(tiny_root):
     assert both == pytest.approx(expected_both, rel=1e-5)
 
 
+def test_ptx_backward_in_micro_batches_gives_the_whole_batchs_gradient(tiny_root):
+    from searchgym.trainers.grpo.model import load_model, model_source
+    from searchgym.trainers.grpo.ptx import PtxExample, ptx_backward, ptx_nll
+
+    config = make_config(tiny_root, tiny_root / "unused").model
+    model = load_model(config, model_source(config), torch.device("cpu"))
+    batch = [
+        PtxExample((5, 9, 14, 3, 7, 2), 3),
+        PtxExample((5, 9, 14, 3), 1),
+        PtxExample((4, 8, 6, 11, 12), 1),
+    ]
+    ptx_nll(model, batch, 0, "cpu").backward()
+    whole = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+    expected = float(ptx_nll(model, batch, 0, "cpu"))
+    model.zero_grad(set_to_none=True)
+    loss = ptx_backward(model, batch, 0, "cpu", micro_batch_size=2)  # 3 + 3 and 4 completion tokens
+    parts = [p.grad for p in model.parameters() if p.grad is not None]
+    assert loss == pytest.approx(expected, rel=1e-5)
+    assert len(parts) == len(whole) and all(
+        torch.allclose(a, b, atol=1e-6) for a, b in zip(parts, whole, strict=True)
+    )
+
+
 def test_ptx_nll_runs_the_output_layer_on_the_completion_positions_only(tiny_root):
     from searchgym.trainers.grpo.model import load_model, model_source
     from searchgym.trainers.grpo.ptx import PtxExample, ptx_nll

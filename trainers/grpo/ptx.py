@@ -28,7 +28,7 @@ from ...error import DataFileError
 from ...storage.atomic import write_atomically
 from .loss import pad_batch
 
-__all__ = ["PtxExample", "load_ptx_examples", "write_ptx_examples", "ptx_nll", "sample_ptx"]
+__all__ = ["PtxExample", "load_ptx_examples", "write_ptx_examples", "ptx_nll", "ptx_backward", "sample_ptx"]
 
 
 @dataclass(frozen=True)
@@ -108,3 +108,28 @@ def ptx_nll(model: Any, batch: Sequence[PtxExample], pad_id: int, device: torch.
     logits = model.get_output_embeddings()(hidden[at[0], at[1] - 1]).float()
     picked = logits.gather(-1, ids[at[0], at[1]][:, None]).squeeze(-1)
     return -(picked - torch.logsumexp(logits, dim=-1)).mean()
+
+
+def ptx_backward(
+    model: Any,
+    batch: Sequence[PtxExample],
+    pad_id: int,
+    device: torch.device | str,
+    micro_batch_size: int = 0,
+) -> float:
+    """Back-propagate :func:`ptx_nll` of ``batch`` in micro-batches of ``micro_batch_size``
+    examples (0: one pass), each weighted by its share of the completion tokens, so the
+    gradient is the whole batch's; returns the batch's mean NLL. Peak memory follows the
+    micro-batch: long examples under eager attention need it on a small machine."""
+    size = micro_batch_size or len(batch)
+    tokens = [len(e.token_ids) - max(e.prompt_len, 1) for e in batch]
+    total = max(1, sum(tokens))
+    loss = 0.0
+    for first in range(0, len(batch), size):
+        share = sum(tokens[first : first + size]) / total
+        if share == 0:
+            continue
+        part = ptx_nll(model, batch[first : first + size], pad_id, device) * share
+        part.backward()
+        loss += float(part.detach())
+    return loss
