@@ -282,7 +282,7 @@ def plot(results: Mapping[str, Any], path: Path) -> Path:
             "markeredgewidth": 1.6,
             "capsize": 3,
         }
-        bar = {k: v or None for k, v in ci.items() if not isinstance(v, dict)}  # no caps for one seed
+        bar = {key: v or None for key, v in ci.items() if not isinstance(v, dict)}  # no caps for one seed
         left.errorbar(m["st"], m["em"], xerr=bar["st"], yerr=bar["em"], label=arm, **style)
         right.errorbar(m["sr_known"], m["sr_unknown"], xerr=bar["sr_known"], yerr=bar["sr_unknown"], **style)
         for seed in entry["seeds"]:

@@ -370,7 +370,7 @@ def _train(
     """AdamW over ``batches`` of ``examples`` at the rates ``lrs``; returns the losses."""
     import torch
 
-    from searchgym.trainers.grpo.ptx import ptx_nll
+    from searchgym.trainers.grpo.ptx import ptx_backward
 
     optimizer = torch.optim.AdamW(policy.parameters(), lr=lrs[0] if lrs else 0.0)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -385,13 +385,12 @@ def _train(
     for step, (indices, lr) in enumerate(zip(batches, lrs, strict=True), start=1):
         optimizer.zero_grad(set_to_none=True)
         with precision:
-            loss = ptx_nll(policy, [examples[i] for i in indices], pad, "cpu")
-            loss.backward()
+            loss = ptx_backward(policy, [examples[i] for i in indices], pad, "cpu")
         torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
         for group in optimizer.param_groups:
             group["lr"] = lr
         optimizer.step()
-        losses.append(round(float(loss.detach()), 4))
+        losses.append(round(loss, 4))
         if step % 5 == 0 or step == len(batches):
             log(
                 f"{name} step {step}/{len(batches)}: loss {losses[-1]:.3f}, {time.perf_counter() - start:.0f} s"
