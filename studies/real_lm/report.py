@@ -196,6 +196,55 @@ def _timing_text(results: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+_FRUGAL_ARMS = ("otc", "lightsearcher", "lightsearcher_no_memory", "sem", "cost")
+
+
+def _judged(mean: float, ci: float, line: float, above: bool, strict: bool = False, digits: int = 1) -> str:
+    """``mean ± ci``, ``met`` or ``missed`` on the mean, flagged when the interval holds the line."""
+    if strict:
+        met = mean > line if above else mean < line
+    else:
+        met = mean >= line if above else mean <= line
+    crosses = ci > 0 and mean - ci <= line <= mean + ci
+    verdict = ("met" if met else "missed") + (", the interval crosses the line" if crosses else "")
+    return f"{_num(mean, digits)} ± {_num(ci, digits)}: {verdict}"
+
+
+def _targets_table(results: Mapping[str, Any]) -> str:
+    """The issue's targets, greedy, each judged on the mean over seeds (± 95% interval)."""
+    arms = results["arms"]
+    if "f1" not in arms:
+        return "No f1 arm in this results file: the targets are set against it."
+    f1 = arms["f1"]["mean"]
+    half = f1["sr_known"] / 2
+    lines = [
+        f"- f1 searches at least 80% of known questions: "
+        f"{_judged(f1['sr_known'], f1['ci95']['sr_known'], 80.0, True)}.",
+    ]
+    for arm in (a for a in arms if a.startswith("light_search")):
+        paired = arms[arm].get("vs_f1", {})
+        if "st" in paired:
+            lines.append(
+                f"- {arm} cuts searches per question (paired difference against f1 below 0): "
+                f"{_judged(paired['st']['mean'], paired['st']['ci95'], 0.0, False, strict=True, digits=2)}."
+            )
+    lines += [
+        "",
+        f"| Arm | Searched known (%), at most half of f1's ({_num(half)}) | ΔEM against f1, at least −2 "
+        "| Searched unknown (%), at least 80 |",
+        "|---|---|---|---|",
+    ]
+    for arm in _FRUGAL_ARMS:
+        if arm not in arms:
+            continue
+        mean, paired = arms[arm]["mean"], arms[arm].get("vs_f1", {})
+        em = _judged(paired["em"]["mean"], paired["em"]["ci95"], -2.0, True) if "em" in paired else "–"
+        known = _judged(mean["sr_known"], mean["ci95"]["sr_known"], half, False)
+        unknown = _judged(mean["sr_unknown"], mean["ci95"]["sr_unknown"], 80.0, True)
+        lines.append(f"| {arm} | {known} | {em} | {unknown} |")
+    return "\n".join(lines)
+
+
 def _recall_table(results: Mapping[str, Any]) -> str:
     """Greedy searched share (%) of each arm by what the warm start recalled first (``unknown``
     or a name) and by known/unknown, pooled over seeds; the groups' sizes in the header."""
@@ -233,6 +282,7 @@ def blocks(results: Mapping[str, Any]) -> dict[str, str]:
         "arms-greedy": _arm_table(results, "greedy"),
         "arms-sampled": _arm_table(results, "sampled"),
         "paired": _paired_table(results),
+        "targets": _targets_table(results),
         "by-recall": _recall_table(results),
         "baselines": _baseline_table(results),
         "training": _training_table(results),

@@ -405,7 +405,8 @@ def run_study(
         log=log,
         reuse_only=collect,
     )
-    log(f"warm start: {model_dir} ({warm['wall_s']} s)")
+    decision_s = warm.get("decision", {}).get("wall_s", 0.0)
+    log(f"warm start: {model_dir} ({warm['wall_s']} s, decision pass {decision_s} s)")
     baselines = run_baselines(study, out, data, model_dir, reuse_only=collect)
     log(f"known held-out questions: {baselines['known_pct']:.0f}%")
     known = {p["qid"]: p["known"] for p in baselines["probe"]}

@@ -266,6 +266,25 @@ def test_page_blocks_are_written_from_the_json_and_kept():
         render_page("<!-- real-lm:nope -->\n<!-- end -->", _results(1.0, 1.0))
 
 
+def test_targets_are_judged_on_the_mean_and_flag_an_interval_across_the_line():
+    results = _results(40.0, 38.5)
+    results["arms"]["f1"]["mean"].update(sr_known=90.0)  # half of it: 45
+    results["arms"]["otc"]["mean"].update(sr_known=30.0, sr_unknown=79.5)  # interval ± 1 holds 80
+    results["arms"]["otc"]["vs_f1"]["em"] = {"mean": -1.5, "ci95": 0.2, "n": 2}
+    results["arms"]["otc"]["vs_f1"]["st"] = {"mean": -0.4, "ci95": 0.1, "n": 2}
+    results["arms"]["light_search_eq2"] = results["arms"]["otc"]  # otc's figures under Light-Search's name
+    targets = blocks(results)["targets"]
+    assert "- f1 searches at least 80% of known questions: 90.0 ± 1.0: met." in targets
+    assert "paired difference against f1 below 0): -0.40 ± 0.10: met." in targets
+    assert (
+        "| otc | 30.0 ± 1.0: met | -1.5 ± 0.2: met | 79.5 ± 1.0: missed, the interval crosses the line |"
+        in targets
+    )
+    assert "(45.0)" in targets
+    del results["arms"]["f1"]
+    assert "No f1 arm" in blocks(results)["targets"]
+
+
 RESULTS = REPO / "studies" / "real_lm" / "results" / "results.json"
 
 
