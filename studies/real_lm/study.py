@@ -126,8 +126,11 @@ def cell_config(study: Mapping[str, Any], arm: str, seed: int, out: Path, data: 
     return TrainConfig.from_dict(config)
 
 
-def _key(*parts: Any) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+def _key(out: Path, *parts: Any) -> str:
+    """A hash of ``parts`` with paths under the output folder ``out`` made relative to it, so a
+    moved output folder keeps its finished parts."""
+    blob = json.dumps(parts, sort_keys=True, default=str, ensure_ascii=False)
+    return hashlib.sha256(blob.replace(f'"{out}/', '"<out>/').encode()).hexdigest()[:16]
 
 
 def _load(path: Path, key: str) -> dict[str, Any] | None:
@@ -218,7 +221,7 @@ def run_baselines(
     from searchgym.models import resolve_model
     from searchgym.policies.tiny import load_tokenizer
 
-    key = _key(str(model_dir), study["model"], _eval_settings(study), study["instructions"], "v1")
+    key = _key(out, str(model_dir), study["model"], _eval_settings(study), study["instructions"], "v2")
     path = out / "baselines.json"
     found = _load(path, key)
     if found is not None:
@@ -275,7 +278,7 @@ def run_first_action(
     from .first_action import greedy_recalls, opening_probabilities, summarise
 
     key = _key(
-        str(model_dir), _eval_settings(study)["max_questions"], study["instructions"]["search_r1"], "v1"
+        out, str(model_dir), _eval_settings(study)["max_questions"], study["instructions"]["search_r1"], "v2"
     )
     path = out / "first_action.json"
     found = _load(path, key)
@@ -336,7 +339,7 @@ def run_cell(study: Mapping[str, Any], arm: str, seed: int, out_dir: str, model_
 
     out, data = Path(out_dir), prepare_data(study["data"], Path(out_dir) / "data")
     config = cell_config(study, arm, seed, out, data, model_dir)
-    key = _key(asdict(config), _eval_settings(study), "v1")
+    key = _key(out, asdict(config), _eval_settings(study), "v2")
     path = Path(config.output_dir) / "cell.json"
     found = _load(path, key)
     if found is not None:
@@ -461,7 +464,7 @@ def _collect(study, out: Path, data: StudyData, model_dir: Path, fresh: list[dic
                 continue
             config = cell_config(study, arm, seed, out, data, model_dir)
             found = _load(
-                Path(config.output_dir) / "cell.json", _key(asdict(config), _eval_settings(study), "v1")
+                Path(config.output_dir) / "cell.json", _key(out, asdict(config), _eval_settings(study), "v2")
             )
             if found is not None:
                 cells[(arm, seed)] = found

@@ -304,10 +304,30 @@ def _stratified_batches(groups: list[str], size: int, rng: Any) -> list[list[int
 _DECISION_FIELDS = ("decision_steps", "decision_lr")
 
 
+_DATA_PATHS = ("corpus_path", "index_dir", "data_path")
+
+
 def _key(settings: WarmStartSettings, model: str, env_kwargs: dict[str, Any], data: StudyData) -> str:
+    """The main pass's key: its settings, the model, and the data by content, not by path, so a
+    moved output folder keeps its warm start and rewritten data files do not."""
     main_pass = {k: v for k, v in asdict(settings).items() if k not in _DECISION_FIELDS}
+    env = {p: {k: v for k, v in kw.items() if k not in _DATA_PATHS} for p, kw in env_kwargs.items()}
+    files = {
+        name: hashlib.sha256(path.read_bytes()).hexdigest()
+        for name, path in (
+            ("train", data.train_path),
+            ("heldout", data.heldout_path),
+            ("corpus", data.corpus_path),
+        )
+    }
     blob = json.dumps(
-        {"settings": main_pass, "model": model, "env": env_kwargs, "data": data.summary(), "v": 4},
+        {
+            "settings": main_pass,
+            "model": model,
+            "env": env,
+            "data": {**data.summary(), "files": files, "taught": sorted(data.taught)},
+            "v": 5,
+        },
         sort_keys=True,
         default=str,
     )

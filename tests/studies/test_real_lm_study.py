@@ -362,6 +362,7 @@ def test_one_cell_end_to_end_with_a_tiny_model(tmp_path, monkeypatch, capsys):
     )
     assert cell.stat().st_mtime_ns == stamp  # finished cells are kept
     (out / "results.json").unlink()
+    out = out.rename(tmp_path / "moved")  # a moved output folder keeps its warm start, baselines and cells
     assert main(["study", "--config", str(config), "--output-dir", str(out), "--collect"]) == 0
     collected = json.loads((out / "results.json").read_text(encoding="utf-8"))
     assert list(collected["arms"]) == ["f1"] and collected["arms"]["f1"]["seeds"][0]["seed"] == 0
@@ -461,10 +462,36 @@ def test_decision_settings_do_not_change_the_main_passs_key(tmp_path):
     from studies.real_lm.warm_start import WarmStartSettings, _key
 
     data = StudyData(tmp_path, tmp_path / "t", tmp_path / "h", tmp_path / "c", [], [], frozenset())
+    for path in (data.train_path, data.heldout_path, data.corpus_path):
+        path.write_text("{}\n", encoding="utf-8")
     base = WarmStartSettings()
     decided = dataclasses.replace(base, decision_steps=20, decision_lr=1e-5)
     assert _key(decided, "m", {}, data) == _key(base, "m", {}, data)
     assert _key(dataclasses.replace(base, direct_share=0.5), "m", {}, data) != _key(base, "m", {}, data)
+
+
+def test_the_warm_starts_key_follows_the_datas_content_not_its_folder(tmp_path):
+    from studies.real_lm.data import StudyData
+    from studies.real_lm.warm_start import WarmStartSettings, _key
+
+    def data_in(folder, corpus="{}\n", taught=frozenset({"q1"})):
+        folder.mkdir(exist_ok=True)
+        paths = [folder / name for name in ("train.jsonl", "heldout.jsonl", "corpus.jsonl")]
+        for path, text in zip(paths, ("{}\n", "{}\n", corpus), strict=True):
+            path.write_text(text, encoding="utf-8")
+        env = {
+            "search_r1": {"protocol": "search_r1", "data_path": str(paths[0]), "corpus_path": str(paths[2])}
+        }
+        return StudyData(folder, *paths, [], [], taught), env
+
+    here, env_here = data_in(tmp_path / "a")
+    moved, env_moved = data_in(tmp_path / "b")
+    settings = WarmStartSettings()
+    assert _key(settings, "m", env_here, here) == _key(settings, "m", env_moved, moved)
+    other_corpus, env_other = data_in(tmp_path / "c", corpus='{"id": 1}\n')
+    assert _key(settings, "m", env_other, other_corpus) != _key(settings, "m", env_here, here)
+    other_taught, env_taught = data_in(tmp_path / "d", taught=frozenset({"q2"}))
+    assert _key(settings, "m", env_taught, other_taught) != _key(settings, "m", env_here, here)
     for bad in (-1, 1.5, True):
         with pytest.raises(InvalidArgumentError, match="decision_steps: got .*integer >= 0"):
             WarmStartSettings(decision_steps=bad)
