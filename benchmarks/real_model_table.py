@@ -283,7 +283,7 @@ def train_summary(reports: list[dict[str, Any]], baselines: dict[str, Any] | Non
         start, end = rows["start of GRPO"], rows["end of GRPO"]
         lines.append(
             f"- seed {_seed(report)}: {report['steps_done']} of {report['steps_configured']} GRPO steps"
-            f" in {report['wall_time_s'] / 60:.0f} min; "
+            f" in {report['wall_time_s'] / 60:.0f} min ({_precision(report)}); "
             f"EM on {end['questions']} held-out PopQA questions {100 * start['em']:.0f}% after the warm start, "
             f"{100 * end['em']:.0f}% after GRPO (F1 {100 * start['f1']:.1f} -> {100 * end['f1']:.1f}); "
             f"searches per question {start['st']:.2f} before GRPO and {end['st']:.2f} after."
