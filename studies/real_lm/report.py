@@ -210,6 +210,10 @@ def _judged(mean: float, ci: float, line: float, above: bool, strict: bool = Fal
     return f"{_num(mean, digits)} ± {_num(ci, digits)}: {verdict}"
 
 
+def _seeds(n: int) -> str:
+    return f"{n} seed" if n == 1 else f"{n} seeds"
+
+
 def _targets_table(results: Mapping[str, Any]) -> str:
     """The issue's targets, greedy, each judged on the mean over seeds (± 95% interval)."""
     arms = results["arms"]
@@ -218,21 +222,22 @@ def _targets_table(results: Mapping[str, Any]) -> str:
     f1 = arms["f1"]["mean"]
     half = f1["sr_known"] / 2
     lines = [
-        f"- f1 searches at least 80% of known questions: "
+        f"- f1 ({_seeds(len(arms['f1']['seeds']))}) searches at least 80% of known questions: "
         f"{_judged(f1['sr_known'], f1['ci95']['sr_known'], 80.0, True)}.",
     ]
     for arm in (a for a in arms if a.startswith("light_search")):
         paired = arms[arm].get("vs_f1", {})
         if "st" in paired:
             lines.append(
-                f"- {arm} cuts searches per question (paired difference against f1 below 0): "
+                f"- {arm} ({_seeds(paired['st']['n'])}, paired) cuts searches per question (the paired "
+                "difference against f1 below 0): "
                 f"{_judged(paired['st']['mean'], paired['st']['ci95'], 0.0, False, strict=True, digits=2)}."
             )
     lines += [
         "",
-        f"| Arm | Searched known (%), at most half of f1's ({_num(half)}) | ΔEM against f1, at least −2 "
+        f"| Arm | Seeds | Searched known (%), at most half of f1's ({_num(half)}) | ΔEM against f1, at least −2 "
         "| Searched unknown (%), at least 80 |",
-        "|---|---|---|---|",
+        "|---|---|---|---|---|",
     ]
     for arm in _FRUGAL_ARMS:
         if arm not in arms:
@@ -241,7 +246,7 @@ def _targets_table(results: Mapping[str, Any]) -> str:
         em = _judged(paired["em"]["mean"], paired["em"]["ci95"], -2.0, True) if "em" in paired else "–"
         known = _judged(mean["sr_known"], mean["ci95"]["sr_known"], half, False)
         unknown = _judged(mean["sr_unknown"], mean["ci95"]["sr_unknown"], 80.0, True)
-        lines.append(f"| {arm} | {known} | {em} | {unknown} |")
+        lines.append(f"| {arm} | {len(arms[arm]['seeds'])} | {known} | {em} | {unknown} |")
     return "\n".join(lines)
 
 
