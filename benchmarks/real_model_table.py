@@ -273,6 +273,10 @@ def complete(report: dict[str, Any]) -> bool:
     return report["steps_done"] >= report["steps_configured"]
 
 
+def _end(report: dict[str, Any]) -> dict[str, Any]:
+    return next(r for r in report["heldout"] if r["model"] == "end of GRPO")
+
+
 def train_summary(reports: list[dict[str, Any]], baselines: dict[str, Any] | None = None) -> str:
     """One line per complete warm-started run: its steps and time, its held-out EM before and
     after GRPO and its searches per question; then the no-learning baselines on the same
@@ -295,8 +299,12 @@ def train_summary(reports: list[dict[str, Any]], baselines: dict[str, Any] | Non
             f"(each template's most frequent training answer) {100 * prior['em']:.0f}% EM; an extraction "
             f"heuristic over the BM25 top-1 passage {100 * heuristic['em']:.0f}% EM, with "
             f"{heuristic['searches']:.2f} searches per question. The held-out questions hold two relations, "
-            f"and {baselines['gold_in_training_answers']} of {baselines['questions']} have a training answer: "
-            "GRPO taught the answer's type and copying it from the passage, not when to search."
+            f"and {baselines['gold_in_training_answers']} of {baselines['questions']} have a training answer."
+        )
+    after = {f"{_end(r)['st']:.2f}" for r in filter(complete, reports)}
+    if len(after) == 1:
+        lines.append(
+            f"- after GRPO every complete run searches {after.pop()} times per question: none learned when to search."
         )
     for report in reports:
         if not complete(report):
