@@ -429,7 +429,8 @@ def run_study(
         import multiprocessing
 
         # spawned workers start with this process's sys.path, so they import this module by name
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(workers, mp_context=context, initializer=die_with_parent) as pool:
             futures = [pool.submit(run_cell, dict(study), a, s, str(out), str(model_dir)) for a, s in todo]
             for (arm, seed), future in zip(todo, futures, strict=True):
                 cells.append(future.result())
@@ -453,6 +454,17 @@ def run_study(
     }
     _write(out / "results.json", results)
     return results
+
+
+def die_with_parent() -> None:
+    """Ask Linux to end this worker when the study's process ends, however it ends: a killed
+    study must not leave a cell training on into a folder that its rerun also writes."""
+    import ctypes
+    import signal
+    import sys
+
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
 
 
 def _collect(study, out: Path, data: StudyData, model_dir: Path, fresh: list[dict[str, Any]]) -> list[dict]:

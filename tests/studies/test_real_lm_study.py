@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -636,3 +639,39 @@ def test_greedy_recall_is_the_models_own_greedy_decoding(tmp_path):
     ]
     groups = summarise(rows)
     assert groups["known"]["recall_unknown_share"] == 0.0 and groups["unknown"]["recall_unknown_share"] == 0.5
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_killed_study_takes_its_cell_workers_with_it(tmp_path):
+    """The study's pool workers end with the study's process, even on SIGKILL."""
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import concurrent.futures as cf, multiprocessing as mp, os, sys, time\n"
+        f"sys.path.insert(0, {str(REPO)!r})\n"
+        "from studies.real_lm.study import die_with_parent\n"
+        "if __name__ == '__main__':\n"
+        "    context = mp.get_context('spawn')\n"
+        "    with cf.ProcessPoolExecutor(1, mp_context=context, initializer=die_with_parent) as pool:\n"
+        "        print(pool.submit(os.getpid).result(), flush=True)\n"
+        "        pool.submit(time.sleep, 120).result()\n",
+        encoding="utf-8",
+    )
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        worker = int(parent.stdout.readline())
+        parent.kill()
+        parent.wait(30)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and _alive(worker):
+            time.sleep(0.2)
+        assert not _alive(worker), "the worker outlived the study's process"
+    finally:
+        parent.kill()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")  # a zombie has ended; only its parent has not read its status
