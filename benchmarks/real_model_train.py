@@ -76,6 +76,7 @@ def plot(history: list[dict], path: Path, window: int, title: str, heldout: list
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
+    plt.close(fig)  # redrawn after every step: an open figure per step would pile up
 
 
 def hold_out(config, count: int) -> tuple[Any, list[int]]:
