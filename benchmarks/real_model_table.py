@@ -273,8 +273,8 @@ def complete(report: dict[str, Any]) -> bool:
     return report["steps_done"] >= report["steps_configured"]
 
 
-def _end(report: dict[str, Any]) -> dict[str, Any]:
-    return next(r for r in report["heldout"] if r["model"] == "end of GRPO")
+def _heldout(report: dict[str, Any], model: str) -> dict[str, Any]:
+    return next(r for r in report["heldout"] if r["model"] == model)
 
 
 def train_summary(reports: list[dict[str, Any]], baselines: dict[str, Any] | None = None) -> str:
@@ -283,8 +283,7 @@ def train_summary(reports: list[dict[str, Any]], baselines: dict[str, Any] | Non
     questions, and a line naming each run stopped early."""
     lines = []
     for report in filter(complete, reports):
-        rows = {r["model"]: r for r in report["heldout"]}
-        start, end = rows["start of GRPO"], rows["end of GRPO"]
+        start, end = _heldout(report, "start of GRPO"), _heldout(report, "end of GRPO")
         lines.append(
             f"- seed {_seed(report)}: {report['steps_done']} of {report['steps_configured']} GRPO steps"
             f" in {report['wall_time_s'] / 60:.0f} min ({_precision(report)}); "
@@ -301,7 +300,7 @@ def train_summary(reports: list[dict[str, Any]], baselines: dict[str, Any] | Non
             f"{heuristic['searches']:.2f} searches per question. The held-out questions hold two relations, "
             f"and {baselines['gold_in_training_answers']} of {baselines['questions']} have a training answer."
         )
-    after = {f"{_end(r)['st']:.2f}" for r in filter(complete, reports)}
+    after = {f"{_heldout(r, 'end of GRPO')['st']:.2f}" for r in filter(complete, reports)}
     if len(after) == 1:
         lines.append(
             f"- after GRPO every complete run searches {after.pop()} times per question: none learned when to search."
