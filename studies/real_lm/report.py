@@ -118,8 +118,28 @@ def _split_text(results: Mapping[str, Any]) -> str:
             f"{_num(warm['loss_last10'], 2)} over the last ten.",
             *_decision_lines(warm),
             *_first_action_lines(results),
+            *_merged_lines(results),
         ]
     )
+
+
+def _merged_lines(results: Mapping[str, Any]) -> list[str]:
+    """Cells added from another output folder, whose warm start was trained again."""
+    lines = []
+    main_pass = results["warm_start"]
+    for entry in results.get("merged", []):
+        cells = ", ".join(f"{arm} seed {seed}" for arm, seed in entry["cells"])
+        other, agree = entry["warm_start"]["main"], entry["agreement"]
+        n = agree["questions"]
+        lines.append(
+            f"- Cells from a second output folder ({cells}) start from a warm start trained again from "
+            f"the same settings and data on another machine ({_num(other['wall_s'], 0)} s on "
+            f"{other['torch_threads']} torch thread(s); loss {_num(other['loss_last10'], 5)} over the last "
+            f"ten steps, here {_num(main_pass['loss_last10'], 5)}). On the {n} held-out questions the two "
+            f"agree on {agree['known_flags']} known/unknown flags, {agree['probe_answers']} probe answers "
+            f"and {agree['warm_started_greedy']} warm-started greedy episodes (searches and answer)."
+        )
+    return lines
 
 
 def _decision_lines(warm: Mapping[str, Any]) -> list[str]:

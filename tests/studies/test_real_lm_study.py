@@ -303,6 +303,44 @@ def test_page_equals_its_json():
         assert f"<!-- real-lm:{name} -->" in page
 
 
+@pytest.mark.skipif(not RESULTS.exists(), reason="the calibration run is not committed yet")
+def test_merge_adds_a_folders_cells_only_when_both_warm_starts_split_alike():
+    from studies.real_lm.merge import cells_of, merge_results
+
+    results = json.loads(RESULTS.read_text(encoding="utf-8"))
+    known = {p["qid"]: p["known"] for p in results["known"]["probe"]}
+    cells = cells_of(results)
+    # nothing is lost in the round trip
+    assert json.loads(json.dumps(aggregate(cells, known))) == results["arms"]
+    arms = list(results["arms"])
+    last, rest = cells[-1], cells[:-1]
+    fewer = {**results, "arms": aggregate(rest, known)}
+    baselines = {
+        "probe": results["known"]["probe"],
+        "rows": {"warm_started": {"questions": results["baseline_questions"]["warm_started"]}},
+    }
+    warm = {"loss_first": 1.9, "loss_last10": 0.2, "wall_s": 9.0, "torch_threads": 2, "decision": {}}
+    merged = merge_results(fewer, [last], baselines, warm, arms, "more")
+    assert json.loads(json.dumps(merged["arms"])) == results["arms"]
+    (entry,) = merged["merged"]
+    assert entry["cells"] == [[last["arm"], last["seed"]]] and entry["folder"] == "more"
+    n = len(known)
+    assert entry["agreement"] == {
+        "questions": n,
+        "known_flags": n,
+        "probe_answers": n,
+        "warm_started_greedy": n,
+    }
+    assert "Cells from a second output folder" in blocks(merged)["split"]
+    with pytest.raises(InvalidArgumentError, match="already in the results file"):
+        merge_results(results, [last], baselines, warm, arms, "more")
+    with pytest.raises(InvalidArgumentError, match="no finished cell"):
+        merge_results(fewer, [], baselines, warm, arms, "more")
+    flipped = [{**p, "known": not p["known"]} if i == 0 else p for i, p in enumerate(baselines["probe"])]
+    with pytest.raises(InvalidArgumentError, match="split the held-out questions differently"):
+        merge_results(fewer, [last], {**baselines, "probe": flipped}, warm, arms, "more")
+
+
 @needs_data
 def test_one_cell_end_to_end_with_a_tiny_model(tmp_path, monkeypatch, capsys):
     """1 arm x 1 seed x 1 step through ``searchgym study``'s runner; then a rerun keeps the cell."""
