@@ -8,7 +8,8 @@ results file and a folder of further cells. The folder's warm start is trained f
 settings and data, but float arithmetic on another machine can tip a borderline choice, so the
 merge first compares the two warm starts on every held-out question: their known/unknown
 flags must agree exactly, or nothing is written. How far they agree (the probe's answers,
-the warm-started agent's greedy episodes, the warm start's losses) is recorded under
+the warm-started agent's greedy episodes, its recall and ``p(search)``, the warm start's
+losses) is recorded under
 ``merged`` in the results; the arms are then aggregated again from all cells.
 """
 
@@ -24,7 +25,7 @@ from typing import Any
 from searchgym.error import InvalidArgumentError
 
 from .data import prepare_data
-from .study import _collect, _env_kwargs, _write, aggregate, load_study, run_baselines
+from .study import _collect, _env_kwargs, _write, aggregate, load_study, run_baselines, run_first_action
 from .warm_start import warm_start
 
 __all__ = ["cells_of", "merge_results"]
@@ -52,7 +53,9 @@ def cells_of(results: Mapping[str, Any]) -> list[dict[str, Any]]:
     return cells
 
 
-def _agreement(results: Mapping[str, Any], baselines: Mapping[str, Any]) -> dict[str, int]:
+def _agreement(
+    results: Mapping[str, Any], baselines: Mapping[str, Any], first_action: Mapping[str, Any]
+) -> dict[str, Any]:
     """On how many held-out questions the two warm starts agree."""
     old_probe = {p["qid"]: p for p in results["known"]["probe"]}
     new_probe = {p["qid"]: p for p in baselines["probe"]}
@@ -73,6 +76,18 @@ def _agreement(results: Mapping[str, Any], baselines: Mapping[str, Any]) -> dict
             (old_greedy[q["qid"]]["searches"], old_greedy[q["qid"]]["answer"]) == (q["searches"], q["answer"])
             for q in new_greedy
         ),
+        **_first_action_agreement(results["first_action"]["questions"], first_action["questions"]),
+    }
+
+
+def _first_action_agreement(
+    old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """Same greedy recall, and the largest change of ``p(search)`` after it."""
+    before = {q["qid"]: q for q in old}
+    return {
+        "recall": sum(before[q["qid"]]["recall"] == q["recall"] for q in new),
+        "p_search_max_change": round(max(abs(before[q["qid"]]["p_search"] - q["p_search"]) for q in new), 4),
     }
 
 
@@ -80,14 +95,15 @@ def merge_results(
     results: Mapping[str, Any],
     cells: Sequence[dict[str, Any]],
     baselines: Mapping[str, Any],
+    first_action: Mapping[str, Any],
     warm: Mapping[str, Any],
     arm_order: Sequence[str],
     folder: str,
 ) -> dict[str, Any]:
-    """``results`` with ``cells`` (from a folder whose warm start gave ``baselines`` and
-    ``warm``) added to its arms, and a ``merged`` entry saying what was added and how far
+    """``results`` with ``cells`` (from a folder whose warm start gave ``baselines``,
+    ``first_action`` and ``warm``) added to its arms, and a ``merged`` entry saying what was added and how far
     the two warm starts agree."""
-    agreement = _agreement(results, baselines)
+    agreement = _agreement(results, baselines, first_action)
     have = {(c["arm"], c["seed"]) for c in cells_of(results)}
     clash = sorted((c["arm"], c["seed"]) for c in cells if (c["arm"], c["seed"]) in have)
     if clash:
@@ -131,8 +147,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             reuse_only=True,
         )
         baselines = run_baselines(study, out, data, model_dir, reuse_only=True)
+        known = {p["qid"]: p["known"] for p in baselines["probe"]}
+        first_action = run_first_action(study, out, data, model_dir, known)
         cells = _collect(study, out, data, model_dir, [])
-        merged = merge_results(results, cells, baselines, warm, list(study["arms"]), out.name)
+        merged = merge_results(results, cells, baselines, first_action, warm, list(study["arms"]), out.name)
     except (InvalidArgumentError, OSError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

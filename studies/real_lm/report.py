@@ -137,7 +137,9 @@ def _merged_lines(results: Mapping[str, Any]) -> list[str]:
             f"{other['torch_threads']} torch thread(s); loss {_num(other['loss_last10'], 5)} over the last "
             f"ten steps, here {_num(main_pass['loss_last10'], 5)}). On the {n} held-out questions the two "
             f"agree on {agree['known_flags']} known/unknown flags, {agree['probe_answers']} probe answers "
-            f"and {agree['warm_started_greedy']} warm-started greedy episodes (searches and answer)."
+            f"and {agree['warm_started_greedy']} warm-started greedy episodes (searches and answer); "
+            f"its greedy recall is the same on {agree['recall']} questions and its `p(search)` after it "
+            f"moves by at most {_num(agree['p_search_max_change'], 3)}."
         )
     return lines
 

@@ -319,8 +319,9 @@ def test_merge_adds_a_folders_cells_only_when_both_warm_starts_split_alike():
         "probe": results["known"]["probe"],
         "rows": {"warm_started": {"questions": results["baseline_questions"]["warm_started"]}},
     }
+    first = results["first_action"]
     warm = {"loss_first": 1.9, "loss_last10": 0.2, "wall_s": 9.0, "torch_threads": 2, "decision": {}}
-    merged = merge_results(fewer, [last], baselines, warm, arms, "more")
+    merged = merge_results(fewer, [last], baselines, first, warm, arms, "more")
     assert json.loads(json.dumps(merged["arms"])) == results["arms"]
     (entry,) = merged["merged"]
     assert entry["cells"] == [[last["arm"], last["seed"]]] and entry["folder"] == "more"
@@ -330,15 +331,17 @@ def test_merge_adds_a_folders_cells_only_when_both_warm_starts_split_alike():
         "known_flags": n,
         "probe_answers": n,
         "warm_started_greedy": n,
+        "recall": n,
+        "p_search_max_change": 0.0,
     }
     assert "Cells from a second output folder" in blocks(merged)["split"]
     with pytest.raises(InvalidArgumentError, match="already in the results file"):
-        merge_results(results, [last], baselines, warm, arms, "more")
+        merge_results(results, [last], baselines, first, warm, arms, "more")
     with pytest.raises(InvalidArgumentError, match="no finished cell"):
-        merge_results(fewer, [], baselines, warm, arms, "more")
+        merge_results(fewer, [], baselines, first, warm, arms, "more")
     flipped = [{**p, "known": not p["known"]} if i == 0 else p for i, p in enumerate(baselines["probe"])]
     with pytest.raises(InvalidArgumentError, match="split the held-out questions differently"):
-        merge_results(fewer, [last], {**baselines, "probe": flipped}, warm, arms, "more")
+        merge_results(fewer, [last], {**baselines, "probe": flipped}, first, warm, arms, "more")
 
 
 @needs_data
