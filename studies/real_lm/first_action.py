@@ -28,6 +28,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from searchgym.error import InvalidArgumentError
+
 from .warm_start import UNKNOWN
 
 __all__ = ["opening_probabilities", "search_probabilities", "greedy_recalls", "summarise", "main"]
@@ -112,20 +114,23 @@ def summarise(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     from .data import prepare_data
-    from .study import load_study, run_first_action
+    from .study import load_study, run_first_action, study_warm_start
 
     parser = argparse.ArgumentParser(prog="python -m studies.real_lm.first_action", description=__doc__)
     parser.add_argument("--config", required=True, help="the study file")
     parser.add_argument("--output-dir", required=True, help="the study's output folder")
     args = parser.parse_args(argv)
     study, out = load_study(args.config), Path(args.output_dir)
-    warm = sorted(out.glob("warm_*/warm_start.json"))
     baselines = out / "baselines.json"
-    if not warm or not baselines.exists():
-        parser.error(f"{out} has no finished warm start and baselines.json; run the study there first.")
+    if not baselines.exists():
+        parser.error(f"{out} has no baselines.json; run the study there first.")
     data = prepare_data(study["data"], out / "data")
+    try:
+        model_dir, _ = study_warm_start(study, out, data, reuse_only=True)
+    except InvalidArgumentError as error:
+        parser.error(str(error))
     known = {p["qid"]: p["known"] for p in json.loads(baselines.read_text(encoding="utf-8"))["probe"]}
-    result = run_first_action(study, out, data, warm[-1].parent, known)
+    result = run_first_action(study, out, data, model_dir, known)
     for name, group in result["groups"].items():
         print(f"{name:>9}: " + ", ".join(f"{k} {v}" for k, v in group.items()))
     return 0

@@ -25,8 +25,7 @@ from typing import Any
 from searchgym.error import InvalidArgumentError
 
 from .data import prepare_data
-from .study import _collect, _env_kwargs, _write, aggregate, load_study, run_baselines, run_first_action
-from .warm_start import warm_start
+from .study import _collect, _write, aggregate, load_study, run_baselines, run_first_action, study_warm_start
 
 __all__ = ["cells_of", "merge_results"]
 
@@ -136,16 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         out = args.output_dir
         results = json.loads(args.results.read_text(encoding="utf-8"))
         data = prepare_data(study["data"], out / "data")
-        model_dir, warm = warm_start(
-            data,
-            study["warm_start"],
-            model=study["model"],
-            env_kwargs={
-                p: _env_kwargs(study, data, p) for p in (*study["warm_start"].protocols, "search_r1")
-            },
-            folder=out,
-            reuse_only=True,
-        )
+        model_dir, warm = study_warm_start(study, out, data, reuse_only=True)
         baselines = run_baselines(study, out, data, model_dir, reuse_only=True)
         known = {p["qid"]: p["known"] for p in baselines["probe"]}
         first_action = run_first_action(study, out, data, model_dir, known)

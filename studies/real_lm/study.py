@@ -210,6 +210,23 @@ def _evaluate(model: Any, tokenizer: Any, make_env, study: Mapping[str, Any], co
     return out
 
 
+def study_warm_start(
+    study: Mapping[str, Any], out: Path, data: StudyData, *, log: Any = print, reuse_only: bool = False
+) -> tuple[Path, dict[str, Any]]:
+    """The study's warm start in ``out`` (trained unless ``reuse_only``): the folder the cells
+    start from (the decision pass's, when there is one) and its figures."""
+    return warm_start(
+        data,
+        study["warm_start"],
+        model=study["model"],
+        env_kwargs={p: _env_kwargs(study, data, p) for p in (*study["warm_start"].protocols, "search_r1")},
+        folder=out,
+        threads=int(study.get("threads", 1)),
+        log=log,
+        reuse_only=reuse_only,
+    )
+
+
 def run_baselines(
     study: Mapping[str, Any], out: Path, data: StudyData, model_dir: Path, reuse_only: bool = False
 ) -> dict[str, Any]:
@@ -398,16 +415,7 @@ def run_study(
     out = Path(output_dir or study["output_dir"])
     start = time.perf_counter()
     data = prepare_data(study["data"], out / "data")
-    model_dir, warm = warm_start(
-        data,
-        study["warm_start"],
-        model=study["model"],
-        env_kwargs={p: _env_kwargs(study, data, p) for p in (*study["warm_start"].protocols, "search_r1")},
-        folder=out,
-        threads=int(study.get("threads", 1)),
-        log=log,
-        reuse_only=collect,
-    )
+    model_dir, warm = study_warm_start(study, out, data, log=log, reuse_only=collect)
     decision_s = warm.get("decision", {}).get("wall_s", 0.0)
     log(f"warm start: {model_dir} ({warm['wall_s']} s, decision pass {decision_s} s)")
     baselines = run_baselines(study, out, data, model_dir, reuse_only=collect)

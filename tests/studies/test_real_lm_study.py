@@ -408,6 +408,13 @@ def test_one_cell_end_to_end_with_a_tiny_model(tmp_path, monkeypatch, capsys):
         == 0
     )
     assert cell.stat().st_mtime_ns == stamp  # finished cells are kept
+    from studies.real_lm.first_action import main as first_action
+
+    stamp = (out / "first_action.json").stat().st_mtime_ns
+    assert first_action(["--config", str(config), "--output-dir", str(out)]) == 0
+    assert (
+        out / "first_action.json"
+    ).stat().st_mtime_ns == stamp  # the decision pass's model, as the study's
     (out / "results.json").unlink()
     out = out.rename(tmp_path / "moved")  # a moved output folder keeps its warm start, baselines and cells
     assert main(["study", "--config", str(config), "--output-dir", str(out), "--collect"]) == 0
