@@ -135,7 +135,7 @@ def _merged_lines(results: Mapping[str, Any]) -> list[str]:
             f"- Cells from a second output folder ({cells}) start from a warm start trained again from "
             f"the same settings and data on another machine ({_num(other['wall_s'], 0)} s on "
             f"{other['torch_threads']} torch thread(s); loss {_num(other['loss_last10'], 5)} over the last "
-            f"ten steps, here {_num(main_pass['loss_last10'], 5)}). On the {n} held-out questions the two "
+            f"ten steps, against {_num(main_pass['loss_last10'], 5)} for the first). On the {n} held-out questions the two "
             f"agree on {agree['known_flags']} known/unknown flags, {agree['probe_answers']} probe answers "
             f"and {agree['warm_started_greedy']} warm-started greedy episodes (searches and answer); "
             f"its greedy recall is the same on {agree['recall']} questions and its `p(search)` after it "
