@@ -99,9 +99,9 @@ def merge_results(
     arm_order: Sequence[str],
     folder: str,
 ) -> dict[str, Any]:
-    """``results`` with ``cells`` (from a folder whose warm start gave ``baselines``,
-    ``first_action`` and ``warm``) added to its arms, and a ``merged`` entry saying what was added and how far
-    the two warm starts agree."""
+    """``results`` with ``cells`` added to its arms (from a folder whose warm start gave
+    ``baselines``, ``first_action`` and ``warm``), and a ``merged`` entry saying what was
+    added and how far the two warm starts agree."""
     agreement = _agreement(results, baselines, first_action)
     have = {(c["arm"], c["seed"]) for c in cells_of(results)}
     clash = sorted((c["arm"], c["seed"]) for c in cells if (c["arm"], c["seed"]) in have)
