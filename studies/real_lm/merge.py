@@ -103,13 +103,14 @@ def merge_results(
     ``baselines``, ``first_action`` and ``warm``), and a ``merged`` entry saying what was
     added and how far the two warm starts agree."""
     agreement = _agreement(results, baselines, first_action)
-    have = {(c["arm"], c["seed"]) for c in cells_of(results)}
+    committed = cells_of(results)
+    have = {(c["arm"], c["seed"]) for c in committed}
     clash = sorted((c["arm"], c["seed"]) for c in cells if (c["arm"], c["seed"]) in have)
     if clash:
         raise InvalidArgumentError(f"cells already in the results file: {clash}")
     if not cells:
         raise InvalidArgumentError(f"{folder!r} holds no finished cell of the study's arms and seeds")
-    every = sorted([*cells_of(results), *cells], key=lambda c: (list(arm_order).index(c["arm"]), c["seed"]))
+    every = sorted([*committed, *cells], key=lambda c: (list(arm_order).index(c["arm"]), c["seed"]))
     known = {p["qid"]: p["known"] for p in results["known"]["probe"]}
     passes = {"main": warm, "decision": warm.get("decision", {})}
     entry = {
