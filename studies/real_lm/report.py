@@ -1,6 +1,7 @@
 """Tables and the plot of the real-LM study, generated from its ``results.json``.
 
     python -m studies.real_lm.report --results studies/real_lm/results/results.json \
+        --earlier studies/real_lm/results/taught_share_0.5.json \
         --page docs/real_lm_study.md --png docs/real_lm_study.png
 
 rewrites every block of the page between ``<!-- real-lm:NAME -->`` and ``<!-- end -->``
@@ -49,13 +50,15 @@ def _num(value: Any, digits: int = 1) -> str:
     return f"{value:.{digits}f}"
 
 
-def _cell(block: Mapping[str, Any], key: str) -> str:
-    digits = 2 if key == "st" else 1
-    ci = block.get("ci95", {}).get(key)
-    value = block.get(key)
-    if ci is None or value is None or (isinstance(value, float) and math.isnan(value)):
-        return _num(block.get(key), digits)
-    return f"{_num(block.get(key), digits)} ± {_num(ci, digits)}"
+def _pm(value: Any, ci: Any, n: int, digits: int = 1) -> str:
+    """``value ± ci``; the value alone where one seed gives no interval."""
+    if n < 2 or ci is None or value is None or (isinstance(value, float) and math.isnan(value)):
+        return _num(value, digits)
+    return f"{_num(value, digits)} ± {_num(ci, digits)}"
+
+
+def _cell(block: Mapping[str, Any], key: str, n: int) -> str:
+    return _pm(block.get(key), block.get("ci95", {}).get(key), n, 2 if key == "st" else 1)
 
 
 def _arm_table(results: Mapping[str, Any], mode: str) -> str:
@@ -63,8 +66,9 @@ def _arm_table(results: Mapping[str, Any], mode: str) -> str:
     lines = [head, "|---|---|" + "---|" * len(_ARM_COLUMNS)]
     for arm, entry in results["arms"].items():
         block = entry["mean"] if mode == "greedy" else entry["mean"]["sampled"]
-        cells = " | ".join(_cell(block, key) for _, key in _ARM_COLUMNS)
-        lines.append(f"| {arm} | {len(entry['seeds'])} | {cells} |")
+        n = len(entry["seeds"])
+        cells = " | ".join(_cell(block, key, n) for _, key in _ARM_COLUMNS)
+        lines.append(f"| {arm} | {n} | {cells} |")
     return "\n".join(lines)
 
 
@@ -89,7 +93,7 @@ def _paired_table(results: Mapping[str, Any]) -> str:
         if arm == "f1" or not diffs:
             continue
         cells = [
-            f"{_num(diffs[k]['mean'], 2 if k == 'st' else 1)} ± {_num(diffs[k]['ci95'], 2 if k == 'st' else 1)}"
+            _pm(diffs[k]["mean"], diffs[k]["ci95"], diffs[k]["n"], 2 if k == "st" else 1)
             for k in ("em", "st", "sr_known", "sr_unknown")
         ]
         lines.append(f"| {arm} | {diffs['em']['n']} | " + " | ".join(cells) + " |")
@@ -215,13 +219,29 @@ def _timing_text(results: Mapping[str, Any]) -> str:
                 f"(median step {_num(s['median_step_s'], 1)} s), cell {_num(s['wall_s'], 0)} s with evaluation; "
                 f"CPU time {_num(s.get('train_cpu_s'), 0)} s training, {_num(s.get('cpu_s'), 0)} s in all."
             )
+    cpu = [s.get("cpu_s") or math.nan for entry in results["arms"].values() for s in entry["seeds"]]
+    warm = results["warm_start"]
+    before = [
+        warm["wall_s"],
+        warm.get("decision", {}).get("wall_s", 0.0),
+        results["timing"].get("baselines_s"),
+    ]
+    lines.append(
+        f"- In all: {len(cpu)} cells, {_num(sum(cpu), 0)} s of CPU time, {_num(sum(cpu) / 7200, 1)} hours of two "
+        f"cores however they are packed. Before them, the warm start {_num(before[0], 0)} s and its decision "
+        f"pass {_num(before[1], 0)} s on {warm['torch_threads']} torch thread(s), the baselines "
+        f"{_num(before[2], 0)} s; with them, about {_num((sum(cpu) / 2 + sum(b if b is not None else math.nan for b in before)) / 3600, 1)} hours "
+        "of two cores."
+    )
     return "\n".join(lines)
 
 
 _FRUGAL_ARMS = ("otc", "lightsearcher", "lightsearcher_no_memory", "sem", "cost")
 
 
-def _judged(mean: float, ci: float, line: float, above: bool, strict: bool = False, digits: int = 1) -> str:
+def _judged(
+    mean: float, ci: float, n: int, line: float, above: bool, strict: bool = False, digits: int = 1
+) -> str:
     """``mean ± ci``, ``met`` or ``missed`` on the mean, flagged when the interval holds the line."""
     if strict:
         met = mean > line if above else mean < line
@@ -229,7 +249,7 @@ def _judged(mean: float, ci: float, line: float, above: bool, strict: bool = Fal
         met = mean >= line if above else mean <= line
     crosses = ci > 0 and mean - ci <= line <= mean + ci
     verdict = ("met" if met else "missed") + (", the interval crosses the line" if crosses else "")
-    return f"{_num(mean, digits)} ± {_num(ci, digits)}: {verdict}"
+    return f"{_pm(mean, ci, n, digits)}: {verdict}"
 
 
 def _seeds(n: int) -> str:
@@ -245,15 +265,15 @@ def _targets_table(results: Mapping[str, Any]) -> str:
     half = f1["sr_known"] / 2
     lines = [
         f"- f1 ({_seeds(len(arms['f1']['seeds']))}) searches at least 80% of known questions: "
-        f"{_judged(f1['sr_known'], f1['ci95']['sr_known'], 80.0, True)}.",
+        f"{_judged(f1['sr_known'], f1['ci95']['sr_known'], len(arms['f1']['seeds']), 80.0, True)}.",
     ]
     for arm in (a for a in arms if a.startswith("light_search")):
-        paired = arms[arm].get("vs_f1", {})
-        if "st" in paired:
+        st = arms[arm].get("vs_f1", {}).get("st")
+        if st:
             lines.append(
-                f"- {arm} ({_seeds(paired['st']['n'])}, paired) cuts searches per question (the paired "
+                f"- {arm} ({_seeds(st['n'])}, paired) cuts searches per question (the paired "
                 "difference against f1 below 0): "
-                f"{_judged(paired['st']['mean'], paired['st']['ci95'], 0.0, False, strict=True, digits=2)}."
+                f"{_judged(st['mean'], st['ci95'], st['n'], 0.0, False, strict=True, digits=2)}."
             )
     lines += [
         "",
@@ -264,11 +284,11 @@ def _targets_table(results: Mapping[str, Any]) -> str:
     for arm in _FRUGAL_ARMS:
         if arm not in arms:
             continue
-        mean, paired = arms[arm]["mean"], arms[arm].get("vs_f1", {})
-        em = _judged(paired["em"]["mean"], paired["em"]["ci95"], -2.0, True) if "em" in paired else "–"
-        known = _judged(mean["sr_known"], mean["ci95"]["sr_known"], half, False)
-        unknown = _judged(mean["sr_unknown"], mean["ci95"]["sr_unknown"], 80.0, True)
-        lines.append(f"| {arm} | {len(arms[arm]['seeds'])} | {known} | {em} | {unknown} |")
+        mean, n, paired = arms[arm]["mean"], len(arms[arm]["seeds"]), arms[arm].get("vs_f1", {}).get("em")
+        em = _judged(paired["mean"], paired["ci95"], paired["n"], -2.0, True) if paired else "–"
+        known = _judged(mean["sr_known"], mean["ci95"]["sr_known"], n, half, False)
+        unknown = _judged(mean["sr_unknown"], mean["ci95"]["sr_unknown"], n, 80.0, True)
+        lines.append(f"| {arm} | {n} | {known} | {em} | {unknown} |")
     return "\n".join(lines)
 
 
@@ -302,8 +322,53 @@ def _recall_table(results: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def blocks(results: Mapping[str, Any]) -> dict[str, str]:
-    """The page's generated blocks, by name."""
+def _recalled_a_name(results: Mapping[str, Any]) -> tuple[int, int]:
+    """How many unknown held-out questions the warm start's greedy recall names an answer on,
+    and how many unknown questions there are."""
+    from .warm_start import UNKNOWN
+
+    unknown = [q for q in results["first_action"]["questions"] if not q["known"]]
+    return sum(q.get("recall") not in (None, UNKNOWN) for q in unknown), len(unknown)
+
+
+def _compare_table(results: Mapping[str, Any], earlier: Mapping[str, Any] | None) -> str:
+    """Each arm's greedy figures from an earlier run, whose warm start taught another share of
+    the facts, beside this run's."""
+    if earlier is None:
+        return "No earlier run given (`--earlier FILE`)."
+    runs = [earlier, results]
+    lines = []
+    for run in runs:
+        named, unknown = _recalled_a_name(run)
+        lines.append(
+            f"- Taught share {run['settings']['data']['taught_share']:g}: {_num(run['known']['pct'])}% of the "
+            f"held-out questions known; the warm start's recall names an answer on {named} of the "
+            f"{unknown} unknown ones ({_num(100 * (unknown - named) / unknown)}% recalled as `unknown`)."
+        )
+    lines += [
+        "",
+        "| Arm | Taught share | Seeds | EM | Searches/q | Searched known (%) | Searched unknown (%) "
+        "| ΔEM against f1 (paired) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for arm in dict.fromkeys([*earlier["arms"], *results["arms"]]):
+        for run in runs:
+            entry = run["arms"].get(arm)
+            if entry is None:
+                continue
+            n, paired = len(entry["seeds"]), entry.get("vs_f1", {}).get("em")
+            delta = _pm(paired["mean"], paired["ci95"], paired["n"]) if paired and arm != "f1" else "–"
+            cells = [_cell(entry["mean"], key, n) for key in ("em", "st", "sr_known", "sr_unknown")]
+            lines.append(
+                f"| {arm} | {run['settings']['data']['taught_share']:g} | {len(entry['seeds'])} | "
+                + " | ".join(cells)
+                + f" | {delta} |"
+            )
+    return "\n".join(lines)
+
+
+def blocks(results: Mapping[str, Any], earlier: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """The page's generated blocks, by name (``compare`` sets ``results`` beside ``earlier``)."""
     return {
         "split": _split_text(results),
         "arms-greedy": _arm_table(results, "greedy"),
@@ -314,12 +379,14 @@ def blocks(results: Mapping[str, Any]) -> dict[str, str]:
         "baselines": _baseline_table(results),
         "training": _training_table(results),
         "timing": _timing_text(results),
+        "compare": _compare_table(results, earlier),
     }
 
 
-def render_page(page: str, results: Mapping[str, Any]) -> str:
-    """``page`` with every ``<!-- real-lm:NAME -->`` block rewritten from ``results``."""
-    generated = blocks(results)
+def render_page(page: str, results: Mapping[str, Any], earlier: Mapping[str, Any] | None = None) -> str:
+    """``page`` with every ``<!-- real-lm:NAME -->`` block rewritten from ``results`` (and the
+    ``compare`` block from ``earlier`` beside it)."""
+    generated = blocks(results, earlier)
 
     def replace(match: re.Match[str]) -> str:
         name = match.group(1)
@@ -371,6 +438,10 @@ def plot(results: Mapping[str, Any], path: Path) -> Path:
         right.plot(warm["sr_known"], warm["sr_unknown"], "k+", markersize=14)
     left.set_xlabel("searches per question")
     left.set_ylabel("held-out EM (%)")
+    # the targets: at least 80% of unknown questions searched, at most half of f1's known ones
+    right.axhline(80.0, color="grey", linestyle=":", linewidth=1)
+    if "f1" in results["arms"]:
+        right.axvline(results["arms"]["f1"]["mean"]["sr_known"] / 2, color="grey", linestyle=":", linewidth=1)
     right.set_xlabel("searched, known questions (%)")
     right.set_ylabel("searched, unknown questions (%)")
     right.set_xlim(-5, 105)
@@ -392,9 +463,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", type=Path, required=True)
     parser.add_argument("--page", type=Path, required=True)
     parser.add_argument("--png", type=Path)
+    parser.add_argument("--earlier", type=Path, help="an earlier run's results.json, for the compare block")
     args = parser.parse_args(argv)
     results = json.loads(args.results.read_text(encoding="utf-8"))
-    args.page.write_text(render_page(args.page.read_text(encoding="utf-8"), results), encoding="utf-8")
+    earlier = json.loads(args.earlier.read_text(encoding="utf-8")) if args.earlier else None
+    page = render_page(args.page.read_text(encoding="utf-8"), results, earlier)
+    args.page.write_text(page, encoding="utf-8")
     if args.png:
         plot(results, args.png)
     print(f"wrote {args.page}", file=sys.stderr)

@@ -457,7 +457,11 @@ def run_study(
         "warm_start": warm,
         "first_action": {"groups": first["groups"], "questions": first["questions"]},
         "settings": _settings(study),
-        "timing": {"wall_s": round(time.perf_counter() - start, 1), "workers": workers},
+        "timing": {
+            "wall_s": round(time.perf_counter() - start, 1),
+            "workers": workers,
+            "baselines_s": baselines.get("wall_s"),
+        },
         "baseline_questions": {name: row["questions"] for name, row in baselines["rows"].items()},
     }
     _write(out / "results.json", results)

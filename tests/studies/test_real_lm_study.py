@@ -234,6 +234,7 @@ def _results(em_f1, em_otc):
             }
         },
         "known": {"pct": 45.0, "taught_pct": 80.0, "untaught_pct": 10.0},
+        "timing": {"wall_s": 500.0, "workers": 2, "baselines_s": 30.0},
         "split": {
             "train": 160,
             "heldout": 100,
@@ -265,6 +266,12 @@ def test_page_blocks_are_written_from_the_json_and_kept():
     training = blocks(_results(40.0, 38.5))["training"]
     # steps 1-12 all searched, 13-24 half: windows of 4 steps read 100, 100, 100, 50, 50, 50
     assert "| otc | 1 | 100 | 100 | 100 | 50 | 50 | 50 |" in training and "Steps 21–24" in training
+    # four cells of 80 CPU-s; with the warm start (300 s) and the baselines (30 s) on two cores
+    assert blocks(_results(40.0, 38.5))["timing"].endswith(
+        "- In all: 4 cells, 320 s of CPU time, 0.0 hours of two cores however they are packed. Before them, "
+        "the warm start 300 s and its decision pass 0 s on 1 torch thread(s), the baselines 30 s; with them, "
+        "about 0.1 hours of two cores."
+    )
     with pytest.raises(KeyError, match="unknown block"):
         render_page("<!-- real-lm:nope -->\n<!-- end -->", _results(1.0, 1.0))
 
@@ -291,15 +298,52 @@ def test_targets_are_judged_on_the_mean_and_flag_an_interval_across_the_line():
     assert "No f1 arm" in blocks(results)["targets"]
 
 
+def test_one_seed_gives_no_interval_and_compare_sets_two_warm_starts_side_by_side():
+    def run(share: float, named: int, em_otc: float, seeds: list[int]) -> dict:
+        results = _results(40.0, em_otc)
+        for entry in results["arms"].values():
+            entry["seeds"] = [{**entry["seeds"][0], "seed": s, "questions": []} for s in seeds]
+        for paired in results["arms"]["otc"]["vs_f1"].values():
+            paired["n"] = len(seeds)
+        results["settings"] = {"data": {"taught_share": share}}
+        # four unknown questions, ``named`` of them recalled with a name rather than `unknown`
+        recalls = ["Paris"] * named + ["unknown"] * (4 - named)
+        questions = [{"qid": f"q{i}", "known": False, "recall": r} for i, r in enumerate(recalls)]
+        results["first_action"] = {"questions": [*questions, {"qid": "k", "known": True, "recall": "Rome"}]}
+        results["known"]["probe"] = [
+            {"qid": q["qid"], "known": q["known"]} for q in results["first_action"]["questions"]
+        ]
+        return results
+
+    earlier, later = run(0.5, 3, 38.5, [0, 1]), run(0.3, 1, 39.0, [0])
+    assert "| otc | 1 | 39.0 | 50.0 | 0.50 |" in blocks(later)["arms-greedy"]  # no "± 0.0" from one seed
+    assert "| otc | 1 | -20.0 | -20.00 | -20.0 | -20.0 |" in blocks(later)["paired"]
+    compare = blocks(later, earlier)["compare"]
+    assert (
+        "- Taught share 0.5: 45.0% of the held-out questions known; the warm start's recall names an answer on 3 of the 4 unknown ones (25.0% recalled as `unknown`)."
+        in compare
+    )
+    assert "names an answer on 1 of the 4 unknown ones (75.0% recalled as `unknown`)" in compare
+    assert "| otc | 0.5 | 2 | 38.5 ± 1.0 | 0.50 ± 1.00 | 50.0 ± 1.0 | 50.0 ± 1.0 | -20.0 ± 4.0 |" in compare
+    assert compare.endswith("| otc | 0.3 | 1 | 39.0 | 0.50 | 50.0 | 50.0 | -20.0 |")
+    assert (
+        "| f1 | 0.5 | 2 | 40.0 ± 1.0 |" in compare
+        and "| f1 | 0.3 | 1 | 40.0 | 0.50 | 50.0 | 50.0 | – |" in compare
+    )
+    assert "No earlier run" in blocks(later)["compare"]
+
+
 RESULTS = REPO / "studies" / "real_lm" / "results" / "results.json"
+EARLIER = REPO / "studies" / "real_lm" / "results" / "taught_share_0.5.json"
 
 
 @pytest.mark.skipif(not RESULTS.exists(), reason="the calibration run is not committed yet")
 def test_page_equals_its_json():
     results = json.loads(RESULTS.read_text(encoding="utf-8"))
+    earlier = json.loads(EARLIER.read_text(encoding="utf-8"))
     page = (REPO / "docs" / "real_lm_study.md").read_text(encoding="utf-8")
-    assert render_page(page, results) == page, "run: python -m studies.real_lm.report (see the page)"
-    for name in blocks(results):
+    assert render_page(page, results, earlier) == page, "run: python -m studies.real_lm.report (see the page)"
+    for name in blocks(results, earlier):
         assert f"<!-- real-lm:{name} -->" in page
 
 
