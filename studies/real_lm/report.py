@@ -360,7 +360,7 @@ def _compare_table(results: Mapping[str, Any], earlier: Mapping[str, Any] | None
             delta = _pm(paired["mean"], paired["ci95"], paired["n"]) if paired and arm != "f1" else "–"
             cells = [_cell(entry["mean"], key, n) for key in ("em", "st", "sr_known", "sr_unknown")]
             lines.append(
-                f"| {arm} | {run['settings']['data']['taught_share']:g} | {len(entry['seeds'])} | "
+                f"| {arm} | {run['settings']['data']['taught_share']:g} | {n} | "
                 + " | ".join(cells)
                 + f" | {delta} |"
             )
