@@ -224,13 +224,13 @@ def _timing_text(results: Mapping[str, Any]) -> str:
     before = [
         warm["wall_s"],
         warm.get("decision", {}).get("wall_s", 0.0),
-        results["timing"].get("baselines_s"),
+        results["timing"].get("baselines_s") or math.nan,  # earlier results files lack it
     ]
     lines.append(
         f"- In all: {len(cpu)} cells, {_num(sum(cpu), 0)} s of CPU time, {_num(sum(cpu) / 7200, 1)} hours of two "
         f"cores however they are packed. Before them, the warm start {_num(before[0], 0)} s and its decision "
         f"pass {_num(before[1], 0)} s on {warm['torch_threads']} torch thread(s), the baselines "
-        f"{_num(before[2], 0)} s; with them, about {_num((sum(cpu) / 2 + sum(b if b is not None else math.nan for b in before)) / 3600, 1)} hours "
+        f"{_num(before[2], 0)} s; with them, about {_num((sum(cpu) / 2 + sum(before)) / 3600, 1)} hours "
         "of two cores."
     )
     return "\n".join(lines)
