@@ -126,6 +126,16 @@ def cell_config(study: Mapping[str, Any], arm: str, seed: int, out: Path, data: 
     return TrainConfig.from_dict(config)
 
 
+def cell_order(study: Mapping[str, Any], arms: Sequence[str], seeds: Sequence[int]) -> list[tuple[str, int]]:
+    """The cells to run, those with the longest rollout contexts (the slowest) first, so that
+    no worker is left alone with a slow cell at the end."""
+
+    def context_tokens(arm: str) -> int:
+        return int(merge(study["base"], study["arms"][arm] or {})["rollout"].get("max_context_tokens", 0))
+
+    return sorted(((a, s) for s in seeds for a in arms), key=lambda cell: -context_tokens(cell[0]))
+
+
 def _key(out: Path, *parts: Any) -> str:
     """A hash of ``parts`` with paths under the output folder ``out`` made relative to it, so a
     moved output folder keeps its finished parts."""
@@ -192,7 +202,7 @@ def _heldout_env(config: Any, data: StudyData, memory: Any = None):
 
 def _evaluate(model: Any, tokenizer: Any, make_env, study: Mapping[str, Any], count: int, seed: int) -> dict:
     ev = _eval_settings(study)
-    out = {}
+    out: dict[str, Any] = {}
     for mode, temperature in (("greedy", 0.0), ("sampled", ev["temperature"])):
         start = time.perf_counter()
         out[mode] = run_episodes(
@@ -343,7 +353,8 @@ def _top1(kwargs: Mapping[str, Any], questions: Sequence[dict[str, Any]]) -> lis
     import gymnasium as gym
 
     env = gym.make("searchgym/PopQA-v1", **kwargs)
-    docs = env.unwrapped.retriever.search([q["question"] for q in questions], 1)
+    popqa: Any = env.unwrapped
+    docs = popqa.retriever.search([q["question"] for q in questions], 1)
     env.close()
     return [f"{d[0].title}: {d[0].text}" if d else "" for d in docs]
 
@@ -426,7 +437,7 @@ def run_study(
         f"p(search) of the first action, median: {first['groups']['known'].get('median')} on known, "
         f"{first['groups']['unknown'].get('median')} on unknown questions"
     )
-    todo = [] if collect else [(a, s) for s in (seeds or study["seeds"]) for a in (arms or study["arms"])]
+    todo = [] if collect else cell_order(study, arms or list(study["arms"]), seeds or study["seeds"])
     workers = max(1, int(study.get("workers", 1)))
     cells: list[dict[str, Any]] = []
     if workers == 1 or not todo:

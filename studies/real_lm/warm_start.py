@@ -213,9 +213,10 @@ def _demonstrations(
     kwargs = {**env_kwargs, "data_path": str(data.train_path), "protocol": protocol, "reward": "f1"}
     kwargs.pop("reward_kwargs", None)
     env = gym.make("searchgym/PopQA-v1", **kwargs)
+    popqa: Any = env.unwrapped
     formatter = ChatFormatter(tokenizer)
     pairs: list[tuple[str, int, str, str]] = []
-    for index, q in enumerate(env.unwrapped.questions):
+    for index, q in enumerate(popqa.questions):
         gold = q.golden_answers[0]
         direct = _direct(q.id, data.taught, settings.direct_share, settings.seed)
         if protocol == "sem":

@@ -15,7 +15,7 @@ from searchgym.error import InvalidArgumentError
 from studies.real_lm.data import DataSettings, prepare_data
 from studies.real_lm.evaluation import figures, heuristic_answers, interval
 from studies.real_lm.report import blocks, render_page
-from studies.real_lm.study import aggregate
+from studies.real_lm.study import aggregate, cell_order, load_study
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -109,6 +109,13 @@ def test_figures_split_by_measured_known_flags():
     assert got["sr_known"] == 50.0 and got["sr_unknown"] == 50.0
     assert got["st"] == 0.75 and got["em"] == 50.0 and got["f1"] == 62.5
     assert got["em_known"] == 100.0 and got["em_unknown"] == 0.0 and got["format_ok"] == 75.0
+
+
+def test_cells_with_the_longest_contexts_run_first():
+    study = load_study(REPO / "studies" / "real_lm" / "study.yaml")
+    order = cell_order(study, ["f1", "lightsearcher", "otc"], [0, 1])
+    assert order[:2] == [("lightsearcher", 0), ("lightsearcher", 1)]
+    assert order[2:] == [("f1", 0), ("otc", 0), ("f1", 1), ("otc", 1)]
 
 
 def test_interval_is_the_t_interval():
