@@ -15,7 +15,7 @@ import sqlite3
 
 from ..error import DataFileError
 
-__all__ = ["describe_error", "write_problem", "stale_shm_users"]
+__all__ = ["describe_error", "write_problem", "stale_shm_users", "shm_deleted_error"]
 
 _DAMAGE = ("not a database", "malformed", "corrupt")
 _OPENING = ("unable to open", "readonly", "read-only", "disk i/o error", "disk is full", "permission")
@@ -62,6 +62,29 @@ def stale_shm_users(path: str) -> list[int]:
     return sorted(found)
 
 
+def shm_deleted_error(path: str) -> DataFileError | None:
+    """The error to raise instead of opening ``path`` while processes write it through a deleted
+    ``-shm`` file, or ``None``.
+
+    A process that opened it now would make a new ``-shm`` file: it would not see their
+    locks, and its writes and checkpoints could damage the file under them (a connection of a
+    process that maps the deleted file shares it). Only a store with a ``-wal`` file can have
+    such writers, so ``/proc`` is searched only then.
+    """
+    users = stale_shm_users(path) if os.path.exists(path + "-wal") else []
+    users = [pid for pid in users if pid != os.getpid()]  # this process's connections share its -shm
+    return _shm_deleted(path, users, "this process does not open it") if users else None
+
+
+def _shm_deleted(path: str, users: list[int], what_now: str) -> DataFileError:
+    return DataFileError(
+        f"{path}: its shared-memory index {path}-shm was deleted while processes "
+        f"{', '.join(map(str, users))} had the store open, and a process that opens it now sees its "
+        f"write-ahead log differently from them, so {what_now}. Stop every process that uses the store, "
+        "then start them again; never delete the -shm or -wal file of a store in use."
+    )
+
+
 def _sound(path: str) -> bool:
     """Whether SQLite's quick check of ``path`` passes on a new read-only connection."""
     with contextlib.suppress(sqlite3.Error):
@@ -90,11 +113,8 @@ def describe_error(path: str, exc: sqlite3.Error | OSError, action: str) -> Data
             )
     users = stale_shm_users(path) if isinstance(exc, sqlite3.Error) else []
     if users:  # SQLite reports this as damage or as an I/O error, depending on timing
-        return DataFileError(
-            f"{path} is not damaged, but its shared-memory index {path}-shm was deleted while processes "
-            f"{', '.join(map(str, users))} had the store open, so they and this process see its write-ahead "
-            f"log differently ({text} while {action}). Stop every process that uses the store, then start "
-            "them again; never delete the -shm or -wal file of a store in use."
+        return _shm_deleted(
+            path, users, f"this process sees its write-ahead log differently ({text} while {action})"
         )
     if isinstance(exc, sqlite3.DatabaseError) and any(word in lowered for word in _DAMAGE):
         if os.path.exists(path) and _sound(path):

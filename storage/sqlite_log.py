@@ -64,7 +64,7 @@ from typing import Any
 from ..error import DataFileError, InvalidArgumentError
 from . import legacy, recovery
 from .acked import AckFile
-from .diagnose import describe_error, stale_shm_users, write_problem
+from .diagnose import describe_error, shm_deleted_error, stale_shm_users, write_problem
 from .records import SCHEMA_VERSION, NewerSchemaError, Validator, decode_record, encode_record
 from .salvage import salvage
 
@@ -208,6 +208,9 @@ class SqliteLog:
         return self._conn
 
     def _open(self) -> sqlite3.Connection:
+        refused = shm_deleted_error(self.path)
+        if refused is not None:
+            raise refused
         if self.readonly:
             return self._open_readonly()
         folder = os.path.dirname(self.path)
