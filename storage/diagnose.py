@@ -73,14 +73,14 @@ def shm_deleted_error(path: str) -> DataFileError | None:
     """
     users = stale_shm_users(path) if os.path.exists(path + "-wal") else []
     users = [pid for pid in users if pid != os.getpid()]  # this process's connections share its -shm
-    return _shm_deleted(path, users, "this process does not open it") if users else None
+    return _shm_deleted(path, users, "so this process does not open it") if users else None
 
 
 def _shm_deleted(path: str, users: list[int], what_now: str) -> DataFileError:
     return DataFileError(
         f"{path}: its shared-memory index {path}-shm was deleted while processes "
         f"{', '.join(map(str, users))} had the store open, and a process that opens it now sees its "
-        f"write-ahead log differently from them, so {what_now}. Stop every process that uses the store, "
+        f"write-ahead log differently from them, {what_now}. Stop every process that uses the store, "
         "then start them again; never delete the -shm or -wal file of a store in use."
     )
 
@@ -113,9 +113,7 @@ def describe_error(path: str, exc: sqlite3.Error | OSError, action: str) -> Data
             )
     users = stale_shm_users(path) if isinstance(exc, sqlite3.Error) else []
     if users:  # SQLite reports this as damage or as an I/O error, depending on timing
-        return _shm_deleted(
-            path, users, f"this process sees its write-ahead log differently ({text} while {action})"
-        )
+        return _shm_deleted(path, users, f"as this process did ({text} while {action})")
     if isinstance(exc, sqlite3.DatabaseError) and any(word in lowered for word in _DAMAGE):
         if os.path.exists(path) and _sound(path):
             return DataFileError(
