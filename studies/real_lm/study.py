@@ -130,10 +130,8 @@ def cell_order(study: Mapping[str, Any], arms: Sequence[str], seeds: Sequence[in
     """The cells to run, those with the longest rollout contexts (the slowest) first, so that
     no worker is left alone with a slow cell at the end."""
 
-    def context_tokens(arm: str) -> int:
-        return int(merge(study["base"], study["arms"][arm] or {})["rollout"].get("max_context_tokens", 0))
-
-    return sorted(((a, s) for s in seeds for a in arms), key=lambda cell: -context_tokens(cell[0]))
+    tokens = {arm: cell_config(study, arm, 0, Path("."), None).rollout.max_context_tokens for arm in arms}
+    return sorted(((a, s) for s in seeds for a in arms), key=lambda cell: -tokens[cell[0]])
 
 
 def _key(out: Path, *parts: Any) -> str:
